@@ -1,0 +1,337 @@
+//! The command-line definition of `wf`, and nothing else.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "wf",
+    version,
+    about = "Administer windforce: a job platform whose only broker is PostgreSQL",
+    long_about = "Administer windforce: sync TypeScript actions from git, enqueue jobs, run workers \
+                  that execute them with bun, cancel, reap zombies, schedule, inspect and prune.\n\n\
+                  Exit codes: 0 ok; 1 error; 2 usage; 3 refused or not finished; \
+                  4 the job itself ended failure or canceled."
+)]
+pub struct Cli {
+    /// PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME.
+    #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Print exactly one JSON document on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Output format (`--json` is the short form of `--output json`).
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+
+    /// Hide progress and informational messages.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Manage the database: the embedded cluster and migrations.
+    #[command(subcommand)]
+    Db(DbCommand),
+    /// Manage git sources of actions.
+    #[command(subcommand)]
+    Source(SourceCommand),
+    /// Fetch a source, materialize a commit into the store (marker last), then update the catalog.
+    Sync(SyncArgs),
+    /// List the catalog of actions.
+    Actions(ActionsArgs),
+    /// Enqueue a job (or a batch of jobs) through the single enqueue path.
+    Enqueue(EnqueueArgs),
+    /// Run a worker: claim jobs, run them with bun, heartbeat, complete.
+    Work(WorkArgs),
+    /// Cancel jobs: waiting ones at once, running ones by a mark their worker acts on.
+    Cancel(CancelArgs),
+    /// Run one reaper pass: recover jobs whose worker stopped sending heartbeats.
+    Reap(ReapArgs),
+    /// List jobs, newest first.
+    Jobs(JobsArgs),
+    /// Show everything about one job.
+    Show(ShowArgs),
+    /// Print a job's result (exit 4 when it failed or was canceled, 3 when not finished).
+    Result(ResultArgs),
+    /// Print a job's logs.
+    Logs(LogsArgs),
+    /// Queue depth per tag: queued, scheduled, running, zombies, oldest wait.
+    Status,
+    /// Verify WF_TOKEN tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Generate completions and man pages from this definition.
+    #[command(hide = true)]
+    GenerateDocs(GenerateDocsArgs),
+    /// Internal: the process between a worker and bun that owns the action's process tree.
+    #[command(hide = true, name = "__supervise")]
+    Supervise(SuperviseArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DbCommand {
+    /// Create (if needed) and start the embedded cluster, then migrate it.
+    Up,
+    /// Stop the embedded cluster.
+    Down,
+    /// Show the embedded cluster's state and the schema version.
+    Status,
+    /// Apply pending migrations to the configured database.
+    Migrate,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SourceCommand {
+    /// Register a git source.
+    Add(SourceAddArgs),
+    /// List git sources.
+    List,
+    /// Remove a git source and its actions from the catalog (jobs keep their pinned metadata).
+    Rm(SourceRmArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SourceAddArgs {
+    /// Source name.
+    pub name: String,
+    /// Anything git can fetch: a local path, file://, https, ssh.
+    pub url: String,
+    /// Branch to follow (default: the remote's HEAD).
+    #[arg(long)]
+    pub branch: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SourceRmArgs {
+    pub name: String,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// Source name.
+    pub name: String,
+    /// A ref to sync (branch, tag, or any revision git understands).
+    #[arg(long, conflicts_with = "commit")]
+    pub r#ref: Option<String>,
+    /// An exact commit to sync.
+    #[arg(long)]
+    pub commit: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ActionsArgs {
+    /// Only the actions of this source.
+    #[arg(long)]
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TriggerKind {
+    Manual,
+    Api,
+    Webhook,
+    Schedule,
+}
+
+impl TriggerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerKind::Manual => "manual",
+            TriggerKind::Api => "api",
+            TriggerKind::Webhook => "webhook",
+            TriggerKind::Schedule => "schedule",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// APP/ACTION
+    pub target: String,
+    /// Input: JSON text, @FILE, or - for stdin.
+    #[arg(long, conflicts_with = "batch")]
+    pub input: Option<String>,
+    /// One job per line of this JSON Lines file, all in one transaction.
+    #[arg(long)]
+    pub batch: Option<PathBuf>,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+    /// Override the action's effective tag.
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Run at this time (RFC 3339).
+    #[arg(long, conflicts_with = "in_")]
+    pub at: Option<String>,
+    /// Run after this delay (30s, 5m, 2h, 30d).
+    #[arg(long = "in", value_parser = parse_duration)]
+    pub in_: Option<Duration>,
+    #[arg(long, value_enum, default_value_t = TriggerKind::Manual)]
+    pub trigger_kind: TriggerKind,
+    /// Wait for the job to finish and print its result (exit code as `wf result`).
+    #[arg(long, conflicts_with = "batch")]
+    pub wait: bool,
+    /// Give up waiting after this long (exit 3).
+    #[arg(long, requires = "wait", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkArgs {
+    /// Tags to take jobs from (repeatable).
+    #[arg(long = "tag", default_values_t = vec!["default".to_string()])]
+    pub tags: Vec<String>,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub concurrency: u32,
+    /// Exit when no due, unclaimed job is left for these tags and all slots are idle.
+    #[arg(long, conflicts_with_all = ["once", "max_jobs"])]
+    pub drain: bool,
+    /// Wait for one job, run it, exit.
+    #[arg(long, conflicts_with = "max_jobs")]
+    pub once: bool,
+    /// Exit after this many jobs.
+    #[arg(long)]
+    pub max_jobs: Option<u64>,
+    /// Heartbeat period (default WF_HEARTBEAT_S, 5s).
+    #[arg(long, value_parser = parse_duration)]
+    pub heartbeat: Option<Duration>,
+    /// On SIGINT/SIGTERM, let running jobs finish for this long before putting them back.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// Worker name (default: host name and pid).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Do not run periodic reaper passes.
+    #[arg(long)]
+    pub no_reap: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// Job ids.
+    #[arg(required = true)]
+    pub ids: Vec<String>,
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReapArgs {
+    /// A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S).
+    #[arg(long, value_parser = parse_duration)]
+    pub zombie_timeout: Option<Duration>,
+    /// Restarts before a dying job completes as failure (default WF_RESTART_LIMIT).
+    #[arg(long)]
+    pub restart_limit: Option<i32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum JobStatus {
+    Queued,
+    Scheduled,
+    Running,
+    Success,
+    Failure,
+    Canceled,
+}
+
+impl JobStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Scheduled => "scheduled",
+            JobStatus::Running => "running",
+            JobStatus::Success => "success",
+            JobStatus::Failure => "failure",
+            JobStatus::Canceled => "canceled",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    #[arg(long, value_enum)]
+    pub status: Option<JobStatus>,
+    #[arg(long)]
+    pub app: Option<String>,
+    #[arg(long)]
+    pub tag: Option<String>,
+    #[arg(long, default_value_t = 50)]
+    pub limit: i64,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ResultArgs {
+    pub id: String,
+    /// Wait until the job finishes.
+    #[arg(long)]
+    pub wait: bool,
+    /// Give up waiting after this long (exit 3).
+    #[arg(long, requires = "wait", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    pub id: String,
+    /// Keep printing new lines until the job completes.
+    #[arg(long, short)]
+    pub follow: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a token's claims; exit 1 when forged, malformed or expired.
+    Verify(TokenVerifyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenVerifyArgs {
+    pub token: String,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateDocsArgs {
+    /// Directory to write completions/ and man/ into.
+    #[arg(long, default_value = ".")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct SuperviseArgs {
+    /// The command to run under supervision.
+    #[arg(trailing_var_arg = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// Durations as operators write them: `30s`, `5m`, `2h`, `30d`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (examples: 30s, 5m, 2h, 30d)"))
+}

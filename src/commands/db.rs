@@ -1,0 +1,96 @@
+//! `wf db up | down | status | migrate`.
+
+use anyhow::Result;
+use serde_json::json;
+
+use super::Ctx;
+use crate::cli::DbCommand;
+use crate::db::{Database, embedded::Cluster, migrate};
+use crate::error::Outcome;
+
+pub fn run(ctx: &Ctx, command: DbCommand) -> Result<Outcome> {
+    match command {
+        DbCommand::Up => up(ctx),
+        DbCommand::Down => down(ctx),
+        DbCommand::Status => status(ctx),
+        DbCommand::Migrate => migrate(ctx),
+    }
+}
+
+fn up(ctx: &Ctx) -> Result<Outcome> {
+    let cluster = Cluster::locate()?;
+    let database = Database::open(None, &ctx.out)?;
+    let mut client = database.connect()?;
+    let version = migrate::current_version(&mut client)?;
+    if ctx.out.json {
+        ctx.out.json(&json!({"running": true, "path": cluster.home_pg(), "schema_version": version}))?;
+    } else {
+        ctx.out.info(&format!("embedded cluster running in {}", cluster.home_pg().display()));
+    }
+    Ok(Outcome::Ok)
+}
+
+fn down(ctx: &Ctx) -> Result<Outcome> {
+    let cluster = Cluster::locate()?;
+    let stopped = cluster.stop()?;
+    if ctx.out.json {
+        ctx.out.json(&json!({"stopped": stopped}))?;
+    } else if stopped {
+        ctx.out.info("embedded cluster stopped");
+    } else {
+        ctx.out.info("embedded cluster was not running");
+    }
+    Ok(Outcome::Ok)
+}
+
+fn status(ctx: &Ctx) -> Result<Outcome> {
+    let latest = migrate::latest_version();
+    let (embedded, running, path, version) = match &ctx.database_url() {
+        Some(url) => {
+            let database = Database::locate(Some(url), &ctx.out)?;
+            let mut client = database.connect()?;
+            (false, true, database.describe.clone(), migrate::current_version(&mut client)?)
+        }
+        None => {
+            let cluster = Cluster::locate()?;
+            let state = cluster.state()?;
+            let version = if state.running {
+                let mut client = cluster.client_config().connect(postgres::NoTls)?;
+                migrate::current_version(&mut client)?
+            } else {
+                None
+            };
+            (true, state.running, cluster.home_pg().display().to_string(), version)
+        }
+    };
+    if ctx.out.json {
+        ctx.out.json(&json!({
+            "embedded": embedded, "running": running, "location": path,
+            "schema_version": version, "latest_version": latest,
+        }))?;
+    } else {
+        ctx.out.table(
+            &["database", "running", "schema", "wf needs"],
+            vec![vec![
+                path,
+                running.to_string(),
+                version.map_or("none".to_string(), |v| v.to_string()),
+                latest.to_string(),
+            ]],
+        )?;
+    }
+    Ok(Outcome::Ok)
+}
+
+fn migrate(ctx: &Ctx) -> Result<Outcome> {
+    let database = Database::locate(ctx.database_url().as_deref(), &ctx.out)?;
+    let mut client = database.connect()?;
+    let applied = migrate::apply(&mut client, &ctx.out)?;
+    let version = migrate::current_version(&mut client)?;
+    if ctx.out.json {
+        ctx.out.json(&json!({"applied": applied, "schema_version": version}))?;
+    } else if applied.is_empty() {
+        ctx.out.info(&format!("schema is up to date (version {})", version.unwrap_or(0)));
+    }
+    Ok(Outcome::Ok)
+}

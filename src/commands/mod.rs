@@ -1,0 +1,41 @@
+//! One module per subcommand: parse its arguments, call the library, render the output.
+
+mod db;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Command, OutputFormat};
+use crate::db::Database;
+use crate::error::Outcome;
+use crate::output::Output;
+
+/// What every command gets: how to render, and how to reach the database.
+pub struct Ctx {
+    pub out: Output,
+    database_url: Option<String>,
+}
+
+impl Ctx {
+    /// The database, started and migrated (embedded) or checked (external).
+    pub fn database(&self) -> Result<Database> {
+        Database::open(self.database_url.as_deref(), &self.out)
+    }
+
+    pub fn database_url(&self) -> Option<String> {
+        self.database_url.clone()
+    }
+
+    /// A connection to the database, ready to use.
+    pub fn connect(&self) -> Result<postgres::Client> {
+        self.database()?.connect()
+    }
+}
+
+pub fn dispatch(cli: Cli) -> Result<Outcome> {
+    let json = cli.json || cli.output == OutputFormat::Json;
+    let ctx = Ctx { out: Output::new(json, cli.quiet), database_url: cli.database_url };
+    match cli.command {
+        Command::Db(command) => db::run(&ctx, command),
+        _ => anyhow::bail!("this subcommand is being built"),
+    }
+}

@@ -1,0 +1,61 @@
+//! Configuration from the environment (SPEC: Configuration), read in one place.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+/// Local state: embedded cluster, git mirrors, source store, worker scratch, secret.
+pub fn wf_home() -> Result<PathBuf> {
+    if let Some(home) = env_nonempty("WF_HOME") {
+        return Ok(PathBuf::from(home));
+    }
+    if let Some(data) = env_nonempty("XDG_DATA_HOME") {
+        return Ok(PathBuf::from(data).join("windforce"));
+    }
+    let home = env_nonempty("HOME").context("neither WF_HOME, XDG_DATA_HOME nor HOME is set")?;
+    Ok(PathBuf::from(home).join(".local/share/windforce"))
+}
+
+/// The source store: `<store>/<git_source_id>/<commit>/` trees, each with its marker.
+pub fn wf_store() -> Result<PathBuf> {
+    match env_nonempty("WF_STORE") {
+        Some(store) => Ok(PathBuf::from(store)),
+        None => Ok(wf_home()?.join("store")),
+    }
+}
+
+/// The bun executable: WF_BUN, else `bun` on PATH.
+pub fn bun_path() -> String {
+    env_nonempty("WF_BUN").unwrap_or_else(|| "bun".to_string())
+}
+
+/// The reaper window: a running job without a ping for this long is a zombie.
+pub fn zombie_timeout() -> Result<Duration> {
+    Ok(Duration::from_secs(env_u64("WF_ZOMBIE_TIMEOUT_S", 60)?))
+}
+
+/// Restarts before a dying job completes as failure.
+pub fn restart_limit() -> Result<i32> {
+    let limit = env_u64("WF_RESTART_LIMIT", 3)?;
+    i32::try_from(limit).context("WF_RESTART_LIMIT is too large")
+}
+
+/// The heartbeat period.
+pub fn heartbeat_period() -> Result<Duration> {
+    Ok(Duration::from_secs(env_u64("WF_HEARTBEAT_S", 5)?))
+}
+
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+fn env_u64(name: &str, default: u64) -> Result<u64> {
+    match env_nonempty(name) {
+        None => Ok(default),
+        Some(text) => match text.trim().parse::<u64>() {
+            Ok(value) => Ok(value),
+            Err(_) => bail!("{name}={text:?} is not a whole number of seconds"),
+        },
+    }
+}

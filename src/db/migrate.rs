@@ -1,0 +1,112 @@
+//! The migrations runner: numbered SQL files from `migrations/`, applied in order, checksummed,
+//! under an advisory lock so that any number of `wf` processes may migrate at once.
+
+use anyhow::{Context, Result, bail};
+use postgres::Client;
+use sha2::{Digest, Sha256};
+
+use crate::output::Output;
+
+/// Every migration this wf knows, in order. Adding a file means adding a line here.
+const MIGRATIONS: &[(i32, &str, &str)] =
+    &[(1, "0001_init.sql", include_str!("../../migrations/0001_init.sql"))];
+
+/// Key of the session advisory lock held while migrating.
+const MIGRATE_LOCK: i64 = 0x7766_6d69_6772_6174; // "wfmigrat"
+
+/// The schema version this wf needs.
+pub fn latest_version() -> i32 {
+    MIGRATIONS.last().map(|m| m.0).unwrap_or(0)
+}
+
+fn checksum(sql: &str) -> String {
+    let digest = Sha256::digest(sql.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Apply every pending migration; returns the versions applied by this call.
+pub fn apply(client: &mut Client, out: &Output) -> Result<Vec<i32>> {
+    client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK]).context("taking the migration lock")?;
+    let result = apply_locked(client, out);
+    let unlock = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK]);
+    let applied = result?;
+    unlock.context("releasing the migration lock")?;
+    Ok(applied)
+}
+
+fn apply_locked(client: &mut Client, out: &Output) -> Result<Vec<i32>> {
+    client.batch_execute(
+        "CREATE TABLE IF NOT EXISTS wf_migration (
+             version     integer PRIMARY KEY,
+             name        text NOT NULL,
+             checksum    text NOT NULL,
+             applied_at  timestamptz NOT NULL DEFAULT now()
+         )",
+    )?;
+    let applied = applied_migrations(client)?;
+    verify_applied(&applied)?;
+    let mut done = Vec::new();
+    for &(version, name, sql) in MIGRATIONS {
+        if applied.iter().any(|(v, _, _)| *v == version) {
+            continue;
+        }
+        let mut tx = client.transaction()?;
+        tx.batch_execute(sql).with_context(|| format!("applying migration {name}"))?;
+        tx.execute(
+            "INSERT INTO wf_migration (version, name, checksum) VALUES ($1, $2, $3)",
+            &[&version, &name, &checksum(sql)],
+        )?;
+        tx.commit().with_context(|| format!("committing migration {name}"))?;
+        out.info(&format!("applied migration {name}"));
+        done.push(version);
+    }
+    Ok(done)
+}
+
+fn applied_migrations(client: &mut Client) -> Result<Vec<(i32, String, String)>> {
+    let rows = client.query("SELECT version, name, checksum FROM wf_migration ORDER BY version", &[])?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+}
+
+fn verify_applied(applied: &[(i32, String, String)]) -> Result<()> {
+    for (version, name, sum) in applied {
+        match MIGRATIONS.iter().find(|m| m.0 == *version) {
+            None => bail!(
+                "the database schema is newer than this wf (it has migration {name}, this wf knows up to \
+                 version {}): upgrade wf",
+                latest_version()
+            ),
+            Some(&(_, _, sql)) if checksum(sql) != *sum => bail!(
+                "migration {name} was changed after it was applied to this database (checksum mismatch)"
+            ),
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The applied schema version, or None when the database has no windforce schema.
+pub fn current_version(client: &mut Client) -> Result<Option<i32>> {
+    let exists: bool =
+        client.query_one("SELECT to_regclass('wf_migration') IS NOT NULL", &[])?.get(0);
+    if !exists {
+        return Ok(None);
+    }
+    let version: Option<i32> = client.query_one("SELECT max(version) FROM wf_migration", &[])?.get(0);
+    Ok(version)
+}
+
+/// Refuse clearly when an external database is behind or ahead of this wf.
+pub fn check_current(client: &mut Client) -> Result<()> {
+    let latest = latest_version();
+    match current_version(client)? {
+        None => bail!("the database has no windforce schema: run `wf db migrate`"),
+        Some(v) if v < latest => bail!(
+            "the database schema is at version {v} and this wf needs version {latest}: run `wf db migrate`"
+        ),
+        Some(v) if v > latest => {
+            bail!("the database schema is at version {v}, newer than this wf ({latest}): upgrade wf")
+        }
+        Some(_) => Ok(()),
+    }
+}

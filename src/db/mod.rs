@@ -1,0 +1,79 @@
+//! Connections: an external database from `--database-url`, or the embedded local cluster.
+
+pub mod embedded;
+pub mod migrate;
+
+use std::str::FromStr;
+
+use anyhow::{Context, Result};
+use postgres::{Client, NoTls};
+
+use crate::output::Output;
+
+/// Where the database is. Cheap to clone: workers open one connection per slot from it.
+#[derive(Debug, Clone)]
+pub struct Database {
+    config: postgres::Config,
+    /// A human description for messages (never the password).
+    pub describe: String,
+    pub embedded: bool,
+}
+
+impl Database {
+    /// Resolve the configured database and make it usable: the embedded cluster is started and
+    /// migrated on demand; an external one is checked to be at this wf's schema version.
+    pub fn open(database_url: Option<&str>, out: &Output) -> Result<Database> {
+        let database = Database::locate(database_url, out)?;
+        let mut client = database.connect()?;
+        if database.embedded {
+            migrate::apply(&mut client, out)?;
+        } else {
+            migrate::check_current(&mut client)?;
+        }
+        Ok(database)
+    }
+
+    /// Resolve the configured database without touching its schema (for `wf db migrate`).
+    pub fn locate(database_url: Option<&str>, out: &Output) -> Result<Database> {
+        match database_url {
+            Some(url) => {
+                let config = postgres::Config::from_str(url)
+                    .context("parsing the database URL (DATABASE_URL or --database-url)")?;
+                let describe = describe(&config);
+                Ok(Database { config, describe, embedded: false })
+            }
+            None => {
+                let cluster = embedded::Cluster::locate()?;
+                cluster.ensure_up(out)?;
+                let config = cluster.client_config();
+                let describe = format!("embedded cluster at {}", cluster.home_pg().display());
+                Ok(Database { config, describe, embedded: true })
+            }
+        }
+    }
+
+    /// A new connection.
+    pub fn connect(&self) -> Result<Client> {
+        let mut config = self.config.clone();
+        if config.get_application_name().is_none() {
+            config.application_name("wf");
+        }
+        config.connect(NoTls).with_context(|| format!("connecting to {}", self.describe))
+    }
+}
+
+fn describe(config: &postgres::Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            postgres::config::Host::Tcp(name) => name.clone(),
+            postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    format!(
+        "database {} on {}",
+        config.get_dbname().unwrap_or("(default)"),
+        if hosts.is_empty() { "localhost".to_string() } else { hosts.join(",") }
+    )
+}

@@ -1,0 +1,44 @@
+//! windforce `wf`: the library behind the command-line tool. `main` is a thin shell around `run`.
+
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod output;
+pub mod queue;
+pub mod runner;
+pub mod source;
+
+use clap::Parser;
+
+/// Parse the command line, run the command, print the error chain, return the exit code.
+pub fn run() -> i32 {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let code = if error.use_stderr() { error::EXIT_USAGE } else { error::EXIT_OK };
+            let _ = error.print();
+            return code;
+        }
+    };
+    match commands::dispatch(cli) {
+        Ok(outcome) => outcome.code(),
+        Err(error) => {
+            if is_broken_pipe(&error) {
+                return error::EXIT_OK;
+            }
+            eprintln!("error: {error:#}");
+            error::exit_code_of(&error)
+        }
+    }
+}
+
+/// A reader that went away (`wf jobs | head`) is not an error.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

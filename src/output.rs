@@ -1,0 +1,123 @@
+//! Tables, JSON, progress and confirmation: the terminal rules, in one place.
+
+use std::io::{IsTerminal, Write};
+
+use anyhow::Result;
+use comfy_table::{ContentArrangement, Table, presets};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::Value;
+
+use crate::error::Refused;
+
+/// How the invoked command should render: decided once from the global flags and the terminal.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    pub json: bool,
+    pub quiet: bool,
+}
+
+impl Output {
+    pub fn new(json: bool, quiet: bool) -> Output {
+        Output { json, quiet }
+    }
+
+    /// Print the one JSON document of a `--json` command.
+    pub fn json(&self, document: &Value) -> Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut stdout, document)?;
+        writeln!(stdout)?;
+        Ok(())
+    }
+
+    /// Print data lines to stdout.
+    pub fn line(&self, text: &str) -> Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{text}")?;
+        Ok(())
+    }
+
+    /// An informational message on stderr, hidden by `--quiet` and `--json`.
+    pub fn info(&self, text: &str) {
+        if !self.quiet && !self.json {
+            eprintln!("{text}");
+        }
+    }
+
+    /// A table on stdout: boxed on a TTY, plain columns otherwise.
+    pub fn table(&self, header: &[&str], rows: Vec<Vec<String>>) -> Result<()> {
+        let mut table = Table::new();
+        if std::io::stdout().is_terminal() {
+            table.load_style(presets::UTF8_FULL_CONDENSED);
+            table.set_content_arrangement(ContentArrangement::Dynamic);
+            if std::env::var_os("NO_COLOR").is_some() {
+                table.force_no_tty();
+            }
+        } else {
+            table.load_style(presets::NOTHING);
+            table.force_no_tty();
+        }
+        table.set_header(header.to_vec());
+        for row in rows {
+            table.add_row(row);
+        }
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{}", table.to_string().trim_end())?;
+        Ok(())
+    }
+
+    /// A progress bar on stderr when it is a TTY and output is not JSON or quiet.
+    pub fn progress(&self, len: u64, message: &str) -> ProgressBar {
+        let bar = ProgressBar::with_draw_target(Some(len), self.draw_target());
+        bar.set_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed})")
+                .expect("static template")
+                .progress_chars("=> "),
+        );
+        bar.set_message(message.to_string());
+        bar
+    }
+
+    /// A spinner on stderr for work of unknown length.
+    pub fn spinner(&self, message: &str) -> ProgressBar {
+        let bar = ProgressBar::with_draw_target(None, self.draw_target());
+        bar.set_message(message.to_string());
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar
+    }
+
+    fn draw_target(&self) -> ProgressDrawTarget {
+        if self.json || self.quiet || !std::io::stderr().is_terminal() {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        }
+    }
+}
+
+/// Ask before a destructive step. `--yes` skips; without a TTY and without `--yes`, refuse (exit 3).
+pub fn confirm(prompt: &str, yes: bool) -> Result<()> {
+    if yes {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        return Err(Refused(format!("{prompt}: refused without a terminal; pass --yes to confirm")).into());
+    }
+    let confirmed = dialoguer::Confirm::new().with_prompt(prompt).default(false).interact()?;
+    if confirmed { Ok(()) } else { Err(Refused("declined".to_string()).into()) }
+}
+
+/// A timestamp as JSON: RFC 3339 in UTC.
+pub fn time_json(time: Option<chrono::DateTime<chrono::Utc>>) -> Value {
+    match time {
+        Some(t) => Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        None => Value::Null,
+    }
+}
+
+/// A timestamp for a table cell.
+pub fn time_cell(time: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    match time {
+        Some(t) => t.format("%Y-%m-%d %H:%M:%S").to_string(),
+        None => "-".to_string(),
+    }
+}
