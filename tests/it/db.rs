@@ -1,0 +1,42 @@
+//! The database: migrations and the embedded default cluster.
+
+use std::process::Stdio;
+
+use crate::harness::TestEnv;
+
+#[test]
+fn concurrent_migrations_apply_each_migration_once() {
+    let env = TestEnv::new();
+    let fresh = format!("{}_fresh", env.dbname);
+    env.db().batch_execute(&format!("CREATE DATABASE {fresh}")).unwrap();
+    let url = TestEnv::cluster_url(&fresh);
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            let mut wf = env.wf(["db", "migrate", "--json"]).env("DATABASE_URL", &url);
+            wf.command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            wf.command.spawn().unwrap()
+        })
+        .collect();
+    let mut applied_total = 0;
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "wf db migrate failed: {output:?}");
+        let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        applied_total += doc["applied"].as_array().unwrap().len();
+    }
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let rows: i64 = client.query_one("SELECT count(*) FROM wf_migration", &[]).unwrap().get(0);
+    let latest = wf::db::migrate::latest_version() as i64;
+    assert_eq!(rows, latest, "each migration recorded once");
+    assert_eq!(applied_total as i64, latest, "each migration applied by exactly one process");
+}
+
+#[test]
+fn external_database_without_schema_is_refused_with_a_hint() {
+    let env = TestEnv::new();
+    let empty = format!("{}_empty", env.dbname);
+    env.db().batch_execute(&format!("CREATE DATABASE {empty}")).unwrap();
+    let run = env.wf(["actions"]).env("DATABASE_URL", TestEnv::cluster_url(&empty)).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("wf db migrate"), "{run:?}");
+}

@@ -1,0 +1,355 @@
+//! The test harness: one throwaway PostgreSQL cluster per test run, one fresh database per test
+//! (copied from a migrated template), a builder for git repositories, and a runner for `wf`.
+//!
+//! PostgreSQL and bun are required: a test that cannot find them fails, it never skips.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock, mpsc};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const SUPERUSER: &str = "wf";
+
+/// The cluster shared by every test of this run.
+struct TestCluster {
+    socket_dir: PathBuf,
+    /// Serializes CREATE DATABASE ... TEMPLATE (the template must have no other user).
+    create_lock: Mutex<()>,
+}
+
+static CLUSTER: OnceLock<TestCluster> = OnceLock::new();
+static NEXT_DB: AtomicU32 = AtomicU32::new(0);
+
+fn cluster() -> &'static TestCluster {
+    CLUSTER.get_or_init(start_cluster)
+}
+
+fn run_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("wf-test-{}", std::process::id()))
+}
+
+/// Remove the folders of earlier runs whose process is gone.
+fn remove_stale_runs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if let Some(pid) = name.strip_prefix("wf-test-").and_then(|p| p.parse::<u32>().ok()) {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+}
+
+fn start_cluster() -> TestCluster {
+    remove_stale_runs();
+    let dir = run_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    wf::db::embedded::chown_to_postgres(&dir).unwrap();
+    let data = dir.join("data");
+    let initdb = wf::db::embedded::pg_bin("initdb").expect("PostgreSQL server binaries are required");
+    let mut command = Command::new(initdb);
+    command.arg("-D").arg(&data).args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-locale"]);
+    command.current_dir(&dir).stdout(Stdio::null());
+    wf::db::embedded::run_as_cluster_owner(&mut command).unwrap();
+    let status = command.status().expect("running initdb");
+    assert!(status.success(), "initdb failed");
+
+    // The postmaster is the child of a thread that lives as long as the test process; it gets
+    // SIGKILL when that thread (so the process) dies, so no server outlives the test run.
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let socket_dir = dir.clone();
+    std::thread::spawn(move || {
+        let postgres = wf::db::embedded::pg_bin("postgres").expect("postgres binary");
+        let mut command = Command::new(postgres);
+        command
+            .arg("-D")
+            .arg(&data)
+            .arg("-k")
+            .arg(&socket_dir)
+            .args(["-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off"])
+            .args(["-c", "full_page_writes=off", "-c", "max_connections=400"])
+            .args(["-c", "shared_buffers=256MB", "-c", "log_min_messages=fatal"])
+            .current_dir(&socket_dir)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(socket_dir.join("postgres.log")).unwrap());
+        wf::db::embedded::run_as_cluster_owner(&mut command).unwrap();
+        // SAFETY: prctl in the forked child before exec; runs after the uid change, so it sticks.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child: Child = command.spawn().expect("starting postgres");
+        ready_tx.send(()).unwrap();
+        let status = child.wait();
+        panic!("the test PostgreSQL server exited: {status:?}");
+    });
+    ready_rx.recv().unwrap();
+    let cluster = TestCluster { socket_dir: dir.clone(), create_lock: Mutex::new(()) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut admin = loop {
+        match postgres::Client::connect(&cluster.url("postgres"), postgres::NoTls) {
+            Ok(client) => break client,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => panic!("the test PostgreSQL server did not come up: {e}"),
+        }
+    };
+    admin.batch_execute("CREATE DATABASE wf_template").unwrap();
+    let mut template = postgres::Client::connect(&cluster.url("wf_template"), postgres::NoTls).unwrap();
+    wf::db::migrate::apply(&mut template, &wf::output::Output::new(false, true)).unwrap();
+    drop(template);
+    cluster
+}
+
+impl TestCluster {
+    fn url(&self, dbname: &str) -> String {
+        format!("host={} port=5432 user={SUPERUSER} dbname={dbname}", self.socket_dir.display())
+    }
+}
+
+/// The bun executable the tests run actions with: WF_BUN, the project's `.tools`, or PATH.
+pub fn bun() -> PathBuf {
+    if let Some(path) = std::env::var_os("WF_BUN") {
+        return PathBuf::from(path);
+    }
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/node_modules/.bin/bun");
+    if local.exists() {
+        return local;
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if dir.join("bun").is_file() {
+                return dir.join("bun");
+            }
+        }
+    }
+    panic!("bun is required by the tests: run `scripts/test`, which installs it into .tools/");
+}
+
+/// One test's world: its own database, its own WF_HOME, and a way to run `wf` against them.
+pub struct TestEnv {
+    pub url: String,
+    pub dbname: String,
+    pub dir: tempfile::TempDir,
+    pub extra_env: BTreeMap<String, String>,
+}
+
+impl TestEnv {
+    pub fn new() -> TestEnv {
+        let cluster = cluster();
+        let n = NEXT_DB.fetch_add(1, Ordering::SeqCst);
+        let dbname = format!("t{}_{n}", std::process::id());
+        {
+            let _guard = cluster.create_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut admin = postgres::Client::connect(&cluster.url("postgres"), postgres::NoTls).unwrap();
+            admin.batch_execute(&format!("CREATE DATABASE {dbname} TEMPLATE wf_template")).unwrap();
+        }
+        let dir = tempfile::Builder::new().prefix("wf-env-").tempdir().unwrap();
+        TestEnv { url: cluster.url(&dbname), dbname, dir, extra_env: BTreeMap::new() }
+    }
+
+    /// WF_HOME of this test.
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    /// The source store of this test.
+    pub fn store(&self) -> PathBuf {
+        self.home().join("store")
+    }
+
+    /// A new connection to this test's database.
+    pub fn db(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url, postgres::NoTls).unwrap()
+    }
+
+    /// The URL of the cluster's database `name` (for tests that need a second database).
+    pub fn cluster_url(dbname: &str) -> String {
+        cluster().url(dbname)
+    }
+
+    /// Run a query and return the first column of the single row.
+    pub fn scalar<T: for<'a> postgres::types::FromSql<'a>>(&self, sql: &str) -> T {
+        self.db().query_one(sql, &[]).unwrap().get(0)
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> TestEnv {
+        self.extra_env.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    /// A `wf` command set up for this test.
+    pub fn wf<I, S>(&self, args: I) -> Wf
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_wf"));
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env("DATABASE_URL", &self.url)
+            .env("WF_HOME", self.home())
+            .env("WF_BUN", bun())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        for (key, value) in &self.extra_env {
+            command.env(key, value);
+        }
+        Wf { command }
+    }
+}
+
+/// A `wf` invocation: `.run()` it, or `.spawn()` it for a long-running worker.
+pub struct Wf {
+    pub command: Command,
+}
+
+/// What a finished `wf` printed and returned.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Wf {
+    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Wf {
+        self.command.env(key, value);
+        self
+    }
+
+    pub fn env_remove(mut self, key: &str) -> Wf {
+        self.command.env_remove(key);
+        self
+    }
+
+    pub fn stdin_bytes(self, input: &[u8]) -> Run {
+        let mut command = self.command;
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = command.spawn().expect("spawning wf");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(input).unwrap();
+        }
+        Run::from(child.wait_with_output().unwrap())
+    }
+
+    pub fn run(mut self) -> Run {
+        Run::from(self.command.output().expect("running wf"))
+    }
+
+    /// Run and expect exit 0.
+    pub fn ok(self) -> Run {
+        let run = self.run();
+        assert_eq!(run.code, 0, "wf failed: {run:?}");
+        run
+    }
+
+    /// Start in the background (a worker), with stdout and stderr to files in `dir`.
+    pub fn spawn(mut self, log: &Path) -> Child {
+        let file = std::fs::File::create(log).unwrap();
+        self.command.stdout(Stdio::null()).stderr(file);
+        self.command.spawn().expect("spawning wf")
+    }
+}
+
+impl From<Output> for Run {
+    fn from(output: Output) -> Run {
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).to_string(),
+        }
+    }
+}
+
+impl Run {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {self:?}"))
+    }
+
+    pub fn expect_code(self, code: i32) -> Run {
+        assert_eq!(self.code, code, "unexpected exit code: {self:?}");
+        self
+    }
+}
+
+/// A git repository for tests, built file by file and committed with git2.
+pub struct GitRepo {
+    pub dir: tempfile::TempDir,
+    pub repo: git2::Repository,
+}
+
+impl GitRepo {
+    pub fn new() -> GitRepo {
+        let dir = tempfile::Builder::new().prefix("wf-repo-").tempdir().unwrap();
+        let mut options = git2::RepositoryInitOptions::new();
+        options.initial_head("main");
+        let repo = git2::Repository::init_opts(dir.path(), &options).unwrap();
+        GitRepo { dir, repo }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn url(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    /// Write a file (creating folders).
+    pub fn file(&self, path: &str, content: &str) -> &GitRepo {
+        let full = self.dir.path().join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, content).unwrap();
+        self
+    }
+
+    /// Write `windforce.json`.
+    pub fn manifest(&self, manifest: &Value) -> &GitRepo {
+        self.file("windforce.json", &serde_json::to_string_pretty(manifest).unwrap())
+    }
+
+    pub fn remove(&self, path: &str) -> &GitRepo {
+        std::fs::remove_file(self.dir.path().join(path)).unwrap();
+        self
+    }
+
+    /// Commit everything in the work tree; returns the commit id.
+    pub fn commit(&self, message: &str) -> String {
+        let mut index = self.repo.index().unwrap();
+        index.add_all(["*"], git2::IndexAddOption::DEFAULT, None).unwrap();
+        index.update_all(["*"], None).unwrap();
+        index.write().unwrap();
+        let tree = self.repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let signature = git2::Signature::now("wf tests", "tests@windforce.invalid").unwrap();
+        let parent = self.repo.head().ok().and_then(|head| head.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        let id = self.repo.commit(Some("HEAD"), &signature, &signature, message, &tree, &parents).unwrap();
+        id.to_string()
+    }
+}
+
+/// Poll until `check` returns Some, or panic after `timeout` with `what`.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

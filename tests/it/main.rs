@@ -1,0 +1,5 @@
+//! The integration tests of `wf`: real PostgreSQL, real git repositories, real bun.
+
+mod harness;
+
+mod db;
