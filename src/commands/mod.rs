@@ -1,6 +1,7 @@
 //! One module per subcommand: parse its arguments, call the library, render the output.
 
 mod db;
+mod generate_docs;
 
 use anyhow::Result;
 
@@ -36,6 +37,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
     let ctx = Ctx { out: Output::new(json, cli.quiet), database_url: cli.database_url };
     match cli.command {
         Command::Db(command) => db::run(&ctx, command),
+        Command::GenerateDocs(args) => generate_docs::run(&ctx, args),
         _ => anyhow::bail!("this subcommand is being built"),
     }
 }

@@ -1,0 +1,267 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_wf_global_optspecs
+    string join \n database-url= json output= q/quiet h/help V/version
+end
+
+function __fish_wf_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_wf_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_wf_using_subcommand
+    set -l cmd (__fish_wf_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c wf -n "__fish_wf_needs_command" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_needs_command" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_needs_command" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_needs_command" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c wf -n "__fish_wf_needs_command" -s V -l version -d 'Print version'
+complete -c wf -n "__fish_wf_needs_command" -f -a "db" -d 'Manage the database: the embedded cluster and migrations'
+complete -c wf -n "__fish_wf_needs_command" -f -a "source" -d 'Manage git sources of actions'
+complete -c wf -n "__fish_wf_needs_command" -f -a "sync" -d 'Fetch a source, materialize a commit into the store (marker last), then update the catalog'
+complete -c wf -n "__fish_wf_needs_command" -f -a "actions" -d 'List the catalog of actions'
+complete -c wf -n "__fish_wf_needs_command" -f -a "enqueue" -d 'Enqueue a job (or a batch of jobs) through the single enqueue path'
+complete -c wf -n "__fish_wf_needs_command" -f -a "work" -d 'Run a worker: claim jobs, run them with bun, heartbeat, complete'
+complete -c wf -n "__fish_wf_needs_command" -f -a "cancel" -d 'Cancel jobs: waiting ones at once, running ones by a mark their worker acts on'
+complete -c wf -n "__fish_wf_needs_command" -f -a "reap" -d 'Run one reaper pass: recover jobs whose worker stopped sending heartbeats'
+complete -c wf -n "__fish_wf_needs_command" -f -a "jobs" -d 'List jobs, newest first'
+complete -c wf -n "__fish_wf_needs_command" -f -a "show" -d 'Show everything about one job'
+complete -c wf -n "__fish_wf_needs_command" -f -a "result" -d 'Print a job\'s result (exit 4 when it failed or was canceled, 3 when not finished)'
+complete -c wf -n "__fish_wf_needs_command" -f -a "logs" -d 'Print a job\'s logs'
+complete -c wf -n "__fish_wf_needs_command" -f -a "status" -d 'Queue depth per tag: queued, scheduled, running, zombies, oldest wait'
+complete -c wf -n "__fish_wf_needs_command" -f -a "token" -d 'Verify WF_TOKEN tokens'
+complete -c wf -n "__fish_wf_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "up" -d 'Create (if needed) and start the embedded cluster, then migrate it'
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "down" -d 'Stop the embedded cluster'
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "status" -d 'Show the embedded cluster\'s state and the schema version'
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "migrate" -d 'Apply pending migrations to the configured database'
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "up" -d 'Create (if needed) and start the embedded cluster, then migrate it'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "down" -d 'Stop the embedded cluster'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "status" -d 'Show the embedded cluster\'s state and the schema version'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "migrate" -d 'Apply pending migrations to the configured database'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -f -a "add" -d 'Register a git source'
+complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -f -a "list" -d 'List git sources'
+complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -f -a "rm" -d 'Remove a git source and its actions from the catalog (jobs keep their pinned metadata)'
+complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l branch -d 'Branch to follow (default: the remote\'s HEAD)' -r
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l yes -d 'Do not ask for confirmation'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from help" -f -a "add" -d 'Register a git source'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from help" -f -a "list" -d 'List git sources'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from help" -f -a "rm" -d 'Remove a git source and its actions from the catalog (jobs keep their pinned metadata)'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand sync" -l ref -d 'A ref to sync (branch, tag, or any revision git understands)' -r
+complete -c wf -n "__fish_wf_using_subcommand sync" -l commit -d 'An exact commit to sync' -r
+complete -c wf -n "__fish_wf_using_subcommand sync" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand sync" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand sync" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand sync" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand sync" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand actions" -l source -d 'Only the actions of this source' -r
+complete -c wf -n "__fish_wf_using_subcommand actions" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand actions" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand actions" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand actions" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand actions" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l input -d 'Input: JSON text, @FILE, or - for stdin' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l batch -d 'One job per line of this JSON Lines file, all in one transaction' -r -F
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l priority -d 'Higher runs first' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l tag -d 'Override the action\'s effective tag' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l at -d 'Run at this time (RFC 3339)' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l in -d 'Run after this delay (30s, 5m, 2h, 30d)' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l trigger-kind -r -f -a "manual\t''
+api\t''
+webhook\t''
+schedule\t''"
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l timeout -d 'Give up waiting after this long (exit 3)' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l wait -d 'Wait for the job to finish and print its result (exit code as `wf result`)'
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand work" -l tag -d 'Tags to take jobs from (repeatable)' -r
+complete -c wf -n "__fish_wf_using_subcommand work" -l concurrency -d 'Jobs run at once' -r
+complete -c wf -n "__fish_wf_using_subcommand work" -l max-jobs -d 'Exit after this many jobs' -r
+complete -c wf -n "__fish_wf_using_subcommand work" -l heartbeat -d 'Heartbeat period (default WF_HEARTBEAT_S, 5s)' -r
+complete -c wf -n "__fish_wf_using_subcommand work" -l grace -d 'On SIGINT/SIGTERM, let running jobs finish for this long before putting them back' -r
+complete -c wf -n "__fish_wf_using_subcommand work" -l name -d 'Worker name (default: host name and pid)' -r
+complete -c wf -n "__fish_wf_using_subcommand work" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand work" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand work" -l drain -d 'Exit when no due, unclaimed job is left for these tags and all slots are idle'
+complete -c wf -n "__fish_wf_using_subcommand work" -l once -d 'Wait for one job, run it, exit'
+complete -c wf -n "__fish_wf_using_subcommand work" -l no-reap -d 'Do not run periodic reaper passes'
+complete -c wf -n "__fish_wf_using_subcommand work" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand work" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand work" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l reason -r
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l yes -d 'Do not ask for confirmation'
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand cancel" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand cancel" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand reap" -l zombie-timeout -d 'A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S)' -r
+complete -c wf -n "__fish_wf_using_subcommand reap" -l restart-limit -d 'Restarts before a dying job completes as failure (default WF_RESTART_LIMIT)' -r
+complete -c wf -n "__fish_wf_using_subcommand reap" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand reap" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand reap" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand reap" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand reap" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l status -r -f -a "queued\t''
+scheduled\t''
+running\t''
+success\t''
+failure\t''
+canceled\t''"
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l app -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l tag -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l limit -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand jobs" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand jobs" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand show" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand show" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand show" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand show" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand show" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand result" -l timeout -d 'Give up waiting after this long (exit 3)' -r
+complete -c wf -n "__fish_wf_using_subcommand result" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand result" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand result" -l wait -d 'Wait until the job finishes'
+complete -c wf -n "__fish_wf_using_subcommand result" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand result" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand result" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand logs" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand logs" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand logs" -s f -l follow -d 'Keep printing new lines until the job completes'
+complete -c wf -n "__fish_wf_using_subcommand logs" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand logs" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand logs" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand status" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand status" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand status" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand status" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand status" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed or expired'
+complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed or expired'
+complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "db" -d 'Manage the database: the embedded cluster and migrations'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "source" -d 'Manage git sources of actions'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "sync" -d 'Fetch a source, materialize a commit into the store (marker last), then update the catalog'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "actions" -d 'List the catalog of actions'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "enqueue" -d 'Enqueue a job (or a batch of jobs) through the single enqueue path'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "work" -d 'Run a worker: claim jobs, run them with bun, heartbeat, complete'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "cancel" -d 'Cancel jobs: waiting ones at once, running ones by a mark their worker acts on'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "reap" -d 'Run one reaper pass: recover jobs whose worker stopped sending heartbeats'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "jobs" -d 'List jobs, newest first'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "show" -d 'Show everything about one job'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "result" -d 'Print a job\'s result (exit 4 when it failed or was canceled, 3 when not finished)'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "logs" -d 'Print a job\'s logs'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "status" -d 'Queue depth per tag: queued, scheduled, running, zombies, oldest wait'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "token" -d 'Verify WF_TOKEN tokens'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "up" -d 'Create (if needed) and start the embedded cluster, then migrate it'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "down" -d 'Stop the embedded cluster'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "status" -d 'Show the embedded cluster\'s state and the schema version'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "migrate" -d 'Apply pending migrations to the configured database'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from source" -f -a "add" -d 'Register a git source'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from source" -f -a "list" -d 'List git sources'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from source" -f -a "rm" -d 'Remove a git source and its actions from the catalog (jobs keep their pinned metadata)'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed or expired'

@@ -1,0 +1,69 @@
+//! Completions and man pages are generated from the clap definition and committed; stale ones fail.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+const REGENERATE: &str = "run `cargo run -- generate-docs --out .` and commit completions/ and man/";
+
+/// Every file of `completions/` and `man/` under `root`, by relative path.
+fn docs_under(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for dir in ["completions", "man"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+        for entry in entries {
+            let entry = entry.unwrap();
+            let name = format!("{dir}/{}", entry.file_name().to_string_lossy());
+            files.insert(name, std::fs::read(entry.path()).unwrap());
+        }
+    }
+    files
+}
+
+/// Run `wf generate-docs` into a fresh folder and read what it wrote.
+fn generate() -> BTreeMap<String, Vec<u8>> {
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_wf"))
+        .args(["generate-docs", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "wf generate-docs failed: {output:?}");
+    docs_under(out.path())
+}
+
+#[test]
+fn committed_completions_and_man_pages_match_the_cli_definition() {
+    let fresh = generate();
+    let committed = docs_under(Path::new(env!("CARGO_MANIFEST_DIR")));
+    let missing: Vec<&String> = fresh.keys().filter(|name| !committed.contains_key(*name)).collect();
+    let extra: Vec<&String> = committed.keys().filter(|name| !fresh.contains_key(*name)).collect();
+    let stale: Vec<&String> = fresh
+        .iter()
+        .filter(|(name, text)| committed.get(*name).is_some_and(|old| old != *text))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty() && stale.is_empty(),
+        "completions/ and man/ are out of date (missing: {missing:?}, not generated any more: {extra:?}, \
+         different: {stale:?}): {REGENERATE}"
+    );
+}
+
+#[test]
+fn docs_cover_every_visible_subcommand_and_hide_internal_ones() {
+    let fresh = generate();
+    for name in ["completions/wf.bash", "completions/_wf", "completions/wf.fish", "man/wf.1", "man/wf-db.1"] {
+        assert!(fresh.contains_key(name), "{name} is generated: {:?}", fresh.keys());
+    }
+    for name in ["man/wf-db-up.1", "man/wf-sync.1", "man/wf-token-verify.1", "man/wf-source-add.1"] {
+        assert!(fresh.contains_key(name), "{name} is generated: {:?}", fresh.keys());
+    }
+    for (name, text) in &fresh {
+        let text = String::from_utf8_lossy(text);
+        assert!(
+            !text.contains("generate-docs") && !text.contains("__supervise"),
+            "{name} mentions a hidden subcommand"
+        );
+    }
+}
