@@ -59,3 +59,18 @@ fn env_u64(name: &str, default: u64) -> Result<u64> {
         },
     }
 }
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: gethostname writes at most buffer.len() bytes into the buffer.
+    let ok = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } == 0;
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    if ok && end > 0 { String::from_utf8_lossy(&buffer[..end]).to_string() } else { "localhost".to_string() }
+}
+
+/// Who is acting, for records such as `canceled_by`: `user@host`.
+pub fn operator() -> String {
+    let user = env_nonempty("USER").or_else(|| env_nonempty("LOGNAME")).unwrap_or_else(|| "unknown".to_string());
+    format!("{user}@{}", hostname())
+}

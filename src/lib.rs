@@ -9,6 +9,8 @@ pub mod output;
 pub mod queue;
 pub mod runner;
 pub mod source;
+pub mod token;
+pub mod worker;
 
 use clap::Parser;
 

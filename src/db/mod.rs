@@ -54,9 +54,15 @@ impl Database {
 
     /// A new connection.
     pub fn connect(&self) -> Result<Client> {
+        self.connect_as("wf")
+    }
+
+    /// A new connection that names itself in pg_stat_activity (e.g. `wf work NAME slot 0`).
+    pub fn connect_as(&self, application_name: &str) -> Result<Client> {
         let mut config = self.config.clone();
-        if config.get_application_name().is_none() {
-            config.application_name("wf");
+        config.application_name(application_name);
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(5));
         }
         config.connect(NoTls).with_context(|| format!("connecting to {}", self.describe))
     }

@@ -1,0 +1,50 @@
+//! `wf work`: run a worker.
+
+use anyhow::Result;
+use serde_json::json;
+
+use super::Ctx;
+use crate::cli::WorkArgs;
+use crate::error::Outcome;
+use crate::worker::{self, Options, Until};
+
+pub fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
+    let until = if args.drain {
+        Until::Drained
+    } else if args.once {
+        Until::Jobs(1)
+    } else if let Some(n) = args.max_jobs {
+        Until::Jobs(n)
+    } else {
+        Until::Stopped
+    };
+    let options = Options {
+        tags: args.tags,
+        concurrency: args.concurrency,
+        until,
+        heartbeat: match args.heartbeat {
+            Some(period) => period,
+            None => crate::config::heartbeat_period()?,
+        },
+        grace: args.grace,
+        name: args.name.unwrap_or_else(|| format!("{}:{}", crate::config::hostname(), std::process::id())),
+        reap: !args.no_reap,
+        zombie_timeout: crate::config::zombie_timeout()?,
+        restart_limit: crate::config::restart_limit()?,
+        poll: std::time::Duration::from_secs(5),
+    };
+    options.check()?;
+    let summary = worker::run(ctx.database()?, options)?;
+    if ctx.out.json {
+        ctx.out.json(&json!({
+            "succeeded": summary.succeeded, "failed": summary.failed, "canceled": summary.canceled,
+            "released": summary.released, "fenced": summary.fenced,
+        }))?;
+    } else {
+        ctx.out.info(&format!(
+            "worker stopped: {} succeeded, {} failed, {} canceled, {} put back in the queue, {} lost to the reaper",
+            summary.succeeded, summary.failed, summary.canceled, summary.released, summary.fenced
+        ));
+    }
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,83 @@
+//! Cancel: a waiting job is completed as canceled at once; a running job gets the soft-cancel
+//! mark that its worker's next heartbeat acts on. Cancel is terminal and idempotent.
+
+use anyhow::{Result, bail};
+use postgres::Client;
+use uuid::Uuid;
+
+use super::complete::{self, Status};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// Completed as canceled (now, or earlier).
+    Canceled,
+    /// Running: the mark is set; its worker kills it and completes it as canceled.
+    CancelRequested,
+    /// It had already finished otherwise (success or failure).
+    AlreadyCompleted,
+}
+
+impl CancelOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelOutcome::Canceled => "canceled",
+            CancelOutcome::CancelRequested => "cancel_requested",
+            CancelOutcome::AlreadyCompleted => "already_completed",
+        }
+    }
+}
+
+/// Cancel jobs in one transaction. An unknown id fails the whole call and changes nothing.
+pub fn cancel(client: &mut Client, ids: &[Uuid], by: &str, reason: Option<&str>) -> Result<Vec<(Uuid, CancelOutcome)>> {
+    let mut tx = client.transaction()?;
+    let known: Vec<Uuid> =
+        tx.query("SELECT id FROM job WHERE id = ANY($1)", &[&ids])?.iter().map(|r| r.get(0)).collect();
+    let unknown: Vec<String> = ids.iter().filter(|id| !known.contains(id)).map(Uuid::to_string).collect();
+    if !unknown.is_empty() {
+        bail!("no such job: {} (nothing was canceled)", unknown.join(", "));
+    }
+    // Lock every queue row, waiting (not skipping): a claim or reaper pass in flight finishes
+    // first, and we decide on the row as it is after them. Sorted to avoid lock-order deadlocks.
+    let queued = tx.query(
+        "SELECT job_id, running FROM job_queue WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE",
+        &[&ids],
+    )?;
+    let mut waiting = Vec::new();
+    let mut running = Vec::new();
+    for row in &queued {
+        let id: Uuid = row.get(0);
+        if row.get::<_, bool>(1) { running.push(id) } else { waiting.push(id) }
+    }
+    complete::finish_locked(&mut tx, &waiting, Status::Canceled, None, Some(by), reason)?;
+    // The first mark wins: a second cancel of a running job does not rewrite who asked.
+    tx.execute(
+        "UPDATE job_queue SET canceled_by = $2, canceled_reason = $3
+          WHERE job_id = ANY($1) AND running AND canceled_by IS NULL",
+        &[&running, &by, &reason],
+    )?;
+    let finished: Vec<(Uuid, String)> = tx
+        .query(
+            "SELECT job_id, status FROM job_completed WHERE job_id = ANY($1) AND NOT job_id = ANY($2)",
+            &[&ids, &waiting],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    tx.commit()?;
+    Ok(ids
+        .iter()
+        .map(|id| {
+            let outcome = if waiting.contains(id) {
+                CancelOutcome::Canceled
+            } else if running.contains(id) {
+                CancelOutcome::CancelRequested
+            } else {
+                match finished.iter().find(|(done, _)| done == id) {
+                    Some((_, status)) if status == "canceled" => CancelOutcome::Canceled,
+                    _ => CancelOutcome::AlreadyCompleted,
+                }
+            };
+            (*id, outcome)
+        })
+        .collect())
+}

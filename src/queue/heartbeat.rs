@@ -1,0 +1,45 @@
+//! Heartbeat: "I am alive and still running it", and the answer "it was canceled" or "it is no
+//! longer yours".
+
+use anyhow::Result;
+use postgres::Client;
+use uuid::Uuid;
+
+/// What one heartbeat learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Beat {
+    /// Still ours; keep running.
+    Owned,
+    /// Still ours, and an operator asked to cancel it.
+    CancelRequested { by: String, reason: Option<String> },
+    /// The job is no longer owned by this claim (reaped, or completed by someone else).
+    Lost,
+}
+
+/// One statement: refresh ping only while this claim still owns the job, and return the cancel
+/// mark. The row is share-locked, so a concurrent reaper pass skips it rather than reaping a job
+/// whose worker is heartbeating right now.
+pub fn heartbeat(client: &mut Client, job_id: Uuid, claim: &str) -> Result<Beat> {
+    let row = client.query_opt(
+        "WITH owned AS (
+             SELECT job_id, canceled_by, canceled_reason
+               FROM job_queue
+              WHERE job_id = $1 AND worker = $2 AND running
+                FOR SHARE
+         ),
+         pinged AS (
+             INSERT INTO job_runtime (job_id, ping)
+             SELECT job_id, now() FROM owned
+             ON CONFLICT (job_id) DO UPDATE SET ping = now()
+         )
+         SELECT canceled_by, canceled_reason FROM owned",
+        &[&job_id, &claim],
+    )?;
+    Ok(match row {
+        None => Beat::Lost,
+        Some(row) => match row.get::<_, Option<String>>(0) {
+            None => Beat::Owned,
+            Some(by) => Beat::CancelRequested { by, reason: row.get(1) },
+        },
+    })
+}

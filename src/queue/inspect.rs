@@ -1,0 +1,191 @@
+//! Reading jobs: one job, a list, logs, and the queue's state per tag.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use postgres::{Client, Row};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::output::time_json;
+
+/// Everything about one job, whether waiting, running or completed.
+#[derive(Debug, Clone)]
+pub struct JobView {
+    pub id: Uuid,
+    pub status: String,
+    pub app: String,
+    pub action: String,
+    pub commit_sha: String,
+    pub tag: String,
+    pub priority: i32,
+    pub trigger_kind: String,
+    pub input: Value,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+    pub worker: Option<String>,
+    pub restarts: i32,
+    pub created_at: DateTime<Utc>,
+    pub scheduled_for: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub canceled_by: Option<String>,
+    pub canceled_reason: Option<String>,
+}
+
+impl JobView {
+    pub fn is_finished(&self) -> bool {
+        matches!(self.status.as_str(), "success" | "failure" | "canceled")
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id, "status": self.status, "app": self.app, "action": self.action,
+            "commit_sha": self.commit_sha, "tag": self.tag, "priority": self.priority,
+            "trigger_kind": self.trigger_kind, "input": self.input, "result": self.result,
+            "error": self.error, "worker": self.worker, "restarts": self.restarts,
+            "created_at": time_json(Some(self.created_at)),
+            "scheduled_for": time_json(Some(self.scheduled_for)),
+            "started_at": time_json(self.started_at), "completed_at": time_json(self.completed_at),
+            "canceled_by": self.canceled_by, "canceled_reason": self.canceled_reason,
+        })
+    }
+
+    fn from_row(row: &Row) -> JobView {
+        JobView {
+            id: row.get("id"),
+            status: row.get("status"),
+            app: row.get("app_key"),
+            action: row.get("action_key"),
+            commit_sha: row.get("commit_sha"),
+            tag: row.get("tag"),
+            priority: row.get("priority"),
+            trigger_kind: row.get("trigger_kind"),
+            input: row.get("input"),
+            result: row.get("result"),
+            error: row.get("error"),
+            worker: row.get("worker"),
+            restarts: row.get("restarts"),
+            created_at: row.get("created_at"),
+            scheduled_for: row.get("scheduled_for"),
+            started_at: row.get("started_at"),
+            completed_at: row.get("completed_at"),
+            canceled_by: row.get("canceled_by"),
+            canceled_reason: row.get("canceled_reason"),
+        }
+    }
+}
+
+/// A job and its state, from job + job_queue + job_completed.
+const JOB_VIEW: &str = "
+SELECT j.id, j.app_key, j.action_key, j.commit_sha, j.tag, j.priority, j.trigger_kind, j.input,
+       c.result, c.error, coalesce(c.worker, q.worker) AS worker,
+       coalesce(c.restarts, q.restarts, 0) AS restarts, j.created_at,
+       coalesce(q.scheduled_for, j.scheduled_for) AS scheduled_for,
+       coalesce(c.started_at, q.started_at) AS started_at, c.completed_at,
+       coalesce(c.canceled_by, q.canceled_by) AS canceled_by,
+       coalesce(c.canceled_reason, q.canceled_reason) AS canceled_reason,
+       CASE WHEN c.job_id IS NOT NULL THEN c.status
+            WHEN q.running THEN 'running'
+            WHEN q.scheduled_for > now() THEN 'scheduled'
+            ELSE 'queued' END AS status
+  FROM job j
+  LEFT JOIN job_queue q ON q.job_id = j.id
+  LEFT JOIN job_completed c ON c.job_id = j.id";
+
+/// Parse a job id given on the command line.
+pub fn parse_id(text: &str) -> Result<Uuid> {
+    Uuid::parse_str(text.trim()).with_context(|| format!("{text:?} is not a job id (a UUID)"))
+}
+
+pub fn show(client: &mut Client, id: Uuid) -> Result<Option<JobView>> {
+    let row = client.query_opt(&format!("{JOB_VIEW} WHERE j.id = $1"), &[&id])?;
+    Ok(row.as_ref().map(JobView::from_row))
+}
+
+pub fn show_existing(client: &mut Client, id: Uuid) -> Result<JobView> {
+    show(client, id)?.with_context(|| format!("no such job: {id}"))
+}
+
+/// Jobs, newest first, with optional filters.
+pub fn list(
+    client: &mut Client,
+    status: Option<&str>,
+    app: Option<&str>,
+    tag: Option<&str>,
+    limit: i64,
+) -> Result<Vec<JobView>> {
+    let rows = client.query(
+        &format!(
+            "SELECT * FROM ({JOB_VIEW}) v
+              WHERE ($1::text IS NULL OR v.status = $1)
+                AND ($2::text IS NULL OR v.app_key = $2)
+                AND ($3::text IS NULL OR v.tag = $3)
+              ORDER BY v.created_at DESC, v.id
+              LIMIT $4"
+        ),
+        &[&status, &app, &tag, &limit],
+    )?;
+    Ok(rows.iter().map(JobView::from_row).collect())
+}
+
+#[derive(Debug, Clone)]
+pub struct LogEntry {
+    pub id: i64,
+    pub attempt: i32,
+    pub stream: String,
+    pub line: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Log lines of a job after `after_id`, in order.
+pub fn logs(client: &mut Client, id: Uuid, after_id: i64) -> Result<Vec<LogEntry>> {
+    let rows = client.query(
+        "SELECT id, attempt, stream, line, created_at FROM job_logs
+          WHERE job_id = $1 AND id > $2 ORDER BY id",
+        &[&id, &after_id],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| LogEntry { id: r.get(0), attempt: r.get(1), stream: r.get(2), line: r.get(3), created_at: r.get(4) })
+        .collect())
+}
+
+/// The queue's state for one tag.
+#[derive(Debug, Clone)]
+pub struct TagStatus {
+    pub tag: String,
+    pub queued: i64,
+    pub scheduled: i64,
+    pub running: i64,
+    pub zombies: i64,
+    pub oldest_wait_s: Option<f64>,
+}
+
+pub fn status(client: &mut Client, zombie_timeout: Duration) -> Result<Vec<TagStatus>> {
+    let rows = client.query(
+        "SELECT q.tag,
+                count(*) FILTER (WHERE NOT q.running AND q.scheduled_for <= now()),
+                count(*) FILTER (WHERE NOT q.running AND q.scheduled_for > now()),
+                count(*) FILTER (WHERE q.running),
+                count(*) FILTER (WHERE q.running AND (r.ping IS NULL OR
+                    greatest(r.ping, pg_postmaster_start_time()) < now() - make_interval(secs => $1))),
+                extract(epoch FROM now() - min(q.scheduled_for)
+                    FILTER (WHERE NOT q.running AND q.scheduled_for <= now()))::float8
+           FROM job_queue q LEFT JOIN job_runtime r ON r.job_id = q.job_id
+          GROUP BY q.tag ORDER BY q.tag",
+        &[&zombie_timeout.as_secs_f64()],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| TagStatus {
+            tag: r.get(0),
+            queued: r.get(1),
+            scheduled: r.get(2),
+            running: r.get(3),
+            zombies: r.get(4),
+            oldest_wait_s: r.get(5),
+        })
+        .collect())
+}

@@ -1,0 +1,86 @@
+//! Job logs: lines of each attempt, written while the job runs and fenced by the claim.
+
+use anyhow::Result;
+use postgres::GenericClient;
+use uuid::Uuid;
+
+/// Bytes of output kept per attempt; past it, one truncation mark and nothing more.
+pub const MAX_BYTES_PER_ATTEMPT: usize = 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    /// `stdout`, `stderr`, or `wf` (lines written by windforce itself).
+    pub stream: &'static str,
+    pub line: String,
+}
+
+/// The lines of one attempt not yet written, with the per-attempt size cap.
+#[derive(Debug, Default)]
+pub struct LogBuffer {
+    pending: Vec<LogLine>,
+    bytes: usize,
+    truncated: bool,
+}
+
+impl LogBuffer {
+    pub fn push(&mut self, stream: &'static str, line: String) {
+        if self.truncated {
+            return;
+        }
+        if self.bytes + line.len() > MAX_BYTES_PER_ATTEMPT {
+            self.truncated = true;
+            self.pending.push(LogLine {
+                stream: "wf",
+                line: format!("[wf] output truncated: this attempt wrote more than {MAX_BYTES_PER_ATTEMPT} bytes"),
+            });
+            return;
+        }
+        self.bytes += line.len();
+        self.pending.push(LogLine { stream, line });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The pending lines; they stay pending until `written` is called.
+    pub fn pending(&self) -> &[LogLine] {
+        &self.pending
+    }
+
+    pub fn written(&mut self) {
+        self.pending.clear();
+    }
+}
+
+/// Append lines to an attempt's logs, only while `claim` still owns the job: a fenced worker
+/// cannot write into the logs of a later attempt.
+pub fn append(client: &mut impl GenericClient, job_id: Uuid, claim: &str, attempt: i32, lines: &[LogLine]) -> Result<u64> {
+    if lines.is_empty() {
+        return Ok(0);
+    }
+    let streams: Vec<&str> = lines.iter().map(|l| l.stream).collect();
+    let texts: Vec<&str> = lines.iter().map(|l| l.line.as_str()).collect();
+    let written = client.execute(
+        "INSERT INTO job_logs (job_id, attempt, stream, line)
+         SELECT $1, $3, l.stream, l.line
+           FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS l(stream, line, n)
+          WHERE EXISTS (SELECT 1 FROM job_queue WHERE job_id = $1 AND worker = $2)
+          ORDER BY l.n",
+        &[&job_id, &claim, &attempt, &streams, &texts],
+    )?;
+    Ok(written)
+}
+
+/// A line written by windforce itself (reaper, shutdown), outside any claim.
+pub fn note(client: &mut impl GenericClient, job_id: Uuid, attempt: i32, line: &str) -> Result<()> {
+    client.execute(
+        "INSERT INTO job_logs (job_id, attempt, stream, line) VALUES ($1, $2, 'wf', $3)",
+        &[&job_id, &attempt, &line],
+    )?;
+    Ok(())
+}

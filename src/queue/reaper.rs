@@ -1,0 +1,142 @@
+//! The reaper: recovers jobs whose worker stopped sending heartbeats.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use postgres::Client;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::CHANNEL_ENQUEUED;
+use super::complete::{self, Status};
+
+/// What one reaper pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    pub requeued: u64,
+    pub failed: u64,
+    pub canceled: u64,
+}
+
+/// One pass, one transaction. A zombie is a running job whose ping is missing or older than the
+/// window. A ping older than the database server's own start is counted from that start, so a
+/// database restart does not turn every running job into a zombie at once. SKIP LOCKED lets any
+/// number of reapers run at once without touching the same zombie twice, and skips jobs whose
+/// worker is heartbeating at this very moment (the heartbeat share-locks the row).
+pub fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_limit: i32) -> Result<Reaped> {
+    let mut tx = client.transaction()?;
+    let zombies = tx.query(
+        "SELECT q.job_id, q.canceled_by IS NOT NULL AS cancel_marked, q.restarts, q.worker, r.ping
+           FROM job_queue q
+           LEFT JOIN job_runtime r ON r.job_id = q.job_id
+          WHERE q.running
+            AND (r.ping IS NULL
+                 OR greatest(r.ping, pg_postmaster_start_time()) < now() - make_interval(secs => $1))
+            FOR UPDATE OF q SKIP LOCKED",
+        &[&zombie_timeout.as_secs_f64()],
+    )?;
+    let mut canceled = Vec::new();
+    let mut failed = Vec::new();
+    let mut requeued = Vec::new();
+    for row in &zombies {
+        let id: Uuid = row.get(0);
+        let restarts: i32 = row.get(2);
+        if row.get::<_, bool>(1) {
+            canceled.push(id);
+        } else if restarts >= restart_limit {
+            failed.push(id);
+        } else {
+            requeued.push(id);
+        }
+    }
+    // A canceled job is not run again even though its worker died: cancel is terminal.
+    complete::finish_locked(&mut tx, &canceled, Status::Canceled, None, None, None)?;
+    let error = json!({
+        "name": "RestartLimitExceeded",
+        "message": format!(
+            "the job kept dying: its worker stopped sending heartbeats {} times (restart limit {restart_limit})",
+            restart_limit + 1
+        ),
+        "stack": null,
+    });
+    complete::finish_locked(&mut tx, &failed, Status::Failure, Some(&error), None, None)?;
+    requeue(&mut tx, &requeued)?;
+    tx.commit()?;
+    Ok(Reaped { requeued: requeued.len() as u64, failed: failed.len() as u64, canceled: canceled.len() as u64 })
+}
+
+/// Back to waiting, with a log line in the dead attempt's logs and a backoff growing with
+/// restarts (1s, 2s, 4s, ... at most 5 minutes).
+fn requeue(tx: &mut postgres::Transaction<'_>, ids: &[Uuid]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    tx.execute(
+        "INSERT INTO job_logs (job_id, attempt, stream, line)
+         SELECT q.job_id, q.restarts + 1, 'wf',
+                format('[wf] reaped: worker %s stopped sending heartbeats (last ping %s); '
+                       'requeued as attempt %s after %s s', q.worker,
+                       coalesce(to_char(r.ping AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), 'never'),
+                       q.restarts + 2, least(power(2, q.restarts), 300))
+           FROM job_queue q LEFT JOIN job_runtime r ON r.job_id = q.job_id
+          WHERE q.job_id = ANY($1)",
+        &[&ids],
+    )?;
+    let tags: Vec<String> = tx
+        .query(
+            "UPDATE job_queue
+                SET running = false, worker = NULL, started_at = NULL, restarts = restarts + 1,
+                    scheduled_for = now() + least(power(2, restarts), 300) * interval '1 second'
+              WHERE job_id = ANY($1)
+             RETURNING tag",
+            &[&ids],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    tx.execute("DELETE FROM job_runtime WHERE job_id = ANY($1)", &[&ids])?;
+    for tag in dedup(tags) {
+        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &tag])?;
+    }
+    Ok(())
+}
+
+/// Put a job back in the queue at once because its worker is shutting down cleanly (not a crash:
+/// restarts unchanged). Gated by ownership; a job with a cancel mark is completed as canceled
+/// instead. Returns false when the claim no longer owned the job.
+pub fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i32) -> Result<bool> {
+    let mut tx = client.transaction()?;
+    let row = tx.query_opt(
+        "SELECT canceled_by IS NOT NULL, tag FROM job_queue WHERE job_id = $1 AND worker = $2 FOR UPDATE",
+        &[&job_id, &claim],
+    )?;
+    let Some(row) = row else {
+        tx.rollback()?;
+        return Ok(false);
+    };
+    if row.get::<_, bool>(0) {
+        complete::finish_locked(&mut tx, &[job_id], Status::Canceled, None, None, None)?;
+    } else {
+        super::logs::note(
+            &mut tx,
+            job_id,
+            attempt,
+            "[wf] worker shutting down: the job was stopped and put back in the queue",
+        )?;
+        tx.execute(
+            "UPDATE job_queue SET running = false, worker = NULL, started_at = NULL, scheduled_for = now()
+              WHERE job_id = $1 AND worker = $2",
+            &[&job_id, &claim],
+        )?;
+        tx.execute("DELETE FROM job_runtime WHERE job_id = $1", &[&job_id])?;
+        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &row.get::<_, String>(1)])?;
+    }
+    tx.commit()?;
+    Ok(true)
+}
+
+fn dedup(mut items: Vec<String>) -> Vec<String> {
+    items.sort();
+    items.dedup();
+    items
+}

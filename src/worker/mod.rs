@@ -1,0 +1,242 @@
+//! `wf work`: slots that claim jobs, run them under a supervisor, heartbeat and complete them;
+//! a reaper pass on the side; a clean shutdown on SIGINT/SIGTERM that loses no job.
+
+mod connection;
+mod slot;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+use crate::db::Database;
+use crate::runner::ScratchRoot;
+
+/// When a worker stops on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// Until SIGINT/SIGTERM.
+    Stopped,
+    /// When no due, unclaimed job is left for its tags and its slots are idle.
+    Drained,
+    /// After this many claims.
+    Jobs(u64),
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub tags: Vec<String>,
+    pub concurrency: u32,
+    pub until: Until,
+    pub heartbeat: Duration,
+    pub grace: Duration,
+    pub name: String,
+    pub reap: bool,
+    pub zombie_timeout: Duration,
+    pub restart_limit: i32,
+    /// Longest idle wait between two looks at the queue (notifications usually come first).
+    pub poll: Duration,
+}
+
+impl Options {
+    /// Refuse settings that would make a healthy worker look dead to the reaper.
+    pub fn check(&self) -> Result<()> {
+        if self.heartbeat.is_zero() {
+            bail!("the heartbeat period must be positive");
+        }
+        if self.heartbeat * 3 > self.zombie_timeout {
+            bail!(
+                "the heartbeat period ({:?}) must be at most a third of the zombie window ({:?}, \
+                 WF_ZOMBIE_TIMEOUT_S), or the reaper may take a live worker for dead",
+                self.heartbeat,
+                self.zombie_timeout
+            );
+        }
+        Ok(())
+    }
+}
+
+/// What a worker did, for its final message.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub succeeded: u64,
+    pub failed: u64,
+    pub canceled: u64,
+    pub released: u64,
+    pub fenced: u64,
+}
+
+/// State shared by the slots of one worker process.
+struct Shared {
+    options: Options,
+    database: Database,
+    secret: Vec<u8>,
+    store: PathBuf,
+    bun: String,
+    scratch: ScratchRoot,
+    /// SIGINT/SIGTERM seen: claim nothing more.
+    stopping: AtomicBool,
+    /// The grace is over: stop running jobs and put them back in the queue.
+    kill: AtomicBool,
+    /// Claims left under --max-jobs / --once.
+    budget: AtomicI64,
+    /// Commits whose marker this process has seen: each commit is prepared once per process.
+    prepared: Mutex<HashSet<PathBuf>>,
+    succeeded: AtomicU64,
+    failed: AtomicU64,
+    canceled: AtomicU64,
+    released: AtomicU64,
+    fenced: AtomicU64,
+}
+
+impl Shared {
+    /// Take one claim from the --max-jobs budget.
+    fn reserve(&self) -> bool {
+        match self.options.until {
+            Until::Jobs(_) => self.budget.fetch_sub(1, Ordering::SeqCst) > 0,
+            _ => true,
+        }
+    }
+
+    fn unreserve(&self) {
+        if let Until::Jobs(_) = self.options.until {
+            self.budget.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn budget_spent(&self) -> bool {
+        matches!(self.options.until, Until::Jobs(_)) && self.budget.load(Ordering::SeqCst) <= 0
+    }
+}
+
+/// Run a worker until `options.until` says so or a signal stops it.
+pub fn run(database: Database, options: Options) -> Result<Summary> {
+    options.check()?;
+    let bun = crate::config::bun_path();
+    let version = crate::runner::check_bun(&bun)?;
+    let shared = Arc::new(Shared {
+        budget: AtomicI64::new(match options.until {
+            Until::Jobs(n) => i64::try_from(n).unwrap_or(i64::MAX),
+            _ => 0,
+        }),
+        secret: crate::token::load_secret()?,
+        store: crate::config::wf_store()?,
+        scratch: ScratchRoot::create()?,
+        bun,
+        database,
+        options,
+        stopping: AtomicBool::new(false),
+        kill: AtomicBool::new(false),
+        prepared: Mutex::new(HashSet::new()),
+        succeeded: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+        canceled: AtomicU64::new(0),
+        released: AtomicU64::new(0),
+        fenced: AtomicU64::new(0),
+    });
+    let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    eprintln!(
+        "worker {} started: tags {}, concurrency {}, bun {}",
+        shared.options.name,
+        shared.options.tags.join(","),
+        shared.options.concurrency,
+        version.trim()
+    );
+
+    let slots: Vec<_> = (0..shared.options.concurrency)
+        .map(|index| {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("slot-{index}"))
+                .spawn(move || slot::run(&shared, index))
+                .expect("spawning a worker slot thread")
+        })
+        .collect();
+    let slots_done = Arc::new(AtomicBool::new(false));
+    let reaper = shared.options.reap.then(|| {
+        let shared = Arc::clone(&shared);
+        let done = Arc::clone(&slots_done);
+        std::thread::Builder::new()
+            .name("reaper".to_string())
+            .spawn(move || reaper_loop(&shared, &done))
+            .expect("spawning the reaper thread")
+    });
+
+    supervise_shutdown(&shared, signals, &slots);
+    let mut first_error = None;
+    for slot in slots {
+        if let Err(error) = slot.join().expect("a worker slot panicked") {
+            first_error.get_or_insert(error);
+        }
+    }
+    slots_done.store(true, Ordering::SeqCst);
+    if let Some(reaper) = reaper {
+        reaper.join().expect("the reaper thread panicked");
+    }
+    if let Some(error) = first_error {
+        return Err(error);
+    }
+    Ok(Summary {
+        succeeded: shared.succeeded.load(Ordering::SeqCst),
+        failed: shared.failed.load(Ordering::SeqCst),
+        canceled: shared.canceled.load(Ordering::SeqCst),
+        released: shared.released.load(Ordering::SeqCst),
+        fenced: shared.fenced.load(Ordering::SeqCst),
+    })
+}
+
+/// Wait for the slots to end; on the first SIGINT/SIGTERM stop claiming and give running jobs
+/// the grace; when it is over (or on a second signal), have the slots stop and release them.
+fn supervise_shutdown(shared: &Shared, mut signals: signal_hook::iterator::Signals, slots: &[std::thread::JoinHandle<Result<()>>]) {
+    let mut deadline: Option<Instant> = None;
+    while !slots.iter().all(|slot| slot.is_finished()) {
+        for signal in signals.pending() {
+            if deadline.is_none() {
+                eprintln!(
+                    "worker {}: signal {signal}: no more claims; running jobs get {:?} to finish, then go back to the queue",
+                    shared.options.name, shared.options.grace
+                );
+                shared.stopping.store(true, Ordering::SeqCst);
+                deadline = Some(Instant::now() + shared.options.grace);
+            } else {
+                eprintln!("worker {}: second signal: stopping running jobs now", shared.options.name);
+                deadline = Some(Instant::now());
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            shared.kill.store(true, Ordering::SeqCst);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A reaper pass now and then (SKIP LOCKED makes it safe on every worker at once).
+fn reaper_loop(shared: &Shared, done: &AtomicBool) {
+    let period = (shared.options.zombie_timeout / 4).max(Duration::from_secs(1));
+    let mut connection = connection::Connection::new(&shared.database, &format!("wf reap {}", shared.options.name));
+    let mut next = Instant::now();
+    while !done.load(Ordering::SeqCst) {
+        if Instant::now() >= next {
+            next = Instant::now() + period;
+            let pass = connection.client().and_then(|client| {
+                crate::queue::reaper::reap_once(client, shared.options.zombie_timeout, shared.options.restart_limit)
+            });
+            match pass {
+                Ok(reaped) if reaped != Default::default() => eprintln!(
+                    "worker {}: reaper: requeued {}, failed {}, canceled {}",
+                    shared.options.name, reaped.requeued, reaped.failed, reaped.canceled
+                ),
+                Ok(_) => {}
+                Err(error) => {
+                    eprintln!("worker {}: reaper pass failed: {error:#}", shared.options.name);
+                    connection.reset_if_broken(&error);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
