@@ -1,7 +1,10 @@
 //! One module per subcommand: parse its arguments, call the library, render the output.
 
+mod actions;
 mod db;
 mod generate_docs;
+mod source;
+mod sync;
 
 use anyhow::Result;
 
@@ -38,6 +41,9 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
     match cli.command {
         Command::Db(command) => db::run(&ctx, command),
         Command::GenerateDocs(args) => generate_docs::run(&ctx, args),
+        Command::Source(command) => source::run(&ctx, command),
+        Command::Sync(args) => sync::run(&ctx, args),
+        Command::Actions(args) => actions::run(&ctx, args),
         _ => anyhow::bail!("this subcommand is being built"),
     }
 }

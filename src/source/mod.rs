@@ -1,1 +1,51 @@
-//! placeholder
+//! Git sources of actions, from repository to catalog (seed: "Source first, catalog after").
+//!
+//! The data flows one way through these rooms:
+//! `git_source` (the registered repositories) -> `git` (a bare mirror, a resolved commit) ->
+//! `manifest` (windforce.json and its schemas, read from the commit's tree) -> `store` (the tree
+//! materialized, the marker written last) -> `catalog` (one transaction). `sync` runs them in that
+//! order, and only in that order, under a per-source lock.
+
+pub mod catalog;
+pub mod git;
+pub mod git_source;
+pub mod lock;
+pub mod manifest;
+pub mod store;
+pub mod sync;
+
+/// The rule for app keys, action keys, tags and source names.
+pub const KEY_PATTERN: &str = "^[a-z0-9][a-z0-9_-]{0,62}$";
+
+/// Does `key` match [`KEY_PATTERN`]?
+pub fn is_valid_key(key: &str) -> bool {
+    let bytes = key.as_bytes();
+    match bytes.first() {
+        Some(first) if first.is_ascii_lowercase() || first.is_ascii_digit() => {}
+        _ => return false,
+    }
+    bytes.len() <= 63
+        && bytes[1..]
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-')
+}
+
+/// The first 12 characters of a commit id, for humans.
+pub fn short_sha(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_valid_key;
+
+    #[test]
+    fn keys_follow_the_manifest_rule() {
+        for good in ["a", "0", "billing", "a-b_c", "x".repeat(63).as_str()] {
+            assert!(is_valid_key(good), "{good}");
+        }
+        for bad in ["", "-a", "_a", "Billing", "a.b", "a b", "x".repeat(64).as_str(), "é"] {
+            assert!(!is_valid_key(bad), "{bad}");
+        }
+    }
+}

@@ -4,3 +4,4 @@ mod harness;
 
 mod db;
 mod docs;
+mod sync;

@@ -1,0 +1,144 @@
+//! The catalog (`app` and `action` rows): what can be enqueued now. A sync replaces a source's
+//! part of it in one transaction, after the commit is complete in the store.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, bail};
+use postgres::{Client, GenericClient};
+use uuid::Uuid;
+
+use super::git_source::GitSource;
+use super::manifest::Manifest;
+
+/// One action as the catalog shows it.
+#[derive(Debug, Clone)]
+pub struct CatalogAction {
+    pub app: String,
+    pub action: String,
+    pub tag: String,
+    pub timeout_s: i32,
+    pub commit_sha: String,
+    pub source: String,
+    pub entrypoint: String,
+}
+
+/// Apps owned by sources other than `git_source_id`: app key -> owning source's name. A sync must
+/// not take them over.
+pub fn apps_of_other_sources(client: &mut impl GenericClient, git_source_id: Uuid) -> Result<BTreeMap<String, String>> {
+    let rows = client
+        .query(
+            "SELECT app.app_key, git_source.name FROM app JOIN git_source ON git_source.id = app.git_source_id
+             WHERE app.git_source_id <> $1",
+            &[&git_source_id],
+        )
+        .context("reading the apps of other sources")?;
+    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+}
+
+/// Replace `source`'s part of the catalog with `manifest` at `commit_sha`, in one transaction:
+/// upsert its apps and actions, delete the ones the manifest no longer has, and move the source's
+/// commit. `expected` is the commit the caller checked the no-going-back rule against; the
+/// transaction refuses to proceed if the source moved meanwhile.
+pub fn replace(
+    client: &mut Client,
+    source: &GitSource,
+    expected: Option<&str>,
+    commit_sha: &str,
+    manifest: &Manifest,
+) -> Result<()> {
+    let mut tx = client.transaction()?;
+    let current = tx
+        .query_opt("SELECT commit_sha FROM git_source WHERE id = $1 FOR UPDATE", &[&source.id])?
+        .with_context(|| format!("source {} was removed while it was syncing", source.name))?;
+    let current: Option<String> = current.get(0);
+    if current.as_deref() != expected {
+        bail!(
+            "source {} moved to commit {} while this sync ran; run `wf sync {}` again",
+            source.name,
+            current.as_deref().unwrap_or("(none)"),
+            source.name
+        );
+    }
+
+    let mut app_keys = Vec::new();
+    let mut action_apps = Vec::new();
+    let mut action_keys = Vec::new();
+    for app in &manifest.apps {
+        // The ownership check again, where it cannot race: a row of another source is not updated
+        // and so not returned.
+        let owned = tx.query_opt(
+            "INSERT INTO app (app_key, git_source_id, tag) VALUES ($1, $2, $3)
+             ON CONFLICT (app_key) DO UPDATE SET tag = EXCLUDED.tag
+             WHERE app.git_source_id = EXCLUDED.git_source_id
+             RETURNING app_key",
+            &[&app.key, &source.id, &app.tag],
+        )?;
+        if owned.is_none() {
+            bail!(
+                "the app {} now belongs to another source; an app belongs to one source (see `wf actions`)",
+                app.key
+            );
+        }
+        app_keys.push(app.key.clone());
+        for action in &app.actions {
+            tx.execute(
+                "INSERT INTO action (app_key, action_key, git_source_id, commit_sha, entrypoint,
+                                     input_schema, output_schema, timeout_s, tag)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT (app_key, action_key) DO UPDATE SET
+                     git_source_id = EXCLUDED.git_source_id, commit_sha = EXCLUDED.commit_sha,
+                     entrypoint = EXCLUDED.entrypoint, input_schema = EXCLUDED.input_schema,
+                     output_schema = EXCLUDED.output_schema, timeout_s = EXCLUDED.timeout_s,
+                     tag = EXCLUDED.tag, updated_at = now()",
+                &[
+                    &app.key,
+                    &action.key,
+                    &source.id,
+                    &commit_sha,
+                    &action.entrypoint,
+                    &action.input_schema,
+                    &action.output_schema,
+                    &action.timeout_s,
+                    &action.tag,
+                ],
+            )?;
+            action_apps.push(app.key.clone());
+            action_keys.push(action.key.clone());
+        }
+    }
+    tx.execute(
+        "DELETE FROM action WHERE git_source_id = $1
+           AND (app_key, action_key) NOT IN (SELECT * FROM unnest($2::text[], $3::text[]))",
+        &[&source.id, &action_apps, &action_keys],
+    )?;
+    tx.execute("DELETE FROM app WHERE git_source_id = $1 AND app_key <> ALL($2)", &[&source.id, &app_keys])?;
+    tx.execute("UPDATE git_source SET commit_sha = $2, synced_at = now() WHERE id = $1", &[&source.id, &commit_sha])?;
+    tx.commit().context("committing the catalog")?;
+    Ok(())
+}
+
+/// The catalog, by app and action; only `source`'s actions when given.
+pub fn list(client: &mut impl GenericClient, source: Option<&str>) -> Result<Vec<CatalogAction>> {
+    let rows = client
+        .query(
+            "SELECT action.app_key, action.action_key, action.tag, action.timeout_s, action.commit_sha,
+                    git_source.name, action.entrypoint
+             FROM action JOIN git_source ON git_source.id = action.git_source_id
+             WHERE $1::text IS NULL OR git_source.name = $1
+             ORDER BY action.app_key, action.action_key",
+            &[&source],
+        )
+        .context("reading the catalog")?;
+    Ok(rows
+        .iter()
+        .map(|row| CatalogAction {
+            app: row.get(0),
+            action: row.get(1),
+            tag: row.get(2),
+            timeout_s: row.get(3),
+            commit_sha: row.get(4),
+            source: row.get(5),
+            entrypoint: row.get(6),
+        })
+        .collect())
+}

@@ -1,0 +1,110 @@
+//! The bare mirror of each source (`$WF_HOME/git/<git_source_id>.git`): fetch, then resolve the
+//! commit to sync. Nothing here looks at a work tree: everything later reads the commit's tree.
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use git2::{AutotagOption, Cred, CredentialType, FetchOptions, FetchPrune, Oid, RemoteCallbacks, Repository};
+use uuid::Uuid;
+
+/// Heads and tags under their own names, and the remote's HEAD where `resolve` looks for the
+/// default branch. `+`: a force-pushed branch is followed (the catalog's no-going-back rule is
+/// checked on commits, not on refs).
+const REFSPECS: [&str; 3] = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", "+HEAD:refs/remotes/origin/HEAD"];
+
+/// Where the remote's HEAD is kept in the mirror.
+const REMOTE_HEAD: &str = "refs/remotes/origin/HEAD";
+
+/// Which commit of a source to sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The source's branch, else the remote's HEAD.
+    Default,
+    /// Any revision git understands, resolved in the mirror after the fetch.
+    Ref(String),
+    /// An exact commit id (full or abbreviated).
+    Commit(String),
+}
+
+/// The mirror of one source.
+pub fn mirror_path(home: &Path, git_source_id: Uuid) -> PathBuf {
+    home.join("git").join(format!("{git_source_id}.git"))
+}
+
+/// Open the mirror, creating it (or recreating a broken one) as a bare repository.
+pub fn open_mirror(path: &Path) -> Result<Repository> {
+    if path.exists() {
+        match Repository::open_bare(path) {
+            Ok(repo) => return Ok(repo),
+            Err(_) => std::fs::remove_dir_all(path)
+                .with_context(|| format!("removing the broken mirror {}", path.display()))?,
+        }
+    }
+    std::fs::create_dir_all(path.parent().unwrap_or(path))
+        .with_context(|| format!("creating {}", path.display()))?;
+    Repository::init_bare(path).with_context(|| format!("creating the mirror {}", path.display()))
+}
+
+/// Fetch heads, tags and HEAD of `url` into the mirror. `progress` gets (received, total) objects.
+pub fn fetch(repo: &Repository, url: &str, mut progress: impl FnMut(usize, usize)) -> Result<()> {
+    let attempts = Cell::new(0u32);
+    let mut callbacks = RemoteCallbacks::new();
+    callbacks.transfer_progress(|stats| {
+        progress(stats.received_objects(), stats.total_objects());
+        true
+    });
+    callbacks.credentials(|_url, username, allowed| {
+        // libgit2 asks again after every rejected credential; stop instead of looping forever.
+        attempts.set(attempts.get() + 1);
+        if attempts.get() > 3 {
+            return Err(git2::Error::from_str("authentication failed (tried the ssh agent)"));
+        }
+        if allowed.contains(CredentialType::USERNAME) {
+            return Cred::username(username.unwrap_or("git"));
+        }
+        if allowed.contains(CredentialType::SSH_KEY) {
+            return Cred::ssh_key_from_agent(username.unwrap_or("git"));
+        }
+        Cred::default()
+    });
+    let mut options = FetchOptions::new();
+    options.remote_callbacks(callbacks).prune(FetchPrune::On).download_tags(AutotagOption::None);
+    let mut remote = repo.remote_anonymous(url).with_context(|| format!("preparing to fetch {url}"))?;
+    remote
+        .fetch(&REFSPECS, Some(&mut options), Some("wf sync"))
+        .with_context(|| format!("fetching {url}; check that the URL is reachable and is a git repository"))?;
+    Ok(())
+}
+
+/// The commit to sync, resolved in the mirror: `--commit`, else `--ref`, else the source's branch,
+/// else the remote's HEAD.
+pub fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) -> Result<Oid> {
+    let (spec, what) = match target {
+        Target::Commit(sha) => {
+            if sha.len() < 4 || sha.len() > 40 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
+                bail!("--commit {sha:?} is not a commit id (4 to 40 hexadecimal digits)");
+            }
+            (sha.clone(), format!("commit {sha}"))
+        }
+        Target::Ref(name) => (name.clone(), format!("ref {name}")),
+        Target::Default => match branch {
+            Some(branch) => (format!("refs/heads/{branch}"), format!("branch {branch}")),
+            None => (REMOTE_HEAD.to_string(), "the remote's HEAD".to_string()),
+        },
+    };
+    let object = repo
+        .revparse_single(&spec)
+        .with_context(|| format!("{what} is not in the fetched heads and tags; is it pushed?"))?;
+    let commit = object.peel_to_commit().with_context(|| format!("{what} does not name a commit"))?;
+    Ok(commit.id())
+}
+
+/// Is `commit` a strict ancestor of `newer`? An unknown `newer` (a mirror rebuilt after a
+/// force-push dropped it) cannot be compared and is not treated as newer.
+pub fn is_strict_ancestor(repo: &Repository, commit: Oid, newer: &str) -> bool {
+    match Oid::from_str(newer) {
+        Ok(newer) if newer != commit => repo.graph_descendant_of(newer, commit).unwrap_or(false),
+        _ => false,
+    }
+}

@@ -1,0 +1,171 @@
+//! The registered git sources (`git_source` rows): add, list, find, remove.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use chrono::{DateTime, Utc};
+use postgres::{Client, GenericClient, Row};
+use uuid::Uuid;
+
+use super::git::mirror_path;
+use super::lock::with_source_lock;
+use super::{KEY_PATTERN, is_valid_key};
+use crate::output::Output;
+
+/// One registered repository. `commit_sha` is the commit the catalog currently shows.
+#[derive(Debug, Clone)]
+pub struct GitSource {
+    pub id: Uuid,
+    pub name: String,
+    pub url: String,
+    pub branch: Option<String>,
+    pub commit_sha: Option<String>,
+    pub synced_at: Option<DateTime<Utc>>,
+}
+
+const COLUMNS: &str = "id, name, url, branch, commit_sha, synced_at";
+
+impl GitSource {
+    fn from_row(row: &Row) -> GitSource {
+        GitSource {
+            id: row.get("id"),
+            name: row.get("name"),
+            url: row.get("url"),
+            branch: row.get("branch"),
+            commit_sha: row.get("commit_sha"),
+            synced_at: row.get("synced_at"),
+        }
+    }
+}
+
+/// What `remove` took out of the catalog.
+#[derive(Debug, Clone)]
+pub struct Removed {
+    pub source: GitSource,
+    pub apps: i64,
+    pub actions: i64,
+}
+
+/// Register a source under a new id. A name already taken is refused.
+pub fn add(client: &mut impl GenericClient, name: &str, url: &str, branch: Option<&str>) -> Result<GitSource> {
+    if !is_valid_key(name) {
+        bail!("source name {name:?} must match {KEY_PATTERN}");
+    }
+    if let Some(branch) = branch
+        && !git2::Reference::is_valid_name(&format!("refs/heads/{branch}"))
+    {
+        bail!("--branch {branch:?} is not a valid branch name");
+    }
+    let url = normalize_url(url)?;
+    let id = Uuid::new_v4();
+    let row = client
+        .query_opt(
+            &format!(
+                "INSERT INTO git_source (id, name, url, branch) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (name) DO NOTHING RETURNING {COLUMNS}"
+            ),
+            &[&id, &name, &url, &branch],
+        )
+        .with_context(|| format!("registering source {name}"))?;
+    match row {
+        Some(row) => Ok(GitSource::from_row(&row)),
+        None => {
+            let existing = find(client, name)?;
+            bail!(
+                "a source named {name} already exists (url {}); pick another name, or remove it first \
+                 with `wf source rm {name}`",
+                existing.url
+            )
+        }
+    }
+}
+
+/// Every source, by name.
+pub fn list(client: &mut impl GenericClient) -> Result<Vec<GitSource>> {
+    let rows = client
+        .query(&format!("SELECT {COLUMNS} FROM git_source ORDER BY name"), &[])
+        .context("listing sources")?;
+    Ok(rows.iter().map(GitSource::from_row).collect())
+}
+
+/// The source named `name`, or an error that says how to find the right name.
+pub fn find(client: &mut impl GenericClient, name: &str) -> Result<GitSource> {
+    let row = client
+        .query_opt(&format!("SELECT {COLUMNS} FROM git_source WHERE name = $1"), &[&name])
+        .with_context(|| format!("looking up source {name}"))?;
+    match row {
+        Some(row) => Ok(GitSource::from_row(&row)),
+        None => bail!("no source named {name}; `wf source list` shows the registered ones"),
+    }
+}
+
+/// Remove a source and its catalog rows (apps and actions cascade), under the source's sync lock so
+/// that no sync of it is half-way, then its mirror. Jobs are not touched: they carry everything they
+/// need pinned on their own rows, and the store keeps the trees that queued jobs may still run.
+pub fn remove(client: &mut Client, name: &str, home: &Path, out: &Output) -> Result<Removed> {
+    let source = find(client, name)?;
+    let removed = with_source_lock(client, source.id, name, out, |client| {
+        let mut tx = client.transaction()?;
+        let counts = tx.query_one(
+            "SELECT (SELECT count(*) FROM app WHERE git_source_id = $1),
+                    (SELECT count(*) FROM action WHERE git_source_id = $1)",
+            &[&source.id],
+        )?;
+        let deleted = tx.execute("DELETE FROM git_source WHERE id = $1", &[&source.id])?;
+        if deleted == 0 {
+            bail!("source {name} was removed by another process meanwhile");
+        }
+        tx.commit()?;
+        Ok(Removed { source: source.clone(), apps: counts.get(0), actions: counts.get(1) })
+    })
+    .with_context(|| format!("removing source {name}"))?;
+    let mirror = mirror_path(home, source.id);
+    if mirror.exists() {
+        std::fs::remove_dir_all(&mirror).with_context(|| {
+            format!("source {name} is removed, but its mirror {} could not be deleted", mirror.display())
+        })?;
+    }
+    Ok(removed)
+}
+
+/// Anything with a scheme or an scp-like `host:path` is kept as is; anything else is a local path,
+/// stored absolute so that a sync from another directory finds the same repository.
+fn normalize_url(url: &str) -> Result<String> {
+    if url.is_empty() {
+        bail!("the source URL is empty");
+    }
+    if url.contains("://") || is_scp_like(url) {
+        return Ok(url.to_string());
+    }
+    let path = Path::new(url);
+    let absolute = path.canonicalize().with_context(|| {
+        format!("{url} is not a URL and not an existing local path; give a URL (https://, ssh://, file://) or the path of a git repository")
+    })?;
+    absolute
+        .to_str()
+        .map(str::to_string)
+        .with_context(|| format!("the path {} is not valid UTF-8", absolute.display()))
+}
+
+/// `git@host:owner/repo.git`: a colon before any slash.
+fn is_scp_like(url: &str) -> bool {
+    match (url.find(':'), url.find('/')) {
+        (Some(colon), Some(slash)) => colon < slash && colon > 0,
+        (Some(colon), None) => colon > 0,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_scp_like;
+
+    #[test]
+    fn scp_like_urls_are_told_from_paths() {
+        assert!(is_scp_like("git@github.com:owner/repo.git"));
+        assert!(is_scp_like("host:repo"));
+        assert!(!is_scp_like("/srv/repos/a:b"));
+        assert!(!is_scp_like("./repo"));
+        assert!(!is_scp_like("repo"));
+    }
+}

@@ -1,0 +1,107 @@
+//! `wf sync`: source first, catalog after (seed: "marker-last"). In this order, never another:
+//!
+//! 0. take the source's lock (concurrent syncs of one source run one after the other);
+//! 1. fetch into the mirror and resolve commit C; refuse C when it is older than the catalog's;
+//! 2. read and validate windforce.json and every schema from C's tree, all problems at once;
+//! 3. materialize C's tree into the store, marker last;
+//! 4. only then, in one transaction, replace the source's part of the catalog.
+//!
+//! Any failure stops the sequence where it is: nothing later happens, so the catalog never names a
+//! commit that is not complete in the store.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use git2::Repository;
+use postgres::Client;
+
+use super::git::{self, Target};
+use super::git_source::{self, GitSource};
+use super::lock::with_source_lock;
+use super::manifest::{self, Manifest};
+use super::store::{self, Materialized};
+use super::{catalog, short_sha};
+use crate::output::Output;
+
+/// What a sync did.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub source: String,
+    pub commit_sha: String,
+    /// The catalog moved to another commit.
+    pub changed: bool,
+    pub previous_commit: Option<String>,
+    pub materialized: Materialized,
+    pub manifest: Manifest,
+}
+
+/// Sync source `name` to `target`. `home` holds the mirrors, `store` the materialized trees.
+pub fn sync(client: &mut Client, name: &str, target: &Target, home: &Path, store: &Path, out: &Output) -> Result<Report> {
+    let source = git_source::find(client, name)?;
+    with_source_lock(client, source.id, name, out, |client| {
+        // Read again under the lock: a sync that ran while we waited may have moved the commit.
+        let source = git_source::find(client, name)?;
+        sync_locked(client, &source, target, home, store, out)
+    })
+    .with_context(|| format!("syncing source {name}"))
+}
+
+fn sync_locked(
+    client: &mut Client,
+    source: &GitSource,
+    target: &Target,
+    home: &Path,
+    store: &Path,
+    out: &Output,
+) -> Result<Report> {
+    // 1. fetch, resolve, no going back.
+    let repo = git::open_mirror(&git::mirror_path(home, source.id))?;
+    let spinner = out.spinner(&format!("fetching {}", source.url));
+    git::fetch(&repo, &source.url, |received, total| {
+        spinner.set_message(format!("fetching {}: {received}/{total} objects", source.url));
+    })?;
+    spinner.finish_and_clear();
+    let commit = git::resolve(&repo, target, source.branch.as_deref())?;
+    let sha = commit.to_string();
+    if let Some(current) = &source.commit_sha
+        && git::is_strict_ancestor(&repo, commit, current)
+    {
+        bail!(
+            "commit {} is older than the catalog's commit {} (an ancestor of it) and the catalog never moves \
+             back; to roll back, commit a revert on top and sync that",
+            short_sha(&sha),
+            short_sha(current)
+        );
+    }
+
+    // 2. the manifest and its schemas, from the commit's tree.
+    let manifest = read_manifest(client, &repo, source, &sha)?;
+
+    // 3. the tree into the store, marker last.
+    let bar = out.progress(0, &format!("materializing {}", short_sha(&sha)));
+    let materialized = store::materialize(&repo, store, source.id, commit, |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })
+    .with_context(|| format!("materializing commit {sha} into the store; the catalog was not changed"))?;
+    bar.finish_and_clear();
+
+    // 4. only then, the catalog.
+    catalog::replace(client, source, source.commit_sha.as_deref(), &sha, &manifest)?;
+    Ok(Report {
+        source: source.name.clone(),
+        changed: source.commit_sha.as_deref() != Some(sha.as_str()),
+        previous_commit: source.commit_sha.clone(),
+        commit_sha: sha,
+        materialized,
+        manifest,
+    })
+}
+
+fn read_manifest(client: &mut Client, repo: &Repository, source: &GitSource, sha: &str) -> Result<Manifest> {
+    let taken = catalog::apps_of_other_sources(client, source.id)?;
+    let tree = repo.find_commit(git2::Oid::from_str(sha)?)?.tree()?;
+    manifest::read(repo, &tree, &taken).with_context(|| {
+        format!("commit {} has an invalid {}; nothing was changed", short_sha(sha), manifest::MANIFEST)
+    })
+}

@@ -1,0 +1,717 @@
+//! Sync: source first, catalog after (marker-last). A commit reaches the catalog only once its tree
+//! is complete in the store; an invalid manifest changes nothing; syncs of one source are
+//! serialized; the catalog never moves back.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+
+use crate::harness::{GitRepo, TestEnv};
+
+const MARKER: &str = ".windforce_clone_complete";
+
+/// A repository with two apps: tags from the action, from the app and the default; schemas inline
+/// and from a file; a timeout and the default; an executable file and a symlink.
+fn fixture_repo() -> GitRepo {
+    let repo = GitRepo::new();
+    write_fixture(&repo);
+    repo.commit("fixture");
+    repo
+}
+
+fn fixture_manifest() -> Value {
+    json!({
+        "apps": {
+            "billing": {
+                "tag": "payments",
+                "actions": {
+                    "charge": {
+                        "entrypoint": "billing/charge.ts",
+                        "input_schema": "billing/charge.input.json",
+                        "output_schema": {"type": "object", "required": ["receipt"]},
+                        "timeout": 30,
+                        "tag": "payments-eu"
+                    },
+                    "refund": {"entrypoint": "billing/refund.js"}
+                }
+            },
+            "tools": {
+                "actions": {
+                    "ping": {"entrypoint": "./tools//ping.mjs", "timeout": 5}
+                }
+            }
+        }
+    })
+}
+
+fn write_fixture(repo: &GitRepo) {
+    repo.manifest(&fixture_manifest())
+        .file("billing/charge.ts", "export function main(input) { return { receipt: input.amount }; }\n")
+        .file("billing/charge.input.json", r#"{"type": "object", "required": ["amount"]}"#)
+        .file("billing/refund.js", "export function main() { return {}; }\n")
+        .file("tools/ping.mjs", "export async function main() { return { pong: true }; }\n")
+        .file("tools/run.sh", "#!/bin/sh\necho run\n");
+    std::fs::set_permissions(repo.path().join("tools/run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    symlink("billing", &repo.path().join("billing-link"));
+}
+
+fn symlink(target: &str, link: &Path) {
+    std::os::unix::fs::symlink(target, link).unwrap();
+}
+
+/// Empty the work tree (keeping .git), so a test can write a commit from scratch.
+fn clear_work_tree(repo: &GitRepo) {
+    for entry in std::fs::read_dir(repo.path()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() == ".git" {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::remove_dir_all(entry.path()).unwrap();
+        } else {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+}
+
+fn add_source(env: &TestEnv, name: &str, repo: &GitRepo) -> String {
+    let run = env.wf(["source", "add", name, &repo.url(), "--json"]).ok();
+    run.json()["id"].as_str().unwrap().to_string()
+}
+
+fn sync_json(env: &TestEnv, args: &[&str]) -> Value {
+    let mut all = vec!["sync"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    env.wf(all).ok().json()
+}
+
+/// Everything the catalog holds: sources (with commit and synced_at), apps, actions.
+fn catalog_snapshot(env: &TestEnv) -> Value {
+    let text: String = env.scalar(
+        "SELECT jsonb_build_object(
+            'sources', (SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.name), '[]') FROM git_source s),
+            'apps', (SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.app_key), '[]') FROM app a),
+            'actions', (SELECT coalesce(jsonb_agg(to_jsonb(x) ORDER BY x.app_key, x.action_key), '[]')
+                        FROM action x))::text",
+    );
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Every path below `root` with its kind, mode and size.
+fn listing(root: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries {
+            let entry = entry.unwrap();
+            let meta = entry.path().symlink_metadata().unwrap();
+            let relative = entry.path().strip_prefix(root).unwrap().display().to_string();
+            out.push(format!("{relative} {:o} {}", meta.permissions().mode(), if meta.is_dir() { 0 } else { meta.len() }));
+            if meta.is_dir() {
+                walk(root, &entry.path(), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out.sort();
+    out
+}
+
+fn source_commit(env: &TestEnv, name: &str) -> Option<String> {
+    env.db().query_one("SELECT commit_sha FROM git_source WHERE name = $1", &[&name]).unwrap().get(0)
+}
+
+/// (app, action) -> the action's catalog row.
+fn action_row(env: &TestEnv, app: &str, action: &str) -> Option<Value> {
+    let text: Option<String> = env
+        .db()
+        .query_one(
+            "SELECT (SELECT to_jsonb(a)::text FROM action a WHERE app_key = $1 AND action_key = $2)",
+            &[&app, &action],
+        )
+        .unwrap()
+        .get(0);
+    text.map(|t| serde_json::from_str(&t).unwrap())
+}
+
+fn action_keys(env: &TestEnv) -> Vec<String> {
+    env.db()
+        .query("SELECT app_key || '/' || action_key FROM action ORDER BY 1", &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+fn commit_dir(env: &TestEnv, id: &str, sha: &str) -> PathBuf {
+    env.store().join(id).join(sha)
+}
+
+#[test]
+fn sync_pins_the_commit_and_fills_the_catalog_from_the_manifest() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let sha = repo.repo.head().unwrap().peel_to_commit().unwrap().id().to_string();
+    let id = add_source(&env, "acme", &repo);
+
+    let doc = sync_json(&env, &["acme"]);
+    assert_eq!(doc["source"], "acme");
+    assert_eq!(doc["commit_sha"], sha.as_str());
+    assert_eq!(doc["changed"], true);
+    assert_eq!(
+        doc["actions"],
+        json!([
+            {"app": "billing", "action": "charge", "tag": "payments-eu", "timeout": 30},
+            {"app": "billing", "action": "refund", "tag": "payments", "timeout": 300},
+            {"app": "tools", "action": "ping", "tag": "default", "timeout": 5},
+        ])
+    );
+
+    let charge = action_row(&env, "billing", "charge").unwrap();
+    assert_eq!(charge["commit_sha"], sha.as_str());
+    assert_eq!(charge["git_source_id"], id.as_str());
+    assert_eq!(charge["entrypoint"], "billing/charge.ts");
+    assert_eq!(charge["input_schema"], json!({"type": "object", "required": ["amount"]}), "schema from a file");
+    assert_eq!(charge["output_schema"], json!({"type": "object", "required": ["receipt"]}), "inline schema");
+    assert_eq!(charge["timeout_s"], 30);
+    assert_eq!(charge["tag"], "payments-eu", "the action's tag wins");
+    let refund = action_row(&env, "billing", "refund").unwrap();
+    assert_eq!(refund["input_schema"], Value::Null, "no schema is stored as NULL");
+    assert_eq!(refund["output_schema"], Value::Null);
+    assert_eq!(refund["timeout_s"], 300, "default timeout");
+    assert_eq!(refund["tag"], "payments", "the app's tag");
+    let ping = action_row(&env, "tools", "ping").unwrap();
+    assert_eq!(ping["tag"], "default");
+    assert_eq!(ping["entrypoint"], "tools/ping.mjs", "entrypoint stored normalized");
+    assert_eq!(source_commit(&env, "acme").as_deref(), Some(sha.as_str()));
+
+    let dir = commit_dir(&env, &id, &sha);
+    let marker: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(MARKER)).unwrap()).unwrap();
+    assert_eq!(marker["commit"], sha.as_str());
+    assert_eq!(marker["source"], id.as_str());
+    assert_eq!(marker["files"], 6);
+    assert_eq!(std::fs::read_to_string(dir.join("billing/refund.js")).unwrap(), "export function main() { return {}; }\n");
+    let mode = |path: &str| std::fs::metadata(dir.join(path)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode("tools/run.sh"), 0o755, "the executable bit is kept");
+    assert_eq!(mode("billing/charge.ts"), 0o644);
+    assert!(dir.join("billing-link").symlink_metadata().is_err(), "symlinks are not materialized");
+    assert!(wf::source::store::is_materialized(&dir));
+    assert_eq!(wf::source::store::commit_dir(&env.store(), id.parse().unwrap(), &sha), dir);
+}
+
+#[test]
+fn resync_changes_adds_and_removes_actions_and_keeps_the_old_tree() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let id = add_source(&env, "acme", &repo);
+    let c1 = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();
+
+    let mut manifest = fixture_manifest();
+    let billing = &mut manifest["apps"]["billing"]["actions"];
+    billing["charge"]["timeout"] = json!(45);
+    billing["charge"]["input_schema"] = json!({"type": "object", "required": ["amount", "currency"]});
+    billing["charge"].as_object_mut().unwrap().remove("tag");
+    billing.as_object_mut().unwrap().remove("refund");
+    billing["invoice"] = json!({"entrypoint": "billing/invoice.ts", "tag": "slow"});
+    manifest["apps"].as_object_mut().unwrap().remove("tools");
+    repo.manifest(&manifest).file("billing/invoice.ts", "export function main() { return {}; }\n");
+    let c2 = repo.commit("change, add, remove");
+
+    let doc = sync_json(&env, &["acme"]);
+    assert_eq!(doc["commit_sha"], c2.as_str());
+    assert_eq!(doc["changed"], true);
+    assert_eq!(action_keys(&env), ["billing/charge", "billing/invoice"]);
+    let charge = action_row(&env, "billing", "charge").unwrap();
+    assert_eq!(charge["commit_sha"], c2.as_str());
+    assert_eq!(charge["timeout_s"], 45);
+    assert_eq!(charge["tag"], "payments", "without its own tag the action takes the app's");
+    assert_eq!(charge["input_schema"], json!({"type": "object", "required": ["amount", "currency"]}));
+    assert_eq!(action_row(&env, "billing", "invoice").unwrap()["tag"], "slow");
+    let apps: i64 = env.scalar("SELECT count(*) FROM app WHERE app_key = 'tools'");
+    assert_eq!(apps, 0, "an app gone from the manifest is gone from the catalog");
+    assert_eq!(source_commit(&env, "acme"), Some(c2.clone()));
+
+    assert!(commit_dir(&env, &id, &c1).join(MARKER).is_file(), "the old tree stays for jobs pinned to it");
+    assert!(commit_dir(&env, &id, &c1).join("billing/refund.js").is_file());
+    assert!(commit_dir(&env, &id, &c2).join(MARKER).is_file());
+
+    let again = sync_json(&env, &["acme"]);
+    assert_eq!(again["changed"], false, "the same commit again changes nothing");
+    assert_eq!(again["commit_sha"], c2.as_str());
+}
+
+#[test]
+fn unwritable_store_leaves_the_catalog_on_the_old_commit() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let id = add_source(&env, "acme", &repo);
+    let c1 = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();
+    repo.file("billing/new.ts", "export function main() { return {}; }\n");
+    let c2 = repo.commit("second");
+    let before = catalog_snapshot(&env);
+
+    let blocker = env.dir.path().join("a-file");
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let run = env.wf(["sync", "acme"]).env("WF_STORE", blocker.join("store")).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("store"), "the error names the store: {run:?}");
+    assert_eq!(catalog_snapshot(&env), before, "the catalog is untouched");
+    assert_eq!(source_commit(&env, "acme"), Some(c1));
+    assert!(!commit_dir(&env, &id, &c2).join(MARKER).exists());
+
+    let doc = sync_json(&env, &["acme"]);
+    assert_eq!(doc["commit_sha"], c2.as_str());
+    assert_eq!(source_commit(&env, "acme"), Some(c2.clone()));
+    assert!(commit_dir(&env, &id, &c2).join(MARKER).is_file());
+    assert!(commit_dir(&env, &id, &c2).join("billing/new.ts").is_file());
+}
+
+#[test]
+fn crash_before_marker_leaves_the_catalog_on_the_old_commit_and_the_next_sync_completes_it() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let id = add_source(&env, "acme", &repo);
+    let c1 = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();
+    repo.file("billing/new.ts", "export function main() { return {}; }\n");
+    let c2 = repo.commit("second");
+    let before = catalog_snapshot(&env);
+
+    let run = env.wf(["sync", "acme"]).env("WF_FAULT", "sync-before-marker").run();
+    assert_ne!(run.code, 0, "the process was aborted: {run:?}");
+    let dir = commit_dir(&env, &id, &c2);
+    assert!(dir.join("billing/new.ts").is_file(), "the tree was renamed into place before the crash");
+    assert!(!dir.join(MARKER).exists(), "but its marker was never written");
+    assert!(!wf::source::store::is_materialized(&dir));
+    assert_eq!(catalog_snapshot(&env), before, "the catalog is untouched");
+    assert_eq!(source_commit(&env, "acme"), Some(c1));
+
+    // Something left in the incomplete tree must not survive the next sync.
+    std::fs::write(dir.join("leftover.txt"), "from the crashed sync").unwrap();
+    let doc = sync_json(&env, &["acme"]);
+    assert_eq!(doc["commit_sha"], c2.as_str());
+    assert_eq!(source_commit(&env, "acme"), Some(c2.clone()));
+    assert!(dir.join(MARKER).is_file());
+    assert!(!dir.join("leftover.txt").exists(), "the incomplete tree was rebuilt from scratch");
+    let entries: Vec<String> = std::fs::read_dir(env.store().join(&id))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(entries.iter().all(|name| !name.starts_with(".tmp-")), "no temporary tree is left: {entries:?}");
+}
+
+#[test]
+fn catalog_never_moves_back_to_an_older_commit() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    add_source(&env, "acme", &repo);
+    let c1 = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();
+    repo.file("billing/new.ts", "export function main() { return {}; }\n");
+    let c2 = repo.commit("second");
+    sync_json(&env, &["acme"]);
+    let before = catalog_snapshot(&env);
+
+    let run = env.wf(["sync", "acme", "--commit", &c1]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("never moves back"), "{run:?}");
+    assert_eq!(source_commit(&env, "acme"), Some(c2));
+    assert_eq!(catalog_snapshot(&env), before);
+}
+
+#[test]
+fn sync_follows_the_ref_the_branch_or_the_remote_head() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let c1 = repo.repo.head().unwrap().peel_to_commit().unwrap();
+    repo.repo.tag_lightweight("v1", c1.as_object(), false).unwrap();
+    repo.repo.branch("feature", &c1, false).unwrap();
+    repo.file("billing/new.ts", "export function main() { return {}; }\n");
+    let c2 = repo.commit("second on main");
+
+    add_source(&env, "by-head", &repo);
+    assert_eq!(sync_json(&env, &["by-head", "--ref", "v1"])["commit_sha"], c1.id().to_string().as_str());
+    assert_eq!(sync_json(&env, &["by-head"])["commit_sha"], c2.as_str(), "default: the remote's HEAD");
+
+    let run = env.wf(["sync", "by-head", "--ref", "no-such-ref"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("no-such-ref"), "{run:?}");
+
+    // The apps belong to by-head until it is removed.
+    env.wf(["source", "rm", "by-head", "--yes"]).ok();
+    env.wf(["source", "add", "by-branch", &repo.url(), "--branch", "feature"]).ok();
+    assert_eq!(sync_json(&env, &["by-branch"])["commit_sha"], c1.id().to_string().as_str());
+}
+
+#[test]
+fn concurrent_syncs_of_one_source_end_complete_on_the_newest_commit() {
+    for round in 0..4 {
+        let env = TestEnv::new();
+        let repo = fixture_repo();
+        let id = add_source(&env, "acme", &repo);
+        sync_json(&env, &["acme"]);
+
+        let start = |env: &TestEnv| {
+            let mut wf = env.wf(["sync", "acme", "--json"]);
+            wf.command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            wf.command.spawn().unwrap()
+        };
+        repo.file(&format!("billing/r{round}a.ts"), "export function main() { return {}; }\n");
+        repo.commit("c2");
+        let a = start(&env);
+        repo.file(&format!("billing/r{round}b.ts"), "export function main() { return {}; }\n");
+        let c3 = repo.commit("c3");
+        let b = start(&env);
+        for child in [a, b] {
+            let output = child.wait_with_output().unwrap();
+            assert!(output.status.success(), "round {round}: a sync failed: {output:?}");
+        }
+        assert_eq!(source_commit(&env, "acme"), Some(c3.clone()), "round {round}: the catalog shows the newest");
+        let commits: Vec<String> = std::fs::read_dir(env.store().join(&id))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        assert!(commits.contains(&c3), "round {round}: {commits:?}");
+        for name in &commits {
+            assert!(!name.starts_with(".tmp-"), "round {round}: a temporary tree is left: {commits:?}");
+            let dir = env.store().join(&id).join(name);
+            assert!(dir.join(MARKER).is_file(), "round {round}: {name} has no marker");
+            let oid = git2::Oid::from_str(name).unwrap();
+            let tree = repo.repo.find_commit(oid).unwrap().tree().unwrap();
+            assert_tree_is_complete(&repo.repo, &tree, &dir);
+        }
+    }
+}
+
+/// Every regular file of `tree` is in `dir` with the same content.
+fn assert_tree_is_complete(repo: &git2::Repository, tree: &git2::Tree, dir: &Path) {
+    tree.walk(git2::TreeWalkMode::PreOrder, |parent, entry| {
+        if entry.kind() == Some(git2::ObjectType::Blob) && entry.filemode() != 0o120000 {
+            let path = dir.join(parent).join(entry.name().unwrap());
+            let blob = repo.find_blob(entry.id()).unwrap();
+            assert_eq!(std::fs::read(&path).unwrap(), blob.content(), "{} differs", path.display());
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .unwrap();
+}
+
+#[test]
+fn the_example_source_is_valid() {
+    let env = TestEnv::new();
+    let repo = GitRepo::new();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    copy_dir(&examples, repo.path());
+    repo.commit("examples");
+    add_source(&env, "examples", &repo);
+    let doc = sync_json(&env, &["examples"]);
+    let actions: Vec<&str> = doc["actions"].as_array().unwrap().iter().map(|a| a["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["add", "chatty", "fail", "greet", "sleep"]);
+    let greet = action_row(&env, "demo", "greet").unwrap();
+    assert_eq!(greet["input_schema"]["required"], json!(["name"]));
+    assert_eq!(greet["output_schema"]["required"], json!(["greeting"]));
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// One way to break a manifest, and the words its error must contain.
+struct Broken {
+    name: &'static str,
+    change: fn(&GitRepo),
+    expect: &'static [&'static str],
+}
+
+fn set_manifest(repo: &GitRepo, edit: impl FnOnce(&mut Value)) {
+    let mut manifest = fixture_manifest();
+    edit(&mut manifest);
+    repo.manifest(&manifest);
+}
+
+fn charge(manifest: &mut Value) -> &mut Value {
+    &mut manifest["apps"]["billing"]["actions"]["charge"]
+}
+
+const BROKEN: &[Broken] = &[
+    Broken {
+        name: "bad app key",
+        change: |repo| {
+            set_manifest(repo, |m| {
+                let app = m["apps"].as_object_mut().unwrap().remove("tools").unwrap();
+                m["apps"]["Tools"] = app;
+            })
+        },
+        expect: &["windforce.json", "apps.Tools", "app key must match"],
+    },
+    Broken {
+        name: "bad action key",
+        change: |repo| {
+            set_manifest(repo, |m| {
+                m["apps"]["tools"]["actions"]["-ping"] = json!({"entrypoint": "tools/ping.mjs"});
+            })
+        },
+        expect: &["windforce.json", "apps.tools.actions.-ping", "action key must match"],
+    },
+    Broken {
+        name: "entrypoint missing from the repository",
+        change: |repo| set_manifest(repo, |m| charge(m)["entrypoint"] = json!("billing/nope.ts")),
+        expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", "does not exist"],
+    },
+    Broken {
+        name: "entrypoint field missing",
+        change: |repo| set_manifest(repo, |m| charge(m).as_object_mut().unwrap().clear()),
+        expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", "missing"],
+    },
+    Broken {
+        name: "entrypoint with a wrong extension",
+        change: |repo| set_manifest(repo, |m| charge(m)["entrypoint"] = json!("billing/charge.input.json")),
+        expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", ".ts, .js or .mjs"],
+    },
+    Broken {
+        name: "entrypoint through ..",
+        change: |repo| set_manifest(repo, |m| charge(m)["entrypoint"] = json!("billing/../billing/charge.ts")),
+        expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", "`..`"],
+    },
+    Broken {
+        name: "absolute entrypoint",
+        change: |repo| set_manifest(repo, |m| charge(m)["entrypoint"] = json!("/etc/charge.ts")),
+        expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", "absolute"],
+    },
+    Broken {
+        name: "entrypoint through a symlinked directory",
+        change: |repo| set_manifest(repo, |m| charge(m)["entrypoint"] = json!("billing-link/charge.ts")),
+        expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", "symlink"],
+    },
+    Broken {
+        name: "entrypoint is a symlink",
+        change: |repo| {
+            symlink("../billing/refund.js", &repo.path().join("tools/alias.js"));
+            set_manifest(repo, |m| charge(m)["entrypoint"] = json!("tools/alias.js"))
+        },
+        expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", "symlink"],
+    },
+    Broken {
+        name: "schema file missing",
+        change: |repo| set_manifest(repo, |m| charge(m)["input_schema"] = json!("billing/none.json")),
+        expect: &["windforce.json", "apps.billing.actions.charge.input_schema", "billing/none.json", "does not exist"],
+    },
+    Broken {
+        name: "schema file not JSON",
+        change: |repo| {
+            repo.file("billing/charge.input.json", "{ not json");
+        },
+        expect: &["windforce.json", "apps.billing.actions.charge.input_schema", "billing/charge.input.json", "not valid JSON"],
+    },
+    Broken {
+        name: "schema not a valid JSON Schema",
+        change: |repo| set_manifest(repo, |m| charge(m)["output_schema"] = json!({"type": 12})),
+        expect: &["windforce.json", "apps.billing.actions.charge.output_schema", "not a valid JSON Schema"],
+    },
+    Broken {
+        name: "schema neither an object nor a path",
+        change: |repo| set_manifest(repo, |m| charge(m)["output_schema"] = json!(12)),
+        expect: &["windforce.json", "apps.billing.actions.charge.output_schema", "JSON Schema object"],
+    },
+    Broken {
+        name: "timeout 0",
+        change: |repo| set_manifest(repo, |m| charge(m)["timeout"] = json!(0)),
+        expect: &["windforce.json", "apps.billing.actions.charge.timeout", "positive integer"],
+    },
+    Broken {
+        name: "negative timeout",
+        change: |repo| set_manifest(repo, |m| charge(m)["timeout"] = json!(-5)),
+        expect: &["windforce.json", "apps.billing.actions.charge.timeout", "positive integer"],
+    },
+    Broken {
+        name: "non-integer timeout",
+        change: |repo| set_manifest(repo, |m| charge(m)["timeout"] = json!(1.5)),
+        expect: &["windforce.json", "apps.billing.actions.charge.timeout", "positive integer"],
+    },
+    Broken {
+        name: "bad tag",
+        change: |repo| set_manifest(repo, |m| m["apps"]["billing"]["tag"] = json!("Pay Ments")),
+        expect: &["windforce.json", "apps.billing.tag", "must be a string matching"],
+    },
+    Broken {
+        name: "unknown field",
+        change: |repo| set_manifest(repo, |m| charge(m)["retries"] = json!(3)),
+        expect: &["windforce.json", "apps.billing.actions.charge", "unknown field `retries`"],
+    },
+    Broken {
+        name: "unknown top-level field",
+        change: |repo| set_manifest(repo, |m| m["version"] = json!(2)),
+        expect: &["windforce.json", "unknown field `version`"],
+    },
+    Broken {
+        name: "windforce.json missing",
+        change: |repo| {
+            repo.remove("windforce.json");
+        },
+        expect: &["windforce.json", "does not exist"],
+    },
+    Broken {
+        name: "windforce.json not JSON",
+        change: |repo| {
+            repo.file("windforce.json", "{\"apps\": ");
+        },
+        expect: &["windforce.json", "not valid JSON"],
+    },
+    Broken {
+        name: "apps not an object",
+        change: |repo| {
+            repo.manifest(&json!({"apps": []}));
+        },
+        expect: &["windforce.json", "apps", "must be an object"],
+    },
+    Broken {
+        name: "the marker's name in the repository",
+        change: |repo| {
+            repo.file(MARKER, "{}");
+        },
+        expect: &[MARKER, "reserved"],
+    },
+    Broken {
+        name: "app owned by another source",
+        change: |repo| set_manifest(repo, |m| m["apps"]["shared"] = json!({"actions": {}})),
+        expect: &["windforce.json", "apps.shared", "belongs to source other"],
+    },
+];
+
+#[test]
+fn invalid_manifests_are_refused_and_change_nothing() {
+    let env = TestEnv::new();
+    let other = GitRepo::new();
+    other.manifest(&json!({"apps": {"shared": {"actions": {"x": {"entrypoint": "x.ts"}}}}})).file("x.ts", "");
+    other.commit("other");
+    add_source(&env, "other", &other);
+    sync_json(&env, &["other"]);
+
+    let repo = fixture_repo();
+    add_source(&env, "acme", &repo);
+    sync_json(&env, &["acme"]);
+
+    for broken in BROKEN {
+        clear_work_tree(&repo);
+        write_fixture(&repo);
+        (broken.change)(&repo);
+        repo.commit(broken.name);
+        let catalog = catalog_snapshot(&env);
+        let store = listing(&env.store());
+
+        let run = env.wf(["sync", "acme"]).run();
+        assert_eq!(run.code, 1, "{}: {run:?}", broken.name);
+        for word in broken.expect {
+            assert!(run.stderr.contains(word), "{}: the error lacks {word:?}: {}", broken.name, run.stderr);
+        }
+        assert_eq!(catalog_snapshot(&env), catalog, "{}: the catalog changed", broken.name);
+        assert_eq!(listing(&env.store()), store, "{}: the store changed", broken.name);
+    }
+}
+
+#[test]
+fn a_manifest_with_several_problems_reports_all_of_them() {
+    let env = TestEnv::new();
+    let repo = GitRepo::new();
+    repo.manifest(&json!({
+        "apps": {
+            "Bad": {"actions": {}},
+            "ok": {
+                "colour": "blue",
+                "actions": {
+                    "a": {"entrypoint": "../a.ts", "timeout": 0},
+                    "b": {"entrypoint": "b.py", "input_schema": "missing.json", "output_schema": {"type": 12}}
+                }
+            }
+        }
+    }));
+    repo.commit("many problems");
+    add_source(&env, "acme", &repo);
+    let run = env.wf(["sync", "acme"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    for expected in [
+        "apps.Bad: app key must match",
+        "apps.ok: unknown field `colour`",
+        "apps.ok.actions.a.entrypoint: \"../a.ts\" contains `..`",
+        "apps.ok.actions.a.timeout: must be a positive integer",
+        "apps.ok.actions.b.entrypoint: \"b.py\" must end in .ts, .js or .mjs",
+        "apps.ok.actions.b.input_schema: schema file \"missing.json\" does not exist",
+        "apps.ok.actions.b.output_schema: not a valid JSON Schema",
+        "7 problems",
+    ] {
+        assert!(run.stderr.contains(expected), "missing {expected:?} in {}", run.stderr);
+    }
+    assert_eq!(source_commit(&env, "acme"), None);
+    assert!(!env.store().exists(), "nothing was written to the store");
+}
+
+#[test]
+fn source_add_list_rm_and_actions_print_their_documents() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+
+    let added = env.wf(["source", "add", "acme", &repo.url(), "--branch", "main", "--json"]).ok().json();
+    let id = added["id"].as_str().unwrap();
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "{added}");
+    assert_eq!(added, json!({"id": id, "name": "acme", "url": repo.url(), "branch": "main"}));
+
+    let duplicate = env.wf(["source", "add", "acme", &repo.url()]).run();
+    assert_eq!(duplicate.code, 1, "{duplicate:?}");
+    assert!(duplicate.stderr.contains("already exists"), "{duplicate:?}");
+
+    // A relative local path is stored absolute.
+    let parent = repo.path().parent().unwrap();
+    let relative = repo.path().file_name().unwrap().to_str().unwrap();
+    let mut wf = env.wf(["source", "add", "rel", relative, "--json"]);
+    wf.command.current_dir(parent);
+    assert_eq!(wf.ok().json()["url"], repo.path().canonicalize().unwrap().to_str().unwrap());
+
+    let sha = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();
+    let list = env.wf(["source", "list", "--json"]).ok().json();
+    let acme = &list.as_array().unwrap()[0];
+    assert_eq!(acme["name"], "acme");
+    assert_eq!(acme["url"], repo.url());
+    assert_eq!(acme["branch"], "main");
+    assert_eq!(acme["commit_sha"], sha.as_str());
+    assert!(acme["synced_at"].as_str().unwrap().ends_with('Z'), "{acme}");
+    assert_eq!(list[1]["name"], "rel");
+    assert_eq!(list[1]["commit_sha"], Value::Null);
+    assert_eq!(list[1]["synced_at"], Value::Null);
+
+    let actions = env.wf(["actions", "--json"]).ok().json();
+    assert_eq!(
+        actions[0],
+        json!({
+            "app": "billing", "action": "charge", "tag": "payments-eu", "timeout": 30,
+            "commit_sha": sha, "source": "acme", "entrypoint": "billing/charge.ts",
+        })
+    );
+    assert_eq!(actions.as_array().unwrap().len(), 3);
+    assert_eq!(env.wf(["actions", "--source", "rel", "--json"]).ok().json(), json!([]));
+    assert_eq!(env.wf(["actions", "--source", "nope"]).run().code, 1);
+    let table = env.wf(["actions"]).ok();
+    assert!(table.stdout.contains("charge") && table.stdout.contains(&sha[..12]), "{table:?}");
+
+    let refused = env.wf(["source", "rm", "acme"]).run();
+    assert_eq!(refused.code, 3, "no terminal and no --yes: refused; {refused:?}");
+    assert_eq!(source_commit(&env, "acme"), Some(sha.clone()));
+
+    let removed = env.wf(["source", "rm", "acme", "--yes", "--json"]).ok().json();
+    assert_eq!(removed["name"], "acme");
+    assert_eq!(removed["actions"], 3);
+    let left: i64 = env.scalar("SELECT (SELECT count(*) FROM action) + (SELECT count(*) FROM app)");
+    assert_eq!(left, 0, "the source's catalog rows are gone");
+    assert_eq!(env.wf(["source", "list", "--json"]).ok().json().as_array().unwrap().len(), 1);
+    assert!(!env.home().join("git").join(format!("{id}.git")).exists(), "the mirror is removed");
+    assert!(env.store().join(id).join(&sha).join(MARKER).is_file(), "the store keeps trees queued jobs may run");
+    assert_eq!(env.wf(["sync", "acme"]).run().code, 1);
+}
