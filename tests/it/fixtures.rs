@@ -1,0 +1,169 @@
+//! A source of test actions, synced into a test's catalog, and helpers to drive workers.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::harness::{GitRepo, TestEnv, wait_for};
+
+/// The test actions. Those that record executions append `<job id> <attempt>` to the file named
+/// by `input.log`, so a test can count how often each job really ran.
+pub fn actions_repo() -> GitRepo {
+    let repo = GitRepo::new();
+    repo.manifest(&json!({
+        "apps": {
+            "t": {
+                "actions": {
+                    "echo": {"entrypoint": "t/echo.ts", "timeout": 30},
+                    "sleep": {"entrypoint": "t/sleep.ts", "timeout": 120},
+                    "fail": {"entrypoint": "t/fail.ts"},
+                    "exit": {"entrypoint": "t/exit.js"},
+                    "env": {"entrypoint": "t/env.ts"},
+                    "chatty": {"entrypoint": "t/chatty.ts"},
+                    "big": {"entrypoint": "t/big.ts"},
+                    "spawn": {"entrypoint": "t/spawn.ts", "timeout": 3},
+                    "spawn_long": {"entrypoint": "t/spawn.ts", "timeout": 600},
+                    "killer": {"entrypoint": "t/killer.ts"},
+                    "typed": {
+                        "entrypoint": "t/echo.ts",
+                        "input_schema": {"type": "object", "required": ["n"],
+                                         "properties": {"n": {"type": "integer", "minimum": 0}}},
+                        "output_schema": {"type": "object", "required": ["input"]}
+                    },
+                    "badout": {
+                        "entrypoint": "t/echo.ts",
+                        "output_schema": {"type": "object", "required": ["missing"]}
+                    }
+                }
+            },
+            "other": {"tag": "other", "actions": {"echo": {"entrypoint": "t/echo.ts"}}}
+        }
+    }));
+    repo.file("t/record.ts", r#"
+import { appendFileSync } from "node:fs";
+export function record(input: any) {
+  if (input && input.log) appendFileSync(input.log, `${process.env.WF_JOB_ID} ${process.env.WF_ATTEMPT}\n`);
+}
+"#);
+    repo.file("t/echo.ts", r#"
+import { record } from "./record.ts";
+export async function main(input: any) {
+  record(input);
+  return { input, attempt: Number(process.env.WF_ATTEMPT), version: 1 };
+}
+"#);
+    repo.file("t/sleep.ts", r#"
+import { record } from "./record.ts";
+export async function main(input: any) {
+  record(input);
+  const ms = (input.ms_by_attempt && input.ms_by_attempt[process.env.WF_ATTEMPT]) ?? input.ms ?? 1000;
+  await new Promise((resolve) => setTimeout(resolve, ms));
+  return { input, slept: ms };
+}
+"#);
+    repo.file("t/fail.ts", "export function main() { throw new TypeError('this action fails'); }\n");
+    repo.file("t/exit.js", "export function main(input) { process.exit(input.code ?? 3); }\n");
+    repo.file("t/env.ts", "export function main() { return process.env; }\n");
+    repo.file("t/chatty.ts", r#"
+export function main(input: any) {
+  for (let i = 0; i < (input.lines ?? 10); i++) { console.log(`out ${i}`); console.error(`err ${i}`); }
+  return { lines: input.lines ?? 10 };
+}
+"#);
+    repo.file("t/big.ts", "export function main(input: any) { return { blob: 'x'.repeat(input.bytes) }; }\n");
+    // Starts a child, and a grandchild that detaches into its own session, writes their pids to
+    // input.pids, then never returns.
+    repo.file("t/spawn.ts", r#"
+import { spawn } from "node:child_process";
+import { writeFileSync } from "node:fs";
+export async function main(input: any) {
+  const child = spawn("sleep", ["1000"], { stdio: "ignore" });
+  const detached = spawn("setsid", ["sleep", "1001"], { stdio: "ignore", detached: true });
+  detached.unref();
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  writeFileSync(input.pids, `${process.pid} ${child.pid} ${detached.pid}\n`);
+  await new Promise(() => {});
+}
+"#);
+    // Kills the worker running it: bun's parent is the supervisor, whose parent is the worker.
+    repo.file("t/killer.ts", r#"
+import { readFileSync } from "node:fs";
+import { record } from "./record.ts";
+export function main(input: any) {
+  record(input);
+  const stat = readFileSync(`/proc/${process.ppid}/stat`, "utf8");
+  const worker = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  process.kill(worker, "SIGKILL");
+  return new Promise(() => {});
+}
+"#);
+    repo.commit("test actions");
+    repo
+}
+
+/// Register and sync the test actions into this test's catalog; returns the repository.
+pub fn synced(env: &TestEnv) -> GitRepo {
+    let repo = actions_repo();
+    env.wf(["source", "add", "tests", &repo.url()]).ok();
+    env.wf(["sync", "tests"]).ok();
+    repo
+}
+
+/// Enqueue one job; returns its id.
+pub fn enqueue(env: &TestEnv, target: &str, input: serde_json::Value) -> String {
+    let run = env.wf(["enqueue", target, "--input", &input.to_string()]).ok();
+    run.stdout.trim().to_string()
+}
+
+/// Start `wf work` with extra arguments; its stderr goes to a file in the test's folder.
+pub fn worker(env: &TestEnv, name: &str, args: &[&str]) -> Child {
+    let mut all = vec!["work", "--name", name];
+    all.extend_from_slice(args);
+    env.wf(all).spawn(&env.dir.path().join(format!("{name}.log")))
+}
+
+/// The pids a `t/spawn` action wrote, once it wrote them.
+pub fn spawned_pids(path: &Path) -> Vec<i32> {
+    let text = wait_for(Duration::from_secs(30), "the action to write its pids", || {
+        std::fs::read_to_string(path).ok().filter(|t| t.ends_with('\n'))
+    });
+    text.split_whitespace().map(|p| p.parse().unwrap()).collect()
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat[stat.rfind(')').unwrap() + 2..].starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// Wait until none of these processes is alive.
+pub fn all_gone(pids: &[i32], what: &str) {
+    wait_for(Duration::from_secs(15), what, || pids.iter().all(|&pid| !alive(pid)).then_some(()));
+}
+
+/// Executions recorded by actions in the file `log`: (job id, attempt) per line.
+pub fn executions(log: &Path) -> Vec<(String, i32)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let (id, attempt) = line.split_once(' ').unwrap();
+            (id.to_string(), attempt.parse().unwrap())
+        })
+        .collect()
+}
+
+/// A path inside the test's folder.
+pub fn path(env: &TestEnv, name: &str) -> PathBuf {
+    env.dir.path().join(name)
+}
+
+/// Send a signal to a child process.
+pub fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill on a pid we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, signal) };
+}

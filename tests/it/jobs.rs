@@ -1,0 +1,391 @@
+//! The single enqueue path, inspection, results and exit codes, pinning, order, tokens.
+
+use serde_json::{Value, json};
+
+use crate::fixtures::{enqueue, path, synced};
+use crate::harness::TestEnv;
+
+fn drain(env: &TestEnv) {
+    env.wf(["work", "--drain", "--concurrency", "2"]).ok();
+}
+
+fn job_count(env: &TestEnv) -> i64 {
+    env.scalar("SELECT count(*) FROM job")
+}
+
+#[test]
+fn enqueue_pins_the_catalog_and_reports_the_job() {
+    let env = TestEnv::new();
+    synced(&env);
+    let run = env.wf(["enqueue", "t/echo", "--input", r#"{"a":1}"#, "--priority", "7", "--json"]).ok();
+    let job = run.json();
+    assert_eq!(job["app"], "t");
+    assert_eq!(job["action"], "echo");
+    assert_eq!(job["tag"], "default");
+    assert_eq!(job["priority"], 7);
+    assert_eq!(job["trigger_kind"], "manual");
+    let catalog_commit: String = env.scalar("SELECT commit_sha FROM action WHERE app_key = 't' AND action_key = 'echo'");
+    assert_eq!(job["commit_sha"], catalog_commit.as_str());
+    let pinned = env
+        .db()
+        .query_one("SELECT entrypoint, timeout_s, tag, input FROM job WHERE id = $1", &[&uuid(&job["id"])])
+        .unwrap();
+    assert_eq!(pinned.get::<_, String>(0), "t/echo.ts");
+    assert_eq!(pinned.get::<_, i32>(1), 30);
+    assert_eq!(pinned.get::<_, String>(2), "default");
+    assert_eq!(pinned.get::<_, Value>(3), json!({"a": 1}));
+    // The app tag is the effective tag when the action has none; --tag overrides both.
+    let other = env.wf(["enqueue", "other/echo", "--json"]).ok().json();
+    assert_eq!(other["tag"], "other");
+    let overridden = env.wf(["enqueue", "t/echo", "--tag", "gpu", "--trigger-kind", "api", "--json"]).ok().json();
+    assert_eq!(overridden["tag"], "gpu");
+    assert_eq!(overridden["trigger_kind"], "api");
+}
+
+fn uuid(value: &Value) -> uuid::Uuid {
+    uuid::Uuid::parse_str(value.as_str().unwrap()).unwrap()
+}
+
+#[test]
+fn input_comes_from_json_a_file_or_stdin() {
+    let env = TestEnv::new();
+    synced(&env);
+    let file = path(&env, "input.json");
+    std::fs::write(&file, r#"{"from":"file"}"#).unwrap();
+    let from_file = enqueue_raw(&env, &["--input", &format!("@{}", file.display())]);
+    let from_stdin = env.wf(["enqueue", "t/echo", "--input", "-"]).stdin_bytes(br#"{"from":"stdin"}"#);
+    assert_eq!(from_stdin.code, 0, "{from_stdin:?}");
+    let inputs: Vec<Value> = env
+        .db()
+        .query("SELECT input FROM job ORDER BY created_at, input->>'from'", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(inputs.contains(&json!({"from": "file"})), "{inputs:?} ({from_file})");
+    assert!(inputs.contains(&json!({"from": "stdin"})), "{inputs:?}");
+}
+
+fn enqueue_raw(env: &TestEnv, args: &[&str]) -> String {
+    let mut all = vec!["enqueue", "t/echo"];
+    all.extend_from_slice(args);
+    env.wf(all).ok().stdout.trim().to_string()
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let env = TestEnv::new();
+    synced(&env);
+    let batch = path(&env, "batch.jsonl");
+    std::fs::write(&batch, "{\"n\": 1}\n{\"n\": 2}\n{\"n\": -5}\n").unwrap();
+    let not_json = path(&env, "notjson.jsonl");
+    std::fs::write(&not_json, "{\"n\": 1}\n{oops\n").unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["enqueue", "t/nope"], "unknown action t/nope"),
+        (vec!["enqueue", "nope"], "not APP/ACTION"),
+        (vec!["enqueue", "t/typed", "--input", "{not json"], "not valid JSON"),
+        (vec!["enqueue", "t/typed", "--input", r#"{"n": "three"}"#], "/n"),
+        (vec!["enqueue", "t/typed", "--input", r#"{}"#], "input does not match"),
+        (vec!["enqueue", "t/typed", "--batch", batch.to_str().unwrap()], "line 3"),
+        (vec!["enqueue", "t/typed", "--batch", not_json.to_str().unwrap()], "line 2"),
+        (vec!["enqueue", "t/echo", "--at", "tomorrow"], "RFC 3339"),
+    ];
+    for (args, needle) in cases {
+        let run = env.wf(&args).run();
+        assert_eq!(run.code, 1, "{args:?} should fail: {run:?}");
+        assert!(run.stderr.contains(needle), "{args:?}: error should mention {needle:?}: {}", run.stderr);
+        assert!(run.stderr.starts_with("error: "), "one-line error: {}", run.stderr);
+        assert_eq!(job_count(&env), 0, "{args:?} must not create a job");
+        let queued: i64 = env.scalar("SELECT count(*) FROM job_queue");
+        assert_eq!(queued, 0);
+    }
+    let usage = env.wf(["enqueue"]).run();
+    assert_eq!(usage.code, 2, "a usage error is exit 2: {usage:?}");
+}
+
+#[test]
+fn batch_enqueues_every_line_in_one_transaction() {
+    let env = TestEnv::new();
+    synced(&env);
+    let batch = path(&env, "batch.jsonl");
+    let lines: String = (0..500).map(|n| format!("{{\"n\": {n}}}\n")).collect();
+    std::fs::write(&batch, lines).unwrap();
+    let ids = env.wf(["enqueue", "t/typed", "--batch", batch.to_str().unwrap(), "--json"]).ok().json();
+    let ids = ids["ids"].as_array().unwrap();
+    assert_eq!(ids.len(), 500);
+    // Ids come back in line order.
+    let first = env.db().query_one("SELECT input FROM job WHERE id = $1", &[&uuid(&ids[0])]).unwrap();
+    assert_eq!(first.get::<_, Value>(0), json!({"n": 0}));
+    let last = env.db().query_one("SELECT input FROM job WHERE id = $1", &[&uuid(&ids[499])]).unwrap();
+    assert_eq!(last.get::<_, Value>(0), json!({"n": 499}));
+    assert_eq!(job_count(&env), 500);
+}
+
+#[test]
+fn results_and_exit_codes_follow_the_outcome() {
+    let env = TestEnv::new();
+    synced(&env);
+    let ok = enqueue(&env, "t/echo", json!({"x": 1}));
+    let failed = enqueue(&env, "t/fail", json!({}));
+    let died = enqueue(&env, "t/exit", json!({"code": 3}));
+    let bad_output = enqueue(&env, "t/badout", json!({}));
+    let too_big = enqueue(&env, "t/big", json!({"bytes": 2 * 1024 * 1024}));
+    let queued_later = env.wf(["enqueue", "t/echo", "--in", "1h"]).ok().stdout.trim().to_string();
+    // Not finished: exit 3.
+    env.wf(["result", &ok]).run().expect_code(3);
+    drain(&env);
+
+    let run = env.wf(["result", &ok]).ok();
+    let result: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(result["input"], json!({"x": 1}));
+    assert_eq!(result["attempt"], 1);
+
+    let run = env.wf(["result", &failed]).run().expect_code(4);
+    let error: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(error["name"], "TypeError");
+    assert_eq!(error["message"], "this action fails");
+    assert!(error["stack"].as_str().unwrap().contains("fail.ts"), "{error}");
+
+    let error: Value = serde_json::from_str(&env.wf(["result", &died]).run().expect_code(4).stdout).unwrap();
+    assert!(error["message"].as_str().unwrap().contains("code 3"), "{error}");
+
+    let error: Value = serde_json::from_str(&env.wf(["result", &bad_output]).run().expect_code(4).stdout).unwrap();
+    assert_eq!(error["name"], "OutputSchemaError");
+    assert!(error["message"].as_str().unwrap().contains("missing"), "{error}");
+
+    let error: Value = serde_json::from_str(&env.wf(["result", &too_big]).run().expect_code(4).stdout).unwrap();
+    assert_eq!(error["name"], "ResultTooLarge");
+
+    // The scheduled job is untouched by --drain and still not finished.
+    let shown = env.wf(["show", &queued_later, "--json"]).ok().json();
+    assert_eq!(shown["status"], "scheduled");
+    env.wf(["result", &queued_later]).run().expect_code(3);
+
+    let shown = env.wf(["show", &ok, "--json"]).ok().json();
+    for field in [
+        "id", "status", "app", "action", "commit_sha", "tag", "priority", "trigger_kind", "input", "result",
+        "error", "worker", "restarts", "created_at", "scheduled_for", "started_at", "completed_at",
+        "canceled_by", "canceled_reason",
+    ] {
+        assert!(shown.get(field).is_some(), "wf show --json lacks {field}: {shown}");
+    }
+    assert_eq!(shown["status"], "success");
+    assert_eq!(shown["result"], result);
+
+    let json = env.wf(["result", &failed, "--json"]).run().expect_code(4).json();
+    assert_eq!(json["status"], "failure");
+    assert_eq!(json["error"]["name"], "TypeError");
+
+    let listed = env.wf(["jobs", "--status", "failure", "--json"]).ok().json();
+    assert_eq!(listed.as_array().unwrap().len(), 4, "{listed}");
+    env.wf(["result", "00000000-0000-0000-0000-000000000000"]).run().expect_code(1);
+    env.wf(["result", "not-a-uuid"]).run().expect_code(1);
+}
+
+#[test]
+fn enqueue_wait_prints_the_result_with_its_exit_code() {
+    let env = TestEnv::new();
+    synced(&env);
+    let mut worker = crate::fixtures::worker(&env, "w", &[]);
+    let run = env.wf(["enqueue", "t/echo", "--input", r#"{"w":1}"#, "--wait", "--timeout", "60s"]).ok();
+    let result: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(result["input"], json!({"w": 1}));
+    let id = run.stderr.lines().find(|l| uuid::Uuid::parse_str(l.trim()).is_ok());
+    assert!(id.is_some(), "the job id goes to stderr: {run:?}");
+
+    let failed = env.wf(["enqueue", "t/fail", "--wait", "--json"]).run().expect_code(4).json();
+    assert_eq!(failed["status"], "failure");
+    assert_eq!(failed["error"]["name"], "TypeError");
+    assert!(failed["id"].is_string());
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+
+    // Nobody works the queue any more: the wait times out with exit 3.
+    env.wf(["enqueue", "t/echo", "--wait", "--timeout", "1s"]).run().expect_code(3);
+}
+
+#[test]
+fn logs_keep_each_line_of_each_stream() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/chatty", json!({"lines": 300}));
+    drain(&env);
+    let logs = env.wf(["logs", &id, "--json"]).ok().json();
+    let lines = logs.as_array().unwrap();
+    let stdout: Vec<&str> =
+        lines.iter().filter(|l| l["stream"] == "stdout").map(|l| l["line"].as_str().unwrap()).collect();
+    let stderr: Vec<&str> =
+        lines.iter().filter(|l| l["stream"] == "stderr").map(|l| l["line"].as_str().unwrap()).collect();
+    assert_eq!(stdout, (0..300).map(|i| format!("out {i}")).collect::<Vec<_>>());
+    assert_eq!(stderr, (0..300).map(|i| format!("err {i}")).collect::<Vec<_>>());
+    assert!(lines.iter().all(|l| l["attempt"] == 1));
+    let text = env.wf(["logs", &id]).ok();
+    assert!(text.stdout.contains("out 299\n"), "{}", text.stdout);
+}
+
+#[test]
+fn logs_are_capped_per_attempt_with_a_visible_mark() {
+    let env = TestEnv::new();
+    synced(&env);
+    // 2 x 40,000 lines of about 10 bytes: more than the 1 MiB cap.
+    let id = enqueue(&env, "t/chatty", json!({"lines": 60000}));
+    drain(&env);
+    let bytes: i64 = env.scalar(&format!(
+        "SELECT coalesce(sum(octet_length(line)), 0) FROM job_logs WHERE job_id = '{id}' AND stream <> 'wf'"
+    ));
+    assert!(bytes > 1000 * 1024, "output up to the cap is kept: {bytes} bytes");
+    assert!(bytes <= 1024 * 1024, "{bytes} bytes stored");
+    let marks: i64 = env.scalar(&format!(
+        "SELECT count(*) FROM job_logs WHERE job_id = '{id}' AND stream = 'wf' AND line LIKE '%truncated%'"
+    ));
+    assert_eq!(marks, 1);
+    env.wf(["result", &id]).ok();
+}
+
+#[test]
+fn a_job_runs_the_commit_it_pinned_not_the_catalogs_newest() {
+    let env = TestEnv::new();
+    let repo = synced(&env);
+    let log = path(&env, "runs.log");
+    let before = enqueue(&env, "t/echo", json!({"log": log}));
+    // A new commit changes the code, the timeout and the input schema of t/echo.
+    repo.file("t/echo.ts", "export function main(input: any) { return { input, version: 2 }; }\n");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(repo.path().join("windforce.json")).unwrap()).unwrap();
+    manifest["apps"]["t"]["actions"]["echo"]["timeout"] = json!(5);
+    manifest["apps"]["t"]["actions"]["echo"]["input_schema"] = json!({"type": "object", "required": ["must"]});
+    repo.manifest(&manifest);
+    let second = repo.commit("version 2");
+    env.wf(["sync", "tests"]).ok();
+    // The new schema applies to new jobs only.
+    env.wf(["enqueue", "t/echo"]).run().expect_code(1);
+    let after = enqueue(&env, "t/echo", json!({"must": true}));
+    drain(&env);
+    let old: Value = serde_json::from_str(&env.wf(["result", &before]).ok().stdout).unwrap();
+    let new: Value = serde_json::from_str(&env.wf(["result", &after]).ok().stdout).unwrap();
+    assert_eq!(old["version"], 1, "the job enqueued before the sync runs the old code");
+    assert_eq!(new["version"], 2, "the job enqueued after the sync runs the new code");
+    let shown = env.wf(["show", &after, "--json"]).ok().json();
+    assert_eq!(shown["commit_sha"], second.as_str());
+    let timeouts: Vec<i32> = env
+        .db()
+        .query("SELECT timeout_s FROM job ORDER BY created_at", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(timeouts, vec![30, 5]);
+}
+
+#[test]
+fn priority_then_scheduled_time_decide_the_order() {
+    let env = TestEnv::new();
+    synced(&env);
+    let low = enqueue_raw(&env, &["--priority", "1"]);
+    let high_first = enqueue_raw(&env, &["--priority", "9"]);
+    let mid = enqueue_raw(&env, &["--priority", "5"]);
+    let high_second = enqueue_raw(&env, &["--priority", "9"]);
+    let earlier = env.wf(["enqueue", "t/echo", "--priority", "5", "--at", "2000-01-01T00:00:00Z"]).ok().stdout.trim().to_string();
+    env.wf(["work", "--drain", "--concurrency", "1"]).ok();
+    let order: Vec<String> = env
+        .db()
+        .query("SELECT job_id::text FROM job_completed ORDER BY started_at", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(order, vec![high_first, high_second, earlier, mid, low]);
+}
+
+#[test]
+fn a_delayed_job_does_not_start_early() {
+    let env = TestEnv::new();
+    synced(&env);
+    let mut worker = crate::fixtures::worker(&env, "w", &["--once"]);
+    let job = env.wf(["enqueue", "t/echo", "--in", "2s", "--json"]).ok().json();
+    let id = job["id"].as_str().unwrap().to_string();
+    assert_eq!(env.wf(["show", &id, "--json"]).ok().json()["status"], "scheduled");
+    let status = worker.wait().unwrap();
+    assert!(status.success());
+    let early: bool = env.scalar(&format!(
+        "SELECT c.started_at < j.scheduled_for FROM job_completed c JOIN job j ON j.id = c.job_id WHERE c.job_id = '{id}'"
+    ));
+    assert!(!early, "the job started before it was due");
+    let delay: f64 = env.scalar(&format!(
+        "SELECT extract(epoch FROM c.started_at - j.created_at)::float8 FROM job_completed c JOIN job j ON j.id = c.job_id WHERE c.job_id = '{id}'"
+    ));
+    assert!(delay >= 2.0, "started {delay} s after enqueue");
+}
+
+#[test]
+fn the_action_sees_its_environment_and_a_token_that_verifies() {
+    let env = TestEnv::new().env("WF_SECRET", "0123456789abcdef0123456789abcdef-test-secret");
+    synced(&env);
+    let id = enqueue(&env, "t/env", json!({}));
+    env.wf(["work", "--drain"]).env("WF_CANARY", "leak").ok();
+    let vars: Value = serde_json::from_str(&env.wf(["result", &id]).ok().stdout).unwrap();
+    assert_eq!(vars["WF_JOB_ID"], id.as_str());
+    assert_eq!(vars["WF_APP"], "t");
+    assert_eq!(vars["WF_ACTION"], "env");
+    assert_eq!(vars["WF_TRIGGER_KIND"], "manual");
+    assert_eq!(vars["WF_ATTEMPT"], "1");
+    for name in ["WF_COMMIT_SHA", "WF_SCHEDULED_FOR", "WF_TOKEN", "PATH", "HOME"] {
+        assert!(vars[name].is_string(), "{name} missing: {vars}");
+    }
+    assert!(vars.get("WF_CANARY").is_none(), "the worker's environment leaked: {vars}");
+    assert!(vars.get("DATABASE_URL").is_none(), "the database URL leaked to the action");
+
+    let token = vars["WF_TOKEN"].as_str().unwrap().to_string();
+    let claims = env.wf(["token", "verify", &token, "--json"]).ok().json();
+    assert_eq!(claims["job"], id.as_str());
+    let worker: String = env.scalar(&format!("SELECT worker FROM job_completed WHERE job_id = '{id}'"));
+    assert_eq!(claims["claim"], worker.as_str());
+
+    // A modified token, one signed with another secret, and an expired one are refused.
+    let mut forged = token.clone();
+    let flip = forged.len() - 3;
+    let replacement = if &forged[flip..flip + 1] == "A" { "B" } else { "A" };
+    forged.replace_range(flip..flip + 1, replacement);
+    env.wf(["token", "verify", &forged]).run().expect_code(1);
+    env.wf(["token", "verify", &token]).env("WF_SECRET", "another-secret-of-at-least-32-bytes!!").run().expect_code(1);
+    env.wf(["token", "verify", "garbage"]).run().expect_code(1);
+    let secret = b"0123456789abcdef0123456789abcdef-test-secret";
+    let old = chrono::Utc::now() - chrono::Duration::hours(2);
+    let expired = wf::token::issue(secret, &wf::token::Claims::for_claim(uuid::Uuid::new_v4(), "w#1", old, 60));
+    let run = env.wf(["token", "verify", &expired]).run().expect_code(1);
+    assert!(run.stderr.contains("expired"), "{run:?}");
+    let fresh = wf::token::issue(secret, &wf::token::Claims::for_claim(uuid::Uuid::new_v4(), "w#1", chrono::Utc::now(), 60));
+    env.wf(["token", "verify", &fresh]).ok();
+}
+
+#[test]
+fn a_commit_without_marker_is_never_run() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let id = enqueue(&env, "t/echo", json!({"log": log}));
+    // A worker on a host whose store does not have the commit.
+    let empty_store = path(&env, "other-store");
+    env.wf(["work", "--drain"]).env("WF_STORE", &empty_store).ok();
+    let error: Value = serde_json::from_str(&env.wf(["result", &id]).run().expect_code(4).stdout).unwrap();
+    let message = error["message"].as_str().unwrap();
+    let commit: String = env.scalar(&format!("SELECT commit_sha FROM job WHERE id = '{id}'"));
+    assert!(message.contains(&commit), "{message}");
+    assert!(message.contains(empty_store.to_str().unwrap()), "{message}");
+    assert!(!log.exists(), "the action must not have run");
+}
+
+#[test]
+fn a_heartbeat_longer_than_a_third_of_the_window_is_refused() {
+    let env = TestEnv::new();
+    let run = env.wf(["work", "--drain", "--heartbeat", "30s"]).env("WF_ZOMBIE_TIMEOUT_S", "60").run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("third"), "{run:?}");
+}
+
+#[test]
+fn a_missing_bun_is_one_clear_error_at_start() {
+    let env = TestEnv::new();
+    let run = env.wf(["work", "--drain"]).env("WF_BUN", "/nonexistent/bun").run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("WF_BUN"), "{run:?}");
+}
