@@ -22,7 +22,9 @@ pub fn run(ctx: &Ctx, args: SyncArgs) -> Result<Outcome> {
         .manifest
         .apps
         .iter()
-        .flat_map(|app| app.actions.iter().map(move |a| (app.key.as_str(), a.key.as_str(), a.tag.as_str(), a.timeout_s)))
+        .flat_map(|app| {
+            app.actions.iter().map(move |a| (app.key.as_str(), a.key.as_str(), a.tag.as_str(), a.timeout_s))
+        })
         .collect();
     if ctx.out.json {
         let actions: Vec<Value> = actions
@@ -37,7 +39,9 @@ pub fn run(ctx: &Ctx, args: SyncArgs) -> Result<Outcome> {
     }
     let rows = actions
         .iter()
-        .map(|(app, action, tag, timeout)| vec![app.to_string(), action.to_string(), tag.to_string(), format!("{timeout}s")])
+        .map(|(app, action, tag, timeout)| {
+            vec![app.to_string(), action.to_string(), tag.to_string(), format!("{timeout}s")]
+        })
         .collect();
     ctx.out.table(&["app", "action", "tag", "timeout"], rows)?;
     let stored = if report.materialized.written {

@@ -74,10 +74,7 @@ pub fn replace(
             &[&app.key, &source.id, &app.tag],
         )?;
         if owned.is_none() {
-            bail!(
-                "the app {} now belongs to another source; an app belongs to one source (see `wf actions`)",
-                app.key
-            );
+            bail!("the app {} now belongs to another source; an app belongs to one source (see `wf actions`)", app.key);
         }
         app_keys.push(app.key.clone());
         for action in &app.actions {

@@ -11,7 +11,8 @@ use uuid::Uuid;
 /// Heads and tags under their own names, and the remote's HEAD where `resolve` looks for the
 /// default branch. `+`: a force-pushed branch is followed (the catalog's no-going-back rule is
 /// checked on commits, not on refs).
-const REFSPECS: [&str; 3] = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", "+HEAD:refs/remotes/origin/HEAD"];
+const REFSPECS: [&str; 3] =
+    ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", "+HEAD:refs/remotes/origin/HEAD"];
 
 /// Where the remote's HEAD is kept in the mirror.
 const REMOTE_HEAD: &str = "refs/remotes/origin/HEAD";
@@ -41,8 +42,7 @@ pub fn open_mirror(path: &Path) -> Result<Repository> {
                 .with_context(|| format!("removing the broken mirror {}", path.display()))?,
         }
     }
-    std::fs::create_dir_all(path.parent().unwrap_or(path))
-        .with_context(|| format!("creating {}", path.display()))?;
+    std::fs::create_dir_all(path.parent().unwrap_or(path)).with_context(|| format!("creating {}", path.display()))?;
     Repository::init_bare(path).with_context(|| format!("creating the mirror {}", path.display()))
 }
 

@@ -82,9 +82,8 @@ pub fn add(client: &mut impl GenericClient, name: &str, url: &str, branch: Optio
 
 /// Every source, by name.
 pub fn list(client: &mut impl GenericClient) -> Result<Vec<GitSource>> {
-    let rows = client
-        .query(&format!("SELECT {COLUMNS} FROM git_source ORDER BY name"), &[])
-        .context("listing sources")?;
+    let rows =
+        client.query(&format!("SELECT {COLUMNS} FROM git_source ORDER BY name"), &[]).context("listing sources")?;
     Ok(rows.iter().map(GitSource::from_row).collect())
 }
 
@@ -141,10 +140,7 @@ fn normalize_url(url: &str) -> Result<String> {
     let absolute = path.canonicalize().with_context(|| {
         format!("{url} is not a URL and not an existing local path; give a URL (https://, ssh://, file://) or the path of a git repository")
     })?;
-    absolute
-        .to_str()
-        .map(str::to_string)
-        .with_context(|| format!("the path {} is not valid UTF-8", absolute.display()))
+    absolute.to_str().map(str::to_string).with_context(|| format!("the path {} is not valid UTF-8", absolute.display()))
 }
 
 /// `git@host:owner/repo.git`: a colon before any slash.

@@ -116,7 +116,9 @@ impl Reader<'_> {
         let (_, oid) = match lookup_blob(self.repo, self.root, MANIFEST) {
             Ok(found) => found,
             Err(reason) => {
-                self.problems.push(format!("{MANIFEST}: {reason}; add one at the repository root (see examples/windforce.json)"));
+                self.problems.push(format!(
+                    "{MANIFEST}: {reason}; add one at the repository root (see examples/windforce.json)"
+                ));
                 return None;
             }
         };
@@ -199,6 +201,9 @@ impl Reader<'_> {
         let timeout_s = self.timeout(&path, fields);
         let tag = self.tag(&path, fields);
         let tag = tag.or(app_tag.map(str::to_string)).unwrap_or_else(|| DEFAULT_TAG.to_string());
+        if !key_ok {
+            return None;
+        }
         Some(Action {
             key: key.to_string(),
             entrypoint: entrypoint?,
@@ -207,16 +212,17 @@ impl Reader<'_> {
             timeout_s: timeout_s?,
             tag,
         })
-        .filter(|_| key_ok)
     }
 
     fn unknown_fields(&mut self, path: &str, fields: &Map<String, Value>, known: &[&str]) {
-        let unknown: BTreeSet<&str> =
-            fields.keys().map(String::as_str).filter(|name| !known.contains(name)).collect();
+        let unknown: BTreeSet<&str> = fields.keys().map(String::as_str).filter(|name| !known.contains(name)).collect();
         if !unknown.is_empty() {
             let names: Vec<String> = unknown.iter().map(|name| format!("`{name}`")).collect();
             let plural = if unknown.len() == 1 { "" } else { "s" };
-            self.problem(path, format_args!("unknown field{plural} {} (known: {})", names.join(", "), known.join(", ")));
+            self.problem(
+                path,
+                format_args!("unknown field{plural} {} (known: {})", names.join(", "), known.join(", ")),
+            );
         }
     }
 
@@ -349,10 +355,14 @@ pub fn lookup_blob(repo: &Repository, root: &Tree, path: &str) -> Result<(String
         tree = match mode {
             MODE_TREE => repo.find_tree(id).map_err(|e| format!("{so_far:?} cannot be read: {e}"))?,
             MODE_LINK => {
-                return Err(format!("{path:?} passes through the symlink {so_far:?}; paths must not go through symlinks"));
+                return Err(format!(
+                    "{path:?} passes through the symlink {so_far:?}; paths must not go through symlinks"
+                ));
             }
             MODE_SUBMODULE => {
-                return Err(format!("{path:?} is inside the submodule {so_far:?}, which is not part of this repository"));
+                return Err(format!(
+                    "{path:?} is inside the submodule {so_far:?}, which is not part of this repository"
+                ));
             }
             _ => return Err(format!("{path:?}: {so_far:?} is a file, not a directory")),
         };

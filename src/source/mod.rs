@@ -4,7 +4,7 @@
 //! `git_source` (the registered repositories) -> `git` (a bare mirror, a resolved commit) ->
 //! `manifest` (windforce.json and its schemas, read from the commit's tree) -> `store` (the tree
 //! materialized, the marker written last) -> `catalog` (one transaction). `sync` runs them in that
-//! order, and only in that order, under a per-source lock.
+//! order, and only in that order, under a per-source `lock`.
 
 pub mod catalog;
 pub mod git;
@@ -25,9 +25,7 @@ pub fn is_valid_key(key: &str) -> bool {
         _ => return false,
     }
     bytes.len() <= 63
-        && bytes[1..]
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-')
+        && bytes[1..].iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-')
 }
 
 /// The first 12 characters of a commit id, for humans.

@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use git2::Repository;
+use git2::{Oid, Repository};
 use postgres::Client;
 
 use super::git::{self, Target};
@@ -36,7 +36,14 @@ pub struct Report {
 }
 
 /// Sync source `name` to `target`. `home` holds the mirrors, `store` the materialized trees.
-pub fn sync(client: &mut Client, name: &str, target: &Target, home: &Path, store: &Path, out: &Output) -> Result<Report> {
+pub fn sync(
+    client: &mut Client,
+    name: &str,
+    target: &Target,
+    home: &Path,
+    store: &Path,
+    out: &Output,
+) -> Result<Report> {
     let source = git_source::find(client, name)?;
     with_source_lock(client, source.id, name, out, |client| {
         // Read again under the lock: a sync that ran while we waited may have moved the commit.
@@ -75,7 +82,7 @@ fn sync_locked(
     }
 
     // 2. the manifest and its schemas, from the commit's tree.
-    let manifest = read_manifest(client, &repo, source, &sha)?;
+    let manifest = read_manifest(client, &repo, source, commit)?;
 
     // 3. the tree into the store, marker last.
     let bar = out.progress(0, &format!("materializing {}", short_sha(&sha)));
@@ -98,10 +105,10 @@ fn sync_locked(
     })
 }
 
-fn read_manifest(client: &mut Client, repo: &Repository, source: &GitSource, sha: &str) -> Result<Manifest> {
+fn read_manifest(client: &mut Client, repo: &Repository, source: &GitSource, commit: Oid) -> Result<Manifest> {
     let taken = catalog::apps_of_other_sources(client, source.id)?;
-    let tree = repo.find_commit(git2::Oid::from_str(sha)?)?.tree()?;
+    let tree = repo.find_commit(commit)?.tree()?;
     manifest::read(repo, &tree, &taken).with_context(|| {
-        format!("commit {} has an invalid {}; nothing was changed", short_sha(sha), manifest::MANIFEST)
+        format!("commit {} has an invalid {}; nothing was changed", short_sha(&commit.to_string()), manifest::MANIFEST)
     })
 }

@@ -108,7 +108,11 @@ fn listing(root: &Path) -> Vec<String> {
             let entry = entry.unwrap();
             let meta = entry.path().symlink_metadata().unwrap();
             let relative = entry.path().strip_prefix(root).unwrap().display().to_string();
-            out.push(format!("{relative} {:o} {}", meta.permissions().mode(), if meta.is_dir() { 0 } else { meta.len() }));
+            out.push(format!(
+                "{relative} {:o} {}",
+                meta.permissions().mode(),
+                if meta.is_dir() { 0 } else { meta.len() }
+            ));
             if meta.is_dir() {
                 walk(root, &entry.path(), out);
             }
@@ -193,7 +197,10 @@ fn sync_pins_the_commit_and_fills_the_catalog_from_the_manifest() {
     assert_eq!(marker["commit"], sha.as_str());
     assert_eq!(marker["source"], id.as_str());
     assert_eq!(marker["files"], 6);
-    assert_eq!(std::fs::read_to_string(dir.join("billing/refund.js")).unwrap(), "export function main() { return {}; }\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("billing/refund.js")).unwrap(),
+        "export function main() { return {}; }\n"
+    );
     let mode = |path: &str| std::fs::metadata(dir.join(path)).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode("tools/run.sh"), 0o755, "the executable bit is kept");
     assert_eq!(mode("billing/charge.ts"), 0o644);
@@ -510,7 +517,12 @@ const BROKEN: &[Broken] = &[
         change: |repo| {
             repo.file("billing/charge.input.json", "{ not json");
         },
-        expect: &["windforce.json", "apps.billing.actions.charge.input_schema", "billing/charge.input.json", "not valid JSON"],
+        expect: &[
+            "windforce.json",
+            "apps.billing.actions.charge.input_schema",
+            "billing/charge.input.json",
+            "not valid JSON",
+        ],
     },
     Broken {
         name: "schema not a valid JSON Schema",
