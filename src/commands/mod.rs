@@ -4,6 +4,7 @@ mod actions;
 mod db;
 mod generate_docs;
 mod source;
+mod supervise;
 mod sync;
 
 use anyhow::Result;
@@ -44,6 +45,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Source(command) => source::run(&ctx, command),
         Command::Sync(args) => sync::run(&ctx, args),
         Command::Actions(args) => actions::run(&ctx, args),
+        Command::Supervise(args) => supervise::run(args),
         _ => anyhow::bail!("this subcommand is being built"),
     }
 }

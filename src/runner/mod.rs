@@ -1,1 +1,71 @@
-//! placeholder
+//! Running one action attempt under the worker's control.
+//!
+//! ```text
+//! worker thread ──spawns──> wf __supervise  (own process group, parent-death signal, subreaper)
+//!      ^                        └──> bun run wrapper.mjs <entrypoint> <input.json> <result.json>
+//!      └── pipes: Event::Line ...,  Event::Done             └──> whatever the action starts
+//! ```
+//!
+//! - `attempt`: `Running::start(Spec)` → events → `stop()` when needed → `finish()` → `Outcome`.
+//! - `supervisor`: the process that owns the action's whole tree and kills it (ADR-0011).
+//! - `pump`: the supervisor's stdout/stderr turned into lines.
+//! - `scratch`: per-worker scratch roots and per-attempt directories, stale ones removed.
+//! - `wrapper`: the script that calls `main(input)` and writes the result file.
+
+mod attempt;
+mod pump;
+mod scratch;
+pub(crate) mod supervisor;
+mod wrapper;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+pub use attempt::{Event, Outcome, Running, Spec, Stream};
+pub use pump::MAX_LINE;
+pub use scratch::ScratchRoot;
+
+/// Run `bun --version`: the check a worker makes before it claims anything, so a missing bun is one
+/// clear error at start rather than a failure per job.
+pub fn check_bun(bun: &str) -> Result<String> {
+    let path = resolve_bun(bun)?;
+    let output = Command::new(&path)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("running {} --version (set WF_BUN to a working bun)", path.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} --version failed ({}): {} (set WF_BUN to a working bun)",
+            path.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// The bun executable as an absolute path: `bun` is a path when it has a slash, else a name looked
+/// up on PATH. Resolved here, once, so that the action's PATH does not decide which bun runs it.
+pub fn resolve_bun(bun: &str) -> Result<PathBuf> {
+    let hint = "set WF_BUN to the path of the bun executable, or put bun on PATH";
+    if bun.contains('/') {
+        let path = Path::new(bun);
+        if !is_executable(path) {
+            bail!("bun not found: {bun} is not an executable file ({hint})");
+        }
+        return std::path::absolute(path).with_context(|| format!("resolving {bun}"));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(bun))
+        .find(|candidate| is_executable(candidate))
+        .and_then(|found| std::path::absolute(found).ok())
+        .with_context(|| format!("bun not found: no {bun:?} on PATH ({hint})"))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata().is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
+}

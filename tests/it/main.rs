@@ -4,4 +4,5 @@ mod harness;
 
 mod db;
 mod docs;
+mod runner;
 mod sync;

@@ -1,0 +1,141 @@
+//! The logs pump: turns the bytes of one of the supervisor's pipes into `Event::Line`s.
+
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
+
+use super::{Event, Stream};
+
+/// Longer lines are cut into pieces of at most this many bytes, so one runaway line cannot grow the
+/// worker's memory without bound.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// How often a reader blocked on an idle pipe looks at the `abandon` flag.
+const POLL_MS: libc::c_int = 200;
+
+/// Read `pipe` until EOF (or until `abandon` is set) and send each line as an event. Lines are sent
+/// without their newline; invalid UTF-8 is replaced. A gone receiver does not stop the reading: the
+/// pipe is still drained, so the action never blocks on a full pipe.
+pub fn pump(mut pipe: impl Read + AsRawFd, stream: Stream, events: SyncSender<Event>, abandon: &AtomicBool) {
+    let mut lines = Lines::default();
+    let mut buffer = vec![0u8; 16 * 1024];
+    let mut send = |text: String| {
+        let _ = events.send(Event::Line { stream, text });
+    };
+    while !abandon.load(Ordering::SeqCst) {
+        if !readable(pipe.as_raw_fd()) {
+            continue;
+        }
+        match pipe.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => lines.push(&buffer[..n], &mut send),
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    lines.finish(&mut send);
+}
+
+/// Wait up to POLL_MS for the pipe to have data or to be closed.
+fn readable(fd: libc::c_int) -> bool {
+    let mut poll = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut poll, 1, POLL_MS) > 0 }
+}
+
+/// Splits a byte stream into lines of at most MAX_LINE bytes.
+#[derive(Default)]
+pub struct Lines {
+    pending: Vec<u8>,
+}
+
+impl Lines {
+    pub fn push(&mut self, bytes: &[u8], emit: &mut impl FnMut(String)) {
+        self.pending.extend_from_slice(bytes);
+        let mut start = 0;
+        loop {
+            let rest = &self.pending[start..];
+            let window = &rest[..rest.len().min(MAX_LINE + 1)];
+            if let Some(end) = window.iter().position(|byte| *byte == b'\n') {
+                emit(String::from_utf8_lossy(&rest[..end]).into_owned());
+                start += end + 1;
+            } else if rest.len() > MAX_LINE {
+                let cut = char_boundary(rest, MAX_LINE);
+                emit(String::from_utf8_lossy(&rest[..cut]).into_owned());
+                start += cut;
+            } else {
+                break;
+            }
+        }
+        self.pending.drain(..start);
+    }
+
+    /// The last line, when the stream did not end with a newline.
+    pub fn finish(&mut self, emit: &mut impl FnMut(String)) {
+        if !self.pending.is_empty() {
+            emit(String::from_utf8_lossy(&self.pending).into_owned());
+            self.pending.clear();
+        }
+    }
+}
+
+/// `max`, moved back to the start of a multi-byte UTF-8 character that would otherwise be cut in
+/// two (and so turn into two replacement characters).
+fn char_boundary(bytes: &[u8], max: usize) -> usize {
+    for back in 1..=3.min(max - 1) {
+        let byte = bytes[max - back];
+        if byte & 0b1100_0000 == 0b1000_0000 {
+            continue;
+        }
+        let length = match byte {
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf7 => 4,
+            _ => 1,
+        };
+        return if length > back { max - back } else { max };
+    }
+    max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(chunks: &[&[u8]]) -> Vec<String> {
+        let mut lines = Lines::default();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            lines.push(chunk, &mut |line| out.push(line));
+        }
+        lines.finish(&mut |line| out.push(line));
+        out
+    }
+
+    #[test]
+    fn lines_are_split_on_newlines_across_chunks() {
+        assert_eq!(split(&[b"a\nb", b"c\n\nd"]), ["a", "bc", "", "d"]);
+    }
+
+    #[test]
+    fn a_line_of_exactly_max_bytes_is_not_cut() {
+        let line = vec![b'x'; MAX_LINE];
+        let mut input = line.clone();
+        input.push(b'\n');
+        assert_eq!(split(&[&input[..10], &input[10..]]), [String::from_utf8(line).unwrap()]);
+    }
+
+    #[test]
+    fn long_lines_are_cut_between_characters() {
+        let text = "é".repeat(MAX_LINE);
+        let out = split(&[text.as_bytes()]);
+        assert!(out.len() > 1 && out.iter().all(|piece| piece.len() <= MAX_LINE && !piece.contains('\u{fffd}')));
+        assert_eq!(out.concat(), text);
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced() {
+        assert_eq!(split(&[b"\xffA\n"]), ["\u{fffd}A"]);
+    }
+}

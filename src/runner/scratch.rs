@@ -1,0 +1,162 @@
+//! Scratch space: one root per worker process under `$WF_HOME/scratch/`, one directory per attempt
+//! inside it. A root is alive while its lock file is flocked by its worker; a worker that died (even
+//! by SIGKILL) released the lock with its last file descriptor, so the next worker to start removes
+//! what it left behind.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use uuid::Uuid;
+
+use crate::config;
+
+const LOCK_SUFFIX: &str = ".lock";
+
+/// `$WF_HOME/scratch/<pid>-<random>/`, locked through `<pid>-<random>.lock` beside it for as long
+/// as this value lives; removed on drop.
+#[derive(Debug)]
+pub struct ScratchRoot {
+    dir: PathBuf,
+    lock_path: PathBuf,
+    _lock: File,
+    wrapper: PathBuf,
+}
+
+impl ScratchRoot {
+    /// The root of this worker process under `$WF_HOME`.
+    pub fn create() -> Result<ScratchRoot> {
+        ScratchRoot::create_in(&config::wf_home()?)
+    }
+
+    /// The root of this worker process under `wf_home`; also writes the action wrapper and removes
+    /// the roots of workers that are gone.
+    pub fn create_in(wf_home: &Path) -> Result<ScratchRoot> {
+        let wrapper = super::wrapper::install(wf_home)?;
+        let parent = wf_home.join("scratch");
+        fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+        let (name, lock_path, lock) = loop {
+            let name = format!("{}-{:08x}", std::process::id(), fastrand::u32(..));
+            let lock_path = parent.join(format!("{name}{LOCK_SUFFIX}"));
+            if let Some(lock) = lock_new(&lock_path)? {
+                break (name, lock_path, lock);
+            }
+        };
+        let dir = parent.join(&name);
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("creating the scratch directory {}", dir.display()))?;
+        remove_stale_roots(&parent, &name);
+        Ok(ScratchRoot { dir, lock_path, _lock: lock, wrapper })
+    }
+
+    /// Where one attempt of a job runs: its cwd and its input/result files live below this.
+    pub fn attempt_dir(&self, job_id: &Uuid, attempt: i32) -> PathBuf {
+        self.dir.join(format!("{job_id}-{attempt}"))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The action wrapper written for this worker (see `wrapper.mjs`).
+    pub fn wrapper(&self) -> &Path {
+        &self.wrapper
+    }
+}
+
+impl Drop for ScratchRoot {
+    fn drop(&mut self) {
+        // The lock is still held here, so no other worker is removing the same files.
+        let _ = remove_tree(&self.dir);
+        let _ = fs::remove_file(&self.lock_path);
+    }
+}
+
+/// Create and lock a fresh lock file. None when the name is taken, or when a sweeping worker took
+/// and unlinked the file between our open and our flock (we would hold a lock on nothing).
+fn lock_new(path: &Path) -> Result<Option<File>> {
+    let file = match OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => return Ok(None),
+        Err(error) => return Err(error).with_context(|| format!("creating lock file {}", path.display())),
+    };
+    if !try_flock(&file) {
+        return Ok(None);
+    }
+    let held = file.metadata().with_context(|| format!("reading lock file {}", path.display()))?;
+    match fs::metadata(path) {
+        Ok(on_disk) if on_disk.dev() == held.dev() && on_disk.ino() == held.ino() => Ok(Some(file)),
+        _ => Ok(None),
+    }
+}
+
+fn try_flock(file: &File) -> bool {
+    // SAFETY: flock on a valid, owned file descriptor.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// Remove every sibling root whose lock is not held: its worker is gone. A directory without a lock
+/// file is debris too: a live root's lock file is created before its directory and removed after it.
+/// Best effort: a root that cannot be removed now is tried again by the next worker.
+fn remove_stale_roots(parent: &Path, own: &str) {
+    let Ok(entries) = fs::read_dir(parent) else { return };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .map(|name| name.strip_suffix(LOCK_SUFFIX).map(str::to_string).unwrap_or(name))
+        .filter(|name| name != own)
+        .collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let dir = parent.join(&name);
+        let lock_path = parent.join(format!("{name}{LOCK_SUFFIX}"));
+        match File::options().write(true).open(&lock_path) {
+            Ok(lock) => {
+                if try_flock(&lock) {
+                    let _ = remove_tree(&dir);
+                    let _ = fs::remove_file(&lock_path);
+                }
+            }
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                let _ = remove_tree(&dir);
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Remove a directory tree the action wrote into. An action may leave directories without write
+/// permission, which would stop a plain remove_dir_all of a non-root worker: those are opened up
+/// and the removal tried again.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            open_up(path);
+            match fs::remove_dir_all(path) {
+                Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        }
+    }
+}
+
+fn open_up(dir: &Path) {
+    let Ok(metadata) = fs::symlink_metadata(dir) else { return };
+    if !metadata.is_dir() {
+        return;
+    }
+    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            open_up(&entry.path());
+        }
+    }
+}

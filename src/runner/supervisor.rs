@@ -1,0 +1,311 @@
+//! The supervisor: the small process between a worker and bun that owns the action's whole process
+//! tree (ADR-0011), run as `wf __supervise`.
+//!
+//! cgroups may not be writable on the machines wf runs on, and a process group does not hold a
+//! descendant that calls setsid() or setpgid(). So the supervisor marks itself child subreaper:
+//! every descendant whose parent dies is reparented to it instead of to PID 1, which keeps the whole
+//! tree reachable through parent links in /proc. To stop the job it kills every descendant it finds
+//! there, again and again until none is left, and reaps them all (PID 1 here may not reap zombies).
+//! The worker starts it with a parent-death signal, so a worker that dies, even by SIGKILL, takes
+//! the job with it.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// Signals that stop the job: the worker's stop() and the parent-death signal send SIGTERM; INT and
+/// HUP come from an operator or a terminal.
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// How often the supervisor looks at its parent even when no signal comes (the parent-death signal
+/// is the fast path; this covers a worker that died before it could be armed).
+const PARENT_CHECK: Duration = Duration::from_secs(1);
+
+/// A process that survives SIGKILL this long is stuck in the kernel (uninterruptible I/O); the
+/// supervisor then says so and exits rather than hold the worker's slot forever.
+const KILL_PATIENCE: Duration = Duration::from_secs(30);
+
+/// What to supervise. Travels on the command line as `key=value` words, then `--` and the command,
+/// so the worker can start `wf __supervise` without any other channel. Values of environment
+/// variables never go on the command line (it is readable by every user): `keep` names them, the
+/// values come from the supervisor's own environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Supervision {
+    /// The worker's pid: a supervisor whose parent is already another process exits at once.
+    pub parent: i32,
+    /// bun's working directory.
+    pub cwd: PathBuf,
+    /// Where the supervisor writes one line saying how bun ended, for the worker's Outcome.
+    pub status: PathBuf,
+    /// The environment variables passed to bun; nothing else of the supervisor's environment is.
+    pub keep: Vec<String>,
+    /// bun and its arguments.
+    pub command: Vec<String>,
+}
+
+impl Supervision {
+    pub fn to_args(&self) -> Result<Vec<String>> {
+        let utf8 = |path: &PathBuf| {
+            path.to_str().map(str::to_string).with_context(|| format!("{} is not valid UTF-8", path.display()))
+        };
+        let mut args = vec![
+            format!("parent={}", self.parent),
+            format!("cwd={}", utf8(&self.cwd)?),
+            format!("status={}", utf8(&self.status)?),
+        ];
+        for name in &self.keep {
+            if name.is_empty() || name.contains(['=', '\0']) {
+                bail!("{name:?} is not a valid environment variable name");
+            }
+            args.push(format!("keep={name}"));
+        }
+        args.push("--".to_string());
+        args.extend(self.command.iter().cloned());
+        Ok(args)
+    }
+
+    pub fn from_args(args: &[String]) -> Result<Supervision> {
+        let mut words = args.iter();
+        let (mut parent, mut cwd, mut status, mut keep) = (None, None, None, Vec::new());
+        for word in words.by_ref() {
+            if word == "--" {
+                break;
+            }
+            let Some((key, value)) = word.split_once('=') else { bail!("unexpected argument {word:?}") };
+            match key {
+                "parent" => parent = Some(value.parse::<i32>().with_context(|| format!("bad parent pid {value:?}"))?),
+                "cwd" => cwd = Some(PathBuf::from(value)),
+                "status" => status = Some(PathBuf::from(value)),
+                "keep" => keep.push(value.to_string()),
+                _ => bail!("unknown setting {key:?}"),
+            }
+        }
+        let command: Vec<String> = words.cloned().collect();
+        if command.is_empty() {
+            bail!("no command to supervise (expected `-- COMMAND...`)");
+        }
+        Ok(Supervision {
+            parent: parent.context("parent=PID is required")?,
+            cwd: cwd.context("cwd=DIR is required")?,
+            status: status.context("status=FILE is required")?,
+            keep,
+            command,
+        })
+    }
+}
+
+/// How the supervised command came to an end.
+enum Ending {
+    /// bun ended by itself, with this wait status.
+    Finished(libc::c_int),
+    /// A stop signal arrived before bun ended.
+    Stopped(libc::c_int),
+    /// The worker that started us is gone.
+    Orphaned,
+}
+
+/// Run the command under supervision until it ends or is stopped; every descendant is dead and
+/// reaped when this returns. Returns the exit code for the supervisor: bun's code, or 128 + the
+/// signal that ended bun or stopped the job.
+pub fn supervise(plan: &Supervision) -> Result<i32> {
+    let signals = take_signals()?;
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error()).context("marking the supervisor child subreaper");
+    }
+    // The parent-death signal is only sent if the worker dies after it was armed (in the forked
+    // child, before exec). Had the worker died earlier, we were already adopted by someone else.
+    // SAFETY: getppid cannot fail.
+    if unsafe { libc::getppid() } != plan.parent {
+        write_status(plan, "stopped: the worker was gone before the action started");
+        return Ok(128 + libc::SIGTERM);
+    }
+
+    let bun = match spawn(plan) {
+        Ok(pid) => pid,
+        Err(error) => {
+            let message = format!("could not start {}: {error}", plan.command[0]);
+            eprintln!("wf: {message}");
+            write_status(plan, &message);
+            return Ok(127);
+        }
+    };
+
+    let ending = loop {
+        let signal = wait_signal(&signals, PARENT_CHECK);
+        if let Some(status) = reap_exited(bun) {
+            break Ending::Finished(status);
+        }
+        if STOP_SIGNALS.contains(&signal) {
+            break Ending::Stopped(signal);
+        }
+        // SAFETY: getppid cannot fail.
+        if unsafe { libc::getppid() } != plan.parent {
+            break Ending::Orphaned;
+        }
+    };
+
+    // The job is over either way: whatever it left running goes with it.
+    let survivors = kill_tree();
+    if survivors > 0 {
+        eprintln!("wf: {survivors} process(es) of the action did not die within {KILL_PATIENCE:?} of SIGKILL");
+    }
+
+    let (message, code) = match ending {
+        Ending::Finished(status) if libc::WIFEXITED(status) => {
+            let code = libc::WEXITSTATUS(status);
+            (format!("bun exited with code {code}"), code)
+        }
+        Ending::Finished(status) => {
+            let signal = libc::WTERMSIG(status);
+            (format!("bun was killed by signal {signal}"), 128 + signal)
+        }
+        Ending::Stopped(signal) => (format!("stopped by signal {signal} before bun finished"), 128 + signal),
+        Ending::Orphaned => ("stopped: the worker is gone".to_string(), 128 + libc::SIGTERM),
+    };
+    write_status(plan, &message);
+    Ok(code)
+}
+
+/// Block the stop signals and SIGCHLD so that they queue up for sigtimedwait instead of running
+/// handlers; their dispositions are reset first because an ignored SIGCHLD inherited from the
+/// worker would make the kernel reap bun behind our back.
+fn take_signals() -> Result<libc::sigset_t> {
+    // SAFETY: plain libc signal-set manipulation on a local set; signal() with SIG_DFL.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in STOP_SIGNALS.into_iter().chain([libc::SIGCHLD]) {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::sigaddset(&mut set, signal);
+        }
+        let result = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if result != 0 {
+            return Err(io::Error::from_raw_os_error(result)).context("blocking signals in the supervisor");
+        }
+        Ok(set)
+    }
+}
+
+/// The next of our signals, or 0 after `timeout` without one.
+fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> libc::c_int {
+    let timeout = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+    // SAFETY: a valid set and timespec; the siginfo pointer may be null.
+    let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &timeout) };
+    signal.max(0)
+}
+
+/// Start bun in `cwd`, with only the kept environment variables, stdin from /dev/null and our
+/// stdout/stderr (the worker's pipes). Returns its pid; it is reaped by `reap_exited`.
+fn spawn(plan: &Supervision) -> io::Result<i32> {
+    let mut command = Command::new(&plan.command[0]);
+    command.args(&plan.command[1..]).current_dir(&plan.cwd).env_clear().stdin(Stdio::null());
+    for name in &plan.keep {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            // bun must not inherit the signals we blocked for ourselves.
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let child = command.spawn()?;
+    // The Child handle is dropped without waiting: we reap with waitpid(-1), which also collects
+    // the orphans we adopt.
+    Ok(child.id() as i32)
+}
+
+/// Reap every child that has exited: bun, and any adopted descendant. Returns bun's wait status
+/// when bun was among them.
+fn reap_exited(bun: i32) -> Option<libc::c_int> {
+    let mut bun_status = None;
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid with a valid pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return bun_status;
+        }
+        if pid == bun {
+            bun_status = Some(status);
+        }
+    }
+}
+
+/// SIGKILL every descendant and reap it, round after round, until none is left: a process can fork
+/// between our look at /proc and our kill, and its child is then reparented to us and caught by
+/// the next round. Returns how many were still there when patience ran out (0 normally).
+fn kill_tree() -> usize {
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    let deadline = Instant::now() + KILL_PATIENCE;
+    loop {
+        // bun, if still to be reaped, is no longer of interest: its status is not wanted here.
+        reap_exited(0);
+        let descendants = match descendants_of(me) {
+            Ok(descendants) => descendants,
+            Err(error) => {
+                eprintln!("wf: cannot list the action's processes in /proc: {error}");
+                return 0;
+            }
+        };
+        if descendants.is_empty() {
+            return 0;
+        }
+        if Instant::now() > deadline {
+            return descendants.len();
+        }
+        for pid in &descendants {
+            // SAFETY: kill with a pid that is our descendant (zombies included, where it is a no-op).
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Every process whose chain of parents leads to `root`, zombies included.
+fn descendants_of(root: i32) -> io::Result<Vec<i32>> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for entry in fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
+        if let Some(parent) = parent_of(pid) {
+            children.entry(parent).or_default().push(pid);
+        }
+    }
+    let mut found = Vec::new();
+    let mut next = vec![root];
+    while let Some(pid) = next.pop() {
+        if let Some(kids) = children.get(&pid) {
+            found.extend_from_slice(kids);
+            next.extend_from_slice(kids);
+        }
+    }
+    Ok(found)
+}
+
+/// The parent pid from /proc/PID/stat (`pid (comm) state ppid ...`; comm may hold spaces and
+/// parentheses, so the fields are read after the last `)`). None when the process is gone.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    fields.next()?;
+    fields.next()?.parse().ok()
+}
+
+fn write_status(plan: &Supervision, message: &str) {
+    if let Err(error) = fs::write(&plan.status, message) {
+        eprintln!("wf: cannot write {}: {error}", plan.status.display());
+    }
+}

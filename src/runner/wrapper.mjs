@@ -1,0 +1,136 @@
+// wf's wrapper around one action attempt (SPEC: Action contract), run by the supervisor as
+//
+//   bun run wrapper.mjs <entrypoint> <input.json> <result.json>
+//
+// It imports the entrypoint, awaits main(input) and writes {"ok":true,"result":...} or
+// {"ok":false,"error":{"name","message","stack"}} to the result file, then exits 0 or 1. The result
+// file lives outside the action's cwd and is not stdout, so whatever the action prints stays its log
+// and can never be mistaken for its result.
+import { readFileSync, renameSync, writeFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+
+const [entrypoint, inputPath, resultPath] = process.argv.slice(2);
+
+// Taken before the action is loaded: an action that replaces process.exit must not keep us alive.
+const exit = process.exit.bind(process);
+
+let settled = false;
+
+// Reads a property without letting a throwing getter on a thrown value break error reporting.
+function field(value, key) {
+  try {
+    return value[key];
+  } catch {
+    return undefined;
+  }
+}
+
+function describe(value) {
+  if (typeof value === "string") return value;
+  try {
+    const json = JSON.stringify(value);
+    if (json !== undefined) return json;
+  } catch {
+    // Not encodable (BigInt, circular): fall back to String() below.
+  }
+  try {
+    return String(value);
+  } catch {
+    return Object.prototype.toString.call(value);
+  }
+}
+
+function asText(value, fallback) {
+  if (value === undefined || value === null) return fallback;
+  return describe(value);
+}
+
+// Every failure becomes {"name","message","stack"}, also when the action throws a string, a plain
+// object or something that is not an Error from this realm.
+function errorObject(thrown) {
+  const errorLike =
+    thrown !== null && (typeof thrown === "object" || typeof thrown === "function") && "message" in thrown;
+  if (!errorLike) {
+    return { name: "Error", message: describe(thrown), stack: "" };
+  }
+  const name = asText(field(thrown, "name"), "Error");
+  const message = asText(field(thrown, "message"), "");
+  let stack = asText(field(thrown, "stack"), "");
+  // bun's own load errors (BuildMessage, ResolveMessage: a syntax error, a missing import) carry
+  // their location in `position` instead of a stack.
+  const position = field(thrown, "position");
+  if (stack === "" && position && typeof position === "object" && position.file) {
+    stack = `${name}: ${message}\n    at ${position.file}:${position.line}:${position.column}`;
+  }
+  return { name, message, stack };
+}
+
+function encode(outcome) {
+  try {
+    return { ok: outcome.ok, body: JSON.stringify(outcome) };
+  } catch (error) {
+    const failure = {
+      ok: false,
+      error: {
+        name: "TypeError",
+        message: `the result of main() cannot be encoded as JSON: ${asText(field(error, "message"), describe(error))}`,
+        stack: asText(field(error, "stack"), ""),
+      },
+    };
+    return { ok: false, body: JSON.stringify(failure) };
+  }
+}
+
+// bun writes to pipes asynchronously and process.exit() drops what is still queued: the end of the
+// action's output would be lost. So both streams are ended, and the exit waits for them to flush
+// (for a bounded time, should a stream never finish).
+function flushThenExit(code) {
+  let pending = 2;
+  const flushed = () => {
+    pending -= 1;
+    if (pending === 0) exit(code);
+  };
+  setTimeout(() => exit(code), 10_000);
+  for (const stream of [process.stdout, process.stderr]) {
+    try {
+      stream.end(flushed);
+    } catch {
+      flushed();
+    }
+  }
+}
+
+// The first outcome wins: a stray exception after main() settled does not rewrite the result.
+function settle(outcome) {
+  if (settled) return;
+  settled = true;
+  const { ok, body } = encode(outcome);
+  try {
+    // Written beside and renamed, so the worker never reads half a result.
+    const partial = `${resultPath}.partial`;
+    writeFileSync(partial, body);
+    renameSync(partial, resultPath);
+  } catch (error) {
+    process.stderr.write(`wf: could not write the result file ${resultPath}: ${describe(field(error, "message"))}\n`);
+    flushThenExit(70);
+    return;
+  }
+  flushThenExit(ok ? 0 : 1);
+}
+
+process.on("uncaughtException", (error) => settle({ ok: false, error: errorObject(error) }));
+process.on("unhandledRejection", (reason) => settle({ ok: false, error: errorObject(reason) }));
+
+async function run() {
+  const input = JSON.parse(readFileSync(inputPath, "utf8"));
+  const module = await import(pathToFileURL(entrypoint).href);
+  if (typeof module.main !== "function") {
+    throw new TypeError(`${entrypoint} does not export a function main(input)`);
+  }
+  return await module.main(input);
+}
+
+run().then(
+  (result) => settle({ ok: true, result: result === undefined ? null : result }),
+  (error) => settle({ ok: false, error: errorObject(error) }),
+);

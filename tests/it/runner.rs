@@ -1,0 +1,493 @@
+//! Running one action attempt (`wf::runner`): results, errors, output, environment, scratch space,
+//! and the guarantee that stopping a job, or killing its worker, leaves none of its processes.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+use wf::runner::{Event, MAX_LINE, Outcome, Running, ScratchRoot, Spec, Stream, check_bun};
+
+use crate::harness::{bun, wait_for};
+
+/// A worker's local world: WF_HOME with its scratch root, and a "store" holding action files.
+struct World {
+    dir: tempfile::TempDir,
+    root: ScratchRoot,
+}
+
+/// What a finished attempt produced.
+struct Finished {
+    outcome: Outcome,
+    lines: Vec<(Stream, String)>,
+}
+
+impl World {
+    fn new() -> World {
+        let dir = tempfile::Builder::new().prefix("wf-runner-").tempdir().unwrap();
+        let root = ScratchRoot::create_in(&dir.path().join("home")).unwrap();
+        World { dir, root }
+    }
+
+    fn store(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    /// Write an action module into the store; returns its absolute path.
+    fn action(&self, name: &str, source: &str) -> PathBuf {
+        let path = self.store().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, source).unwrap();
+        path
+    }
+
+    fn spec(&self, entrypoint: PathBuf, input: Value, env: Vec<(String, String)>) -> Spec {
+        let mut spec = Spec::new(&self.root, &Uuid::new_v4(), 1, entrypoint, input, env);
+        spec.bun = bun().display().to_string();
+        // In a test, the running binary is the test harness, not wf.
+        spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf"));
+        spec
+    }
+
+    fn run(&self, source: &str, input: Value) -> Finished {
+        let entrypoint = self.action("action.ts", source);
+        let running = Running::start(self.spec(entrypoint, input, Vec::new())).unwrap();
+        collect(running)
+    }
+}
+
+/// Read events until Done (60 s at most), then finish.
+fn collect(running: Running) -> Finished {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut lines = Vec::new();
+    loop {
+        match running.events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Event::Line { stream, text }) => lines.push((stream, text)),
+            Ok(Event::Done) => break,
+            Err(RecvTimeoutError::Timeout) => panic!("the action did not end within 60 s: {lines:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("events ended without Done"),
+        }
+    }
+    Finished { outcome: running.finish(), lines }
+}
+
+/// Read events until a stdout line starts with `prefix`; returns the rest of that line.
+fn line_starting(running: &Running, prefix: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match running.events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Event::Line { stream: Stream::Stdout, text }) if text.starts_with(prefix) => {
+                return text[prefix.len()..].to_string();
+            }
+            Ok(Event::Done) => panic!("the action ended before printing {prefix:?}"),
+            Ok(_) => {}
+            Err(error) => panic!("waiting for {prefix:?}: {error:?}"),
+        }
+    }
+}
+
+fn returned(finished: Finished) -> Value {
+    match finished.outcome {
+        Outcome::Returned(value) => value,
+        other => panic!("expected Returned, got {other:?}; output: {:?}", finished.lines),
+    }
+}
+
+fn threw(finished: Finished) -> Value {
+    match finished.outcome {
+        Outcome::Threw(error) => error,
+        other => panic!("expected Threw, got {other:?}; output: {:?}", finished.lines),
+    }
+}
+
+/// A process as identified at one moment: its pid and its start time, so that a pid reused by an
+/// unrelated process after the original died does not count as the original.
+#[derive(Debug, Clone, Copy)]
+struct Process {
+    pid: i32,
+    started: u64,
+}
+
+/// Fields of /proc/PID/stat after `(comm)`: [0] is the state, [1] the ppid, [3] the session, [19]
+/// the start time.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace().map(str::to_string).collect())
+}
+
+impl Process {
+    fn of(pid: i32) -> Process {
+        let fields = stat_fields(pid).unwrap_or_else(|| panic!("process {pid} does not exist"));
+        Process { pid, started: fields[19].parse().unwrap() }
+    }
+
+    /// The same process still exists, as a running process or as a zombie.
+    fn exists(&self) -> bool {
+        stat_fields(self.pid).is_some_and(|fields| fields[19].parse::<u64>().ok() == Some(self.started))
+    }
+
+    /// The same process exists and is not a zombie.
+    fn running(&self) -> bool {
+        stat_fields(self.pid)
+            .is_some_and(|fields| fields[19].parse::<u64>().ok() == Some(self.started) && fields[0] != "Z")
+    }
+
+    fn session(&self) -> i32 {
+        stat_fields(self.pid).unwrap()[3].parse().unwrap()
+    }
+}
+
+/// An action that starts three kinds of descendant, all `sleep`s: a plain child, a child in its own
+/// session (`detached`), and a daemon that double-forked away from bun (its parent `sh` exits).
+/// It reports `[bun, supervisor, child, detached, daemon]` and its environment's names, then waits.
+const SPAWNING_ACTION: &str = r#"
+import { spawn, spawnSync } from "node:child_process";
+import { writeFileSync } from "node:fs";
+
+export async function main(input) {
+  const child = Bun.spawn(["sleep", "1000"]);
+  const detached = spawn("sleep", ["1001"], { detached: true, stdio: "ignore" });
+  const daemon = spawnSync("sh", ["-c", "setsid sleep 1002 >/dev/null 2>&1 & echo $!"]).stdout.toString().trim();
+  const report = {
+    pids: [process.pid, process.ppid, child.pid, detached.pid, Number(daemon)],
+    env: Object.keys(process.env),
+  };
+  if (input.report) writeFileSync(input.report, JSON.stringify(report));
+  console.log("report " + JSON.stringify(report));
+  await new Promise(() => setInterval(() => {}, 1000));
+}
+"#;
+
+fn report_processes(report: &Value) -> Vec<Process> {
+    let pids: Vec<i32> = serde_json::from_value(report["pids"].clone()).unwrap();
+    assert_eq!(pids.len(), 5, "{report}");
+    pids.into_iter().map(Process::of).collect()
+}
+
+#[test]
+fn main_return_value_is_the_result() {
+    let world = World::new();
+    let sync = world.run("export function main(input) { return { sum: input.a + input.b }; }", json!({"a": 2, "b": 3}));
+    assert_eq!(returned(sync), json!({"sum": 5}));
+
+    let asynchronous = world.run(
+        "export async function main(input) { await new Promise((r) => setTimeout(r, 50)); return [input, 'done']; }",
+        json!({"n": 1}),
+    );
+    assert_eq!(returned(asynchronous), json!([{"n": 1}, "done"]));
+
+    let nothing = world.run("export async function main() {}", json!({}));
+    assert_eq!(returned(nothing), Value::Null);
+}
+
+#[test]
+fn thrown_error_is_reported_with_name_message_and_stack() {
+    let world = World::new();
+    let error = threw(world.run(
+        r#"
+        class ValidationError extends Error { constructor(m) { super(m); this.name = "ValidationError"; } }
+        export async function main(input) { await null; throw new ValidationError("bad input: " + input.x); }
+        "#,
+        json!({"x": 7}),
+    ));
+    assert_eq!(error["name"], "ValidationError");
+    assert_eq!(error["message"], "bad input: 7");
+    let stack = error["stack"].as_str().unwrap();
+    assert!(stack.contains("bad input: 7") && stack.contains("action.ts"), "stack: {stack}");
+}
+
+#[test]
+fn failures_that_are_not_errors_still_give_an_error_object() {
+    let world = World::new();
+    let cases = [
+        ("export function main() { throw 'just a string'; }", "Error", "just a string"),
+        ("export function main() { return { big: 10n }; }", "TypeError", "cannot be encoded as JSON"),
+        ("export function main() { const a = {}; a.self = a; return a; }", "TypeError", "cannot be encoded as JSON"),
+        ("export const main = 42;", "TypeError", "does not export a function main"),
+        ("export function main( {", "BuildMessage", "Expected identifier"),
+    ];
+    for (source, name, message) in cases {
+        let error = threw(world.run(source, json!({})));
+        assert_eq!(error["name"], name, "{source}: {error}");
+        assert!(error["message"].as_str().unwrap().contains(message), "{source}: {error}");
+        assert!(error["stack"].is_string(), "{source}: {error}");
+        if name == "BuildMessage" {
+            assert!(error["stack"].as_str().unwrap().contains("action.ts:1:"), "{source}: {error}");
+        }
+    }
+}
+
+#[test]
+fn exit_without_a_result_is_died_with_the_code_or_signal() {
+    let world = World::new();
+    let exited = world.run("export function main() { process.exit(3); }", json!({}));
+    assert_eq!(exited.outcome, Outcome::Died("bun exited with code 3".to_string()));
+
+    let killed = world.run("export function main() { process.kill(process.pid, 'SIGKILL'); }", json!({}));
+    assert_eq!(killed.outcome, Outcome::Died("bun was killed by signal 9".to_string()));
+}
+
+#[test]
+fn output_lines_arrive_as_events_and_stay_out_of_the_result() {
+    let world = World::new();
+    let finished = world.run(
+        r#"
+        export function main() {
+          console.log("hello");
+          console.error("oops");
+          console.log("{\"ok\":true,\"result\":\"forged\"}");
+          process.stdout.write(Buffer.from([0xff, 0x41, 0x0a]));
+          process.stdout.write("é".repeat(100000) + "\n");
+          process.stdout.write("no newline at the end");
+          return 1;
+        }
+        "#,
+        json!({}),
+    );
+    let stdout: Vec<&str> =
+        finished.lines.iter().filter(|(stream, _)| *stream == Stream::Stdout).map(|(_, text)| text.as_str()).collect();
+    let stderr: Vec<&str> =
+        finished.lines.iter().filter(|(stream, _)| *stream == Stream::Stderr).map(|(_, text)| text.as_str()).collect();
+    assert_eq!(stderr, ["oops"]);
+    assert_eq!(&stdout[..3], ["hello", "{\"ok\":true,\"result\":\"forged\"}", "\u{fffd}A"]);
+    let long = &stdout[3..stdout.len() - 1];
+    assert!(long.len() > 1 && long.iter().all(|piece| piece.len() <= MAX_LINE), "long line not cut");
+    assert_eq!(long.concat(), "é".repeat(100000));
+    assert_eq!(stdout.last().unwrap(), &"no newline at the end");
+    assert_eq!(finished.outcome, Outcome::Returned(json!(1)));
+}
+
+#[test]
+fn action_environment_is_the_given_wf_variables_and_path_home_tz_only() {
+    let world = World::new();
+    let entrypoint = world.action("env.ts", "export function main() { return process.env; }");
+    let given = vec![
+        ("WF_JOB_ID".to_string(), "job-1".to_string()),
+        ("WF_TOKEN".to_string(), "token-1".to_string()),
+        ("WF_ATTEMPT".to_string(), "1".to_string()),
+    ];
+    let finished = collect(Running::start(world.spec(entrypoint, json!({}), given)).unwrap());
+    let env = returned(finished);
+    assert_eq!(env["WF_JOB_ID"], "job-1");
+    assert_eq!(env["WF_TOKEN"], "token-1");
+    assert_eq!(env["WF_ATTEMPT"], "1");
+    for name in ["PATH", "HOME", "TZ"] {
+        match std::env::var(name) {
+            Ok(value) => assert_eq!(env[name], value.as_str(), "{name}"),
+            Err(_) => assert!(env.get(name).is_none(), "{name}"),
+        }
+    }
+    // The test process has plenty more (CARGO_*, RUST_*, WF_BUN, ...): none of it may reach the action.
+    let names: BTreeSet<&str> = env.as_object().unwrap().keys().map(String::as_str).collect();
+    let allowed: BTreeSet<&str> = ["WF_JOB_ID", "WF_TOKEN", "WF_ATTEMPT", "PATH", "HOME", "TZ"].into();
+    assert!(names.is_subset(&allowed), "unexpected variables: {:?}", names.difference(&allowed));
+}
+
+#[test]
+fn cwd_is_a_fresh_scratch_directory_removed_afterwards_and_the_store_is_untouched() {
+    let world = World::new();
+    let entrypoint = world.action(
+        "cwd.ts",
+        r#"
+        import { mkdirSync, readdirSync, writeFileSync, chmodSync } from "node:fs";
+        export function main() {
+          const before = readdirSync(".");
+          mkdirSync("locked/inner", { recursive: true });
+          writeFileSync("locked/inner/file", "x");
+          chmodSync("locked", 0o500);
+          return { cwd: process.cwd(), before };
+        }
+        "#,
+    );
+    let spec = world.spec(entrypoint, json!({}), Vec::new());
+    let scratch = spec.scratch.clone();
+    assert!(!scratch.exists());
+    let result = returned(collect(Running::start(spec).unwrap()));
+    assert_eq!(result["cwd"], scratch.join("cwd").display().to_string());
+    assert_eq!(result["before"], json!([]));
+    assert!(!scratch.exists(), "the scratch directory {} is left behind", scratch.display());
+    let store: Vec<_> = std::fs::read_dir(world.store()).unwrap().map(|entry| entry.unwrap().file_name()).collect();
+    assert_eq!(store, ["cwd.ts"]);
+}
+
+#[test]
+fn stop_kills_the_whole_tree_including_detached_descendants() {
+    let world = World::new();
+    let entrypoint = world.action("spawner.ts", SPAWNING_ACTION);
+    let running = Running::start(world.spec(entrypoint, json!({}), Vec::new())).unwrap();
+    let report: Value = serde_json::from_str(&line_starting(&running, "report ")).unwrap();
+    let processes = report_processes(&report);
+    let [bun_process, supervisor, child, detached, daemon] = processes[..] else { unreachable!() };
+    for process in &processes {
+        assert!(process.running(), "{process:?} should be running before stop");
+    }
+    assert_ne!(detached.session(), bun_process.session(), "the detached child has its own session");
+    assert_ne!(daemon.session(), bun_process.session(), "the daemon has its own session");
+    assert_eq!(stat_fields(daemon.pid).unwrap()[1], supervisor.pid.to_string(), "the daemon was adopted");
+
+    running.stop();
+    running.stop();
+    let finished = collect(running);
+    assert_eq!(finished.outcome, Outcome::Stopped);
+    // Done means the supervisor is gone, and it only exits once every descendant is dead and reaped:
+    // not one of them may exist any more, not even as a zombie.
+    for process in [bun_process, supervisor, child, detached, daemon] {
+        assert!(!process.exists(), "{process:?} survived stop()");
+    }
+}
+
+#[test]
+fn processes_left_by_a_finished_action_are_killed_with_it() {
+    let world = World::new();
+    let finished = world.run(
+        r#"
+        import { spawn } from "node:child_process";
+        export function main() {
+          const detached = spawn("sleep", ["1003"], { detached: true, stdio: "ignore" });
+          detached.unref();
+          return { pid: detached.pid };
+        }
+        "#,
+        json!({}),
+    );
+    let pid = returned(finished)["pid"].as_i64().unwrap() as i32;
+    assert!(stat_fields(pid).is_none(), "the action's detached child {pid} outlived the action");
+}
+
+/// The environment variable that turns `worker_process_for_the_sigkill_test` into a worker.
+const WORKER_HELPER: &str = "WF_RUNNER_TEST_WORKER_DIR";
+
+#[test]
+fn a_worker_killed_by_sigkill_leaves_no_process_of_its_job() {
+    let dir = tempfile::Builder::new().prefix("wf-runner-kill-").tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("store")).unwrap();
+    std::fs::write(dir.path().join("store/spawner.ts"), SPAWNING_ACTION).unwrap();
+    // The worker is this test binary running the helper test below, with a secret of its own in its
+    // environment: the action must see neither that nor anything else of the worker's.
+    let mut worker = Command::new(std::env::current_exe().unwrap())
+        .args(["runner::worker_process_for_the_sigkill_test", "--exact", "--ignored", "--test-threads=1"])
+        .env(WORKER_HELPER, dir.path())
+        .env("WF_SECRET", "the worker's secret")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let report_path = dir.path().join("report.json");
+    let report: Value = wait_for(Duration::from_secs(60), "the action's report", || {
+        std::fs::read_to_string(&report_path).ok().and_then(|text| serde_json::from_str(&text).ok())
+    });
+    let processes = report_processes(&report);
+    for process in &processes {
+        assert!(process.running(), "{process:?} should be running before the worker is killed");
+    }
+    let env: Vec<String> = serde_json::from_value(report["env"].clone()).unwrap();
+    assert!(!env.contains(&"WF_SECRET".to_string()), "the worker's secret reached the action: {env:?}");
+
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    // The supervisor itself ends up a child of PID 1, which may never reap it: it must not be
+    // running, but may stay a zombie. Everything below it must be gone entirely.
+    let [_, supervisor, ..] = processes[..] else { unreachable!() };
+    wait_for(Duration::from_secs(10), "the job's processes to be gone", || {
+        let action_gone = processes.iter().filter(|p| p.pid != supervisor.pid).all(|p| !p.exists());
+        (action_gone && !supervisor.running()).then_some(())
+    });
+}
+
+/// Not a test by itself: the worker process of `a_worker_killed_by_sigkill_leaves_no_process_of_its_job`,
+/// which starts an attempt from this thread and holds it until it is SIGKILLed.
+#[test]
+#[ignore = "run as a child process by a_worker_killed_by_sigkill_leaves_no_process_of_its_job"]
+fn worker_process_for_the_sigkill_test() {
+    let Some(dir) = std::env::var_os(WORKER_HELPER).map(PathBuf::from) else { return };
+    let root = ScratchRoot::create_in(&dir.join("home")).unwrap();
+    let mut spec = Spec::new(
+        &root,
+        &Uuid::new_v4(),
+        1,
+        dir.join("store/spawner.ts"),
+        json!({"report": dir.join("report.json")}),
+        vec![("WF_JOB_ID".to_string(), "job-1".to_string())],
+    );
+    spec.bun = bun().display().to_string();
+    spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf"));
+    let running = Running::start(spec).unwrap();
+    for event in running.events.iter() {
+        if event == Event::Done {
+            break;
+        }
+    }
+    panic!("the action ended before the worker was killed: {:?}", running.finish());
+}
+
+#[test]
+fn stale_scratch_roots_are_removed_and_live_ones_kept() {
+    let dir = tempfile::Builder::new().prefix("wf-runner-scratch-").tempdir().unwrap();
+    let home = dir.path().join("home");
+    let live = ScratchRoot::create_in(&home).unwrap();
+    std::fs::write(live.path().join("keep"), "x").unwrap();
+
+    // A worker that died: its root and lock file are there, nobody holds the lock.
+    let scratch = home.join("scratch");
+    let dead = scratch.join("4194999-deadbeef");
+    std::fs::create_dir_all(dead.join("job-1/cwd")).unwrap();
+    std::fs::write(dead.join("job-1/cwd/file"), "x").unwrap();
+    std::fs::write(scratch.join("4194999-deadbeef.lock"), "").unwrap();
+    // Debris without a lock file at all.
+    std::fs::create_dir_all(scratch.join("4194998-0badf00d")).unwrap();
+
+    let next = ScratchRoot::create_in(&home).unwrap();
+    assert!(!dead.exists(), "the stale root was kept");
+    assert!(!scratch.join("4194999-deadbeef.lock").exists(), "the stale lock file was kept");
+    assert!(!scratch.join("4194998-0badf00d").exists(), "the debris was kept");
+    assert!(live.path().join("keep").exists(), "the live root was removed");
+    assert_ne!(live.path(), next.path());
+
+    let next_path = next.path().to_path_buf();
+    drop(next);
+    assert!(!next_path.exists(), "a dropped root is removed");
+    let mut left: Vec<String> =
+        std::fs::read_dir(&scratch).unwrap().map(|entry| entry.unwrap().file_name().to_string_lossy().into()).collect();
+    left.sort();
+    let live_name = live.path().file_name().unwrap().to_string_lossy().to_string();
+    assert_eq!(left, [live_name.clone(), format!("{live_name}.lock")]);
+}
+
+#[test]
+fn missing_bun_is_a_clear_error_naming_wf_bun() {
+    let version = check_bun(&bun().display().to_string()).unwrap();
+    assert!(version.chars().next().is_some_and(|c| c.is_ascii_digit()), "version: {version}");
+
+    let error = format!("{:#}", check_bun("/nonexistent/bun").unwrap_err());
+    assert!(error.contains("WF_BUN") && error.contains("/nonexistent/bun"), "{error}");
+    let error = format!("{:#}", check_bun("no-such-bun-anywhere").unwrap_err());
+    assert!(error.contains("WF_BUN"), "{error}");
+
+    let world = World::new();
+    let mut spec = world.spec(world.action("a.ts", "export function main() {}"), json!({}), Vec::new());
+    spec.bun = "/nonexistent/bun".to_string();
+    let scratch = spec.scratch.clone();
+    let error = format!("{:#}", Running::start(spec).err().expect("start must fail without bun"));
+    assert!(error.contains("WF_BUN"), "{error}");
+    assert!(!scratch.exists());
+}
+
+#[test]
+fn attempt_directory_is_removed_after_finish_even_when_stopped() {
+    let world = World::new();
+    let entrypoint = world.action(
+        "forever.ts",
+        "export async function main() { console.log('up'); await new Promise(() => setInterval(() => {}, 1000)); }",
+    );
+    let spec = world.spec(entrypoint, json!({}), Vec::new());
+    let scratch = spec.scratch.clone();
+    let running = Running::start(spec).unwrap();
+    line_starting(&running, "up");
+    assert!(scratch.join("cwd").is_dir());
+    running.stop();
+    assert_eq!(collect(running).outcome, Outcome::Stopped);
+    assert!(!scratch.exists());
+}
