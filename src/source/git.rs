@@ -48,6 +48,7 @@ pub fn open_mirror(path: &Path) -> Result<Repository> {
 
 /// Fetch heads, tags and HEAD of `url` into the mirror. `progress` gets (received, total) objects.
 pub fn fetch(repo: &Repository, url: &str, mut progress: impl FnMut(usize, usize)) -> Result<()> {
+    check_transport(url)?;
     let attempts = Cell::new(0u32);
     let mut callbacks = RemoteCallbacks::new();
     callbacks.transfer_progress(|stats| {
@@ -75,6 +76,36 @@ pub fn fetch(repo: &Repository, url: &str, mut progress: impl FnMut(usize, usize
         .fetch(&REFSPECS, Some(&mut options), Some("wf sync"))
         .with_context(|| format!("fetching {url}; check that the URL is reachable and is a git repository"))?;
     Ok(())
+}
+
+/// libgit2 can be built without its HTTPS or SSH transport; say so plainly instead of its bare
+/// "unsupported URL protocol".
+fn check_transport(url: &str) -> Result<()> {
+    let version = git2::Version::get();
+    let (needed, available) = if url.starts_with("https://") || url.starts_with("http://") {
+        ("HTTPS", version.https())
+    } else if url.starts_with("ssh://") || url.starts_with("git+ssh://") || is_scp_like(url) {
+        ("SSH", version.ssh())
+    } else {
+        return Ok(());
+    };
+    if !available {
+        bail!(
+            "this wf was built without git's {needed} transport, so it cannot fetch {url}; use a local path or \
+             a file:// URL (for example a clone kept up to date by cron), or a wf built with git2's `{}` feature",
+            needed.to_lowercase()
+        );
+    }
+    Ok(())
+}
+
+/// `git@host:owner/repo.git`: a colon before any slash.
+pub fn is_scp_like(url: &str) -> bool {
+    match (url.find(':'), url.find('/')) {
+        (Some(colon), Some(slash)) => colon < slash && colon > 0,
+        (Some(colon), None) => colon > 0,
+        _ => false,
+    }
 }
 
 /// The commit to sync, resolved in the mirror: `--commit`, else `--ref`, else the source's branch,
@@ -106,5 +137,19 @@ pub fn is_strict_ancestor(repo: &Repository, commit: Oid, newer: &str) -> bool {
     match Oid::from_str(newer) {
         Ok(newer) if newer != commit => repo.graph_descendant_of(newer, commit).unwrap_or(false),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_scp_like;
+
+    #[test]
+    fn scp_like_urls_are_told_from_paths() {
+        assert!(is_scp_like("git@github.com:owner/repo.git"));
+        assert!(is_scp_like("host:repo"));
+        assert!(!is_scp_like("/srv/repos/a:b"));
+        assert!(!is_scp_like("./repo"));
+        assert!(!is_scp_like("repo"));
     }
 }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use postgres::{Client, GenericClient, Row};
 use uuid::Uuid;
 
-use super::git::mirror_path;
+use super::git::{is_scp_like, mirror_path};
 use super::lock::with_source_lock;
 use super::{KEY_PATTERN, is_valid_key};
 use crate::output::Output;
@@ -141,27 +141,4 @@ fn normalize_url(url: &str) -> Result<String> {
         format!("{url} is not a URL and not an existing local path; give a URL (https://, ssh://, file://) or the path of a git repository")
     })?;
     absolute.to_str().map(str::to_string).with_context(|| format!("the path {} is not valid UTF-8", absolute.display()))
-}
-
-/// `git@host:owner/repo.git`: a colon before any slash.
-fn is_scp_like(url: &str) -> bool {
-    match (url.find(':'), url.find('/')) {
-        (Some(colon), Some(slash)) => colon < slash && colon > 0,
-        (Some(colon), None) => colon > 0,
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_scp_like;
-
-    #[test]
-    fn scp_like_urls_are_told_from_paths() {
-        assert!(is_scp_like("git@github.com:owner/repo.git"));
-        assert!(is_scp_like("host:repo"));
-        assert!(!is_scp_like("/srv/repos/a:b"));
-        assert!(!is_scp_like("./repo"));
-        assert!(!is_scp_like("repo"));
-    }
 }

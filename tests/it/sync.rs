@@ -688,6 +688,16 @@ fn source_add_list_rm_and_actions_print_their_documents() {
     assert_eq!(wf.ok().json()["url"], repo.path().canonicalize().unwrap().to_str().unwrap());
 
     let sha = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();
+    // A remote that cannot be fetched fails the sync, naming the URL, and changes nothing.
+    let url = "https://unreachable.invalid/acme.git";
+    assert_eq!(env.wf(["source", "add", "web", url, "--json"]).ok().json()["url"], url);
+    let before = catalog_snapshot(&env);
+    let run = env.wf(["sync", "web"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains(url), "{run:?}");
+    assert_eq!(catalog_snapshot(&env), before);
+    env.wf(["source", "rm", "web", "--yes"]).ok();
+
     let list = env.wf(["source", "list", "--json"]).ok().json();
     let acme = &list.as_array().unwrap()[0];
     assert_eq!(acme["name"], "acme");
