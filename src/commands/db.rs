@@ -1,6 +1,6 @@
 //! `wf db up | down | status | migrate`.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::json;
 
 use super::Ctx;
@@ -26,6 +26,9 @@ fn up(ctx: &Ctx) -> Result<Outcome> {
         ctx.out.json(&json!({"running": true, "path": cluster.home_pg(), "schema_version": version}))?;
     } else {
         ctx.out.info(&format!("embedded cluster running in {}", cluster.home_pg().display()));
+    }
+    if ctx.database_url().is_some() {
+        ctx.out.info("note: DATABASE_URL is set, so the other commands use that database, not this cluster");
     }
     Ok(Outcome::Ok)
 }
@@ -55,7 +58,9 @@ fn status(ctx: &Ctx) -> Result<Outcome> {
             let cluster = Cluster::locate()?;
             let state = cluster.state()?;
             let version = if state.running {
-                let mut client = cluster.client_config().connect(postgres::NoTls)?;
+                let mut client = cluster.client_config().connect(postgres::NoTls).with_context(|| {
+                    format!("connecting to the embedded cluster in {}", cluster.home_pg().display())
+                })?;
                 migrate::current_version(&mut client)?
             } else {
                 None

@@ -4,12 +4,19 @@
 //! PostgreSQL refuses to run as root, so as root the cluster runs as the `postgres` user. Root's
 //! home is usually not traversable by that user, so as root the cluster lives in
 //! `/var/lib/windforce/<hash of WF_HOME>` and `$WF_HOME/pg` is a symlink to it.
+//!
+//! Authentication is `trust`: the folder holding the socket (mode 0700) is what keeps other users
+//! out. When the socket path would be too long for the kernel, that folder is
+//! `/tmp/windforce-<hash>` instead, made again at every start since a reboot empties /tmp.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
@@ -20,8 +27,12 @@ use crate::output::Output;
 const DB_USER: &str = "windforce";
 const DB_NAME: &str = "windforce";
 const PORT: u16 = 5432;
-/// The longest Unix socket path the kernel accepts, less a margin.
+/// A Unix socket path holds at most 107 bytes; keep a margin.
 const MAX_SOCKET_PATH: usize = 100;
+/// As root, the folder of every cluster: owned by root, traversable by `postgres`.
+const ROOT_CLUSTERS: &str = "/var/lib/windforce";
+/// How long a start waits for the processes of a killed server to let go of its shared memory.
+const START_RETRY: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Clone)]
 pub struct Cluster {
@@ -31,6 +42,8 @@ pub struct Cluster {
     dir: PathBuf,
     /// The socket directory.
     socket_dir: PathBuf,
+    /// Serializes creating, starting and stopping between `wf` processes.
+    lock_file: PathBuf,
 }
 
 /// The state of the embedded cluster, for `wf db status`.
@@ -40,27 +53,29 @@ pub struct ClusterState {
     pub running: bool,
 }
 
+/// What `postmaster.pid` says about the server.
+#[derive(Debug, PartialEq, Eq)]
+enum Postmaster {
+    /// No pid file: shut down cleanly, or never started.
+    Stopped,
+    /// A pid file left by a server that is gone: a crash, a kill or a reboot.
+    Stale,
+    Running,
+}
+
 impl Cluster {
     pub fn locate() -> Result<Cluster> {
         let home = crate::config::wf_home()?;
         fs::create_dir_all(&home).with_context(|| format!("creating WF_HOME {}", home.display()))?;
-        let home = home.canonicalize()?;
+        let home = home.canonicalize().with_context(|| format!("resolving WF_HOME {}", home.display()))?;
         let home_pg = home.join("pg");
-        let dir = if is_root() {
-            let digest = Sha256::digest(home.as_os_str().as_encoded_bytes());
-            let hash: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
-            PathBuf::from("/var/lib/windforce").join(hash)
-        } else {
-            home_pg.clone()
-        };
-        let socket_dir = if dir.join(".s.PGSQL.5432").as_os_str().len() > MAX_SOCKET_PATH {
-            let digest = Sha256::digest(dir.as_os_str().as_encoded_bytes());
-            let hash: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
-            std::env::temp_dir().join(format!("windforce-{hash}"))
-        } else {
+        let dir = if is_root() { Path::new(ROOT_CLUSTERS).join(short_hash(&home)) } else { home_pg.clone() };
+        let socket_dir = if usable_socket_dir(&dir) {
             dir.clone()
+        } else {
+            PathBuf::from("/tmp").join(format!("windforce-{}", short_hash(&dir)))
         };
-        Ok(Cluster { home_pg, dir, socket_dir })
+        Ok(Cluster { home_pg, dir, socket_dir, lock_file: home.join("pg.lock") })
     }
 
     pub fn home_pg(&self) -> &Path {
@@ -75,6 +90,10 @@ impl Cluster {
         self.dir.join("postgres.log")
     }
 
+    fn initialized(&self) -> bool {
+        self.data_dir().join("PG_VERSION").exists()
+    }
+
     pub fn client_config(&self) -> postgres::Config {
         let mut config = postgres::Config::new();
         config.host_path(&self.socket_dir).port(PORT).user(DB_USER).dbname(DB_NAME);
@@ -82,65 +101,106 @@ impl Cluster {
     }
 
     pub fn state(&self) -> Result<ClusterState> {
-        let initialized = self.data_dir().join("PG_VERSION").exists();
-        let running = initialized && self.pg_ctl_status()?;
+        let initialized = self.initialized();
+        let running = initialized && self.postmaster()? == Postmaster::Running;
         Ok(ClusterState { initialized, running })
     }
 
     /// Create the cluster if needed and start it if it is not running. Safe to call from many
-    /// processes at once (a file lock serializes them) and after a reboot (pg_ctl handles a
-    /// stale pid file).
+    /// processes at once (a file lock serializes them) and after a crash or a reboot.
     pub fn ensure_up(&self, out: &Output) -> Result<()> {
-        let home = self.home_pg.parent().expect("pg has a parent");
-        let _lock = FileLock::acquire(&home.join("pg.lock"))?;
-        if !self.data_dir().join("PG_VERSION").exists() {
-            self.init(out)?;
+        let _lock = FileLock::acquire(&self.lock_file)?;
+        self.make_dirs()?;
+        let created = !self.initialized();
+        if created {
+            out.info(&format!(
+                "creating and starting the embedded PostgreSQL cluster in {} (set DATABASE_URL to use another database)",
+                self.home_pg.display()
+            ));
+            self.init()?;
         }
-        if !self.pg_ctl_status()? {
-            out.info(&format!("starting the embedded PostgreSQL cluster in {}", self.home_pg.display()));
-            self.start()?;
+        match self.postmaster()? {
+            Postmaster::Running => {}
+            state => {
+                if !created {
+                    out.info(&format!("starting the embedded PostgreSQL cluster in {}", self.home_pg.display()));
+                }
+                if state == Postmaster::Stale {
+                    self.remove_stale_lock_files()?;
+                }
+                self.start()?;
+            }
         }
         self.create_database()
     }
 
     pub fn stop(&self) -> Result<bool> {
-        if !self.data_dir().join("PG_VERSION").exists() || !self.pg_ctl_status()? {
+        let _lock = FileLock::acquire(&self.lock_file)?;
+        if !self.initialized() || self.postmaster()? != Postmaster::Running {
             return Ok(false);
         }
-        let status = self
+        let output = self
             .pg_command("pg_ctl")?
             .arg("-D")
             .arg(self.data_dir())
-            .args(["-m", "fast", "-w", "stop"])
+            .args(["-m", "fast", "-w", "-t", "60", "stop"])
             .output()
             .context("running pg_ctl stop")?;
-        if !status.status.success() {
-            bail!("pg_ctl stop failed: {}", String::from_utf8_lossy(&status.stderr).trim());
+        if !output.status.success() {
+            bail!("pg_ctl stop failed: {}", String::from_utf8_lossy(&output.stderr).trim());
         }
         Ok(true)
     }
 
-    fn init(&self, out: &Output) -> Result<()> {
-        out.info(&format!(
-            "creating the embedded PostgreSQL cluster in {} (set DATABASE_URL to use another database)",
-            self.home_pg.display()
-        ));
-        if self.dir != self.home_pg {
-            fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
-            chown_to_postgres(&self.dir)?;
-            if self.home_pg.symlink_metadata().is_ok() {
-                fs::remove_file(&self.home_pg).ok();
-            }
-            std::os::unix::fs::symlink(&self.dir, &self.home_pg)
-                .with_context(|| format!("linking {} to {}", self.home_pg.display(), self.dir.display()))?;
-        } else {
-            fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
-            fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o700))?;
+    /// The folders, with owners and modes that keep other users out. Checked at every start, not
+    /// only at creation: /tmp does not survive a reboot, and a link may have gone missing.
+    fn make_dirs(&self) -> Result<()> {
+        if is_root() {
+            let parent = Path::new(ROOT_CLUSTERS);
+            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            // Whatever root's umask, the postgres user must be able to reach its folder inside.
+            fs::set_permissions(parent, fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("making {} traversable", parent.display()))?;
+        }
+        make_private_dir(&self.dir)?;
+        if is_root() {
+            self.link_home_pg()?;
         }
         if self.socket_dir != self.dir {
-            fs::create_dir_all(&self.socket_dir)?;
-            chown_to_postgres(&self.socket_dir)?;
+            make_private_dir(&self.socket_dir)?;
         }
+        Ok(())
+    }
+
+    /// As root, `$WF_HOME/pg` is a link to the cluster folder: made, or fixed when it points
+    /// elsewhere. Anything else in its place is refused rather than deleted.
+    fn link_home_pg(&self) -> Result<()> {
+        match fs::symlink_metadata(&self.home_pg) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                if fs::read_link(&self.home_pg)? == self.dir {
+                    return Ok(());
+                }
+                fs::remove_file(&self.home_pg)
+                    .with_context(|| format!("replacing the link {}", self.home_pg.display()))?;
+            }
+            // An empty folder goes; remove_dir refuses anything else.
+            Ok(meta) if meta.is_dir() && fs::remove_dir(&self.home_pg).is_ok() => {}
+            Ok(_) => bail!(
+                "{} is in the way: as root, wf keeps the embedded cluster in {} (PostgreSQL refuses to run \
+                 as root) and links {} to it; move {} away, or run wf as the user who created it",
+                self.home_pg.display(),
+                self.dir.display(),
+                self.home_pg.display(),
+                self.home_pg.display()
+            ),
+            Err(error) if error.kind() == ErrorKind::NotFound => {}
+            Err(error) => return Err(error).with_context(|| format!("inspecting {}", self.home_pg.display())),
+        }
+        std::os::unix::fs::symlink(&self.dir, &self.home_pg)
+            .with_context(|| format!("linking {} to {}", self.home_pg.display(), self.dir.display()))
+    }
+
+    fn init(&self) -> Result<()> {
         // A data folder without PG_VERSION is the leftover of an interrupted initdb.
         if self.data_dir().exists() {
             fs::remove_dir_all(self.data_dir()).context("removing an incomplete cluster")?;
@@ -155,59 +215,98 @@ impl Cluster {
         if !output.status.success() {
             bail!("initdb failed: {}", String::from_utf8_lossy(&output.stderr).trim());
         }
+        // The socket folder is not set here but at each start (`-k`): the fallback under /tmp
+        // depends on where the cluster is now.
         let settings = format!(
-            "\n# windforce embedded cluster\nlisten_addresses = ''\nport = {PORT}\nunix_socket_directories = '{}'\n",
-            self.socket_dir.display().to_string().replace('\'', "''")
+            "\n# windforce embedded cluster: a Unix socket only, for its owner only\n\
+             listen_addresses = ''\nport = {PORT}\nunix_socket_permissions = 0700\n"
         );
         let conf = self.data_dir().join("postgresql.conf");
-        let mut text = fs::read_to_string(&conf).context("reading postgresql.conf")?;
-        text.push_str(&settings);
-        fs::write(&conf, text).context("writing postgresql.conf")?;
+        let mut file = fs::OpenOptions::new().append(true).open(&conf).context("opening postgresql.conf")?;
+        std::io::Write::write_all(&mut file, settings.as_bytes()).context("writing postgresql.conf")?;
         Ok(())
     }
 
     fn start(&self) -> Result<()> {
-        let output = self
-            .pg_command("pg_ctl")?
-            .arg("-D")
-            .arg(self.data_dir())
-            .arg("-l")
-            .arg(self.log_file())
-            .args(["-w", "-t", "60", "start"])
-            .output()
-            .context("running pg_ctl start")?;
-        if !output.status.success() {
-            let log = fs::read_to_string(self.log_file()).unwrap_or_default();
+        let deadline = Instant::now() + START_RETRY;
+        loop {
+            let log_before = fs::metadata(self.log_file()).map_or(0, |meta| meta.len() as usize);
+            let output = self
+                .pg_command("pg_ctl")?
+                .arg("-D")
+                .arg(self.data_dir())
+                .arg("-l")
+                .arg(self.log_file())
+                // usable_socket_dir keeps quotes out of the path, so single quotes suffice for the
+                // shell that pg_ctl runs the server with.
+                .arg("-o")
+                .arg(format!("-k '{}'", self.socket_dir.display()))
+                .args(["-w", "-t", "60", "start"])
+                .output()
+                .context("running pg_ctl start")?;
+            if output.status.success() {
+                return Ok(());
+            }
+            let log = fs::read(self.log_file()).unwrap_or_default();
+            let log = String::from_utf8_lossy(log.get(log_before..).unwrap_or_default());
+            // The processes of a killed server let go of its shared memory within moments.
+            if log.contains("pre-existing shared memory block") && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
             let tail: Vec<&str> = log.lines().rev().take(5).collect();
             bail!(
-                "starting the embedded cluster failed: {} {}",
+                "starting the embedded cluster failed: {} {} (log: {})",
                 String::from_utf8_lossy(&output.stderr).trim(),
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+                self.log_file().display()
             );
         }
-        Ok(())
     }
 
     fn create_database(&self) -> Result<()> {
         let mut config = self.client_config();
         config.dbname("postgres");
-        let mut client = config.connect(postgres::NoTls).context("connecting to the embedded cluster")?;
+        let mut client = config
+            .connect(postgres::NoTls)
+            .with_context(|| format!("connecting to the embedded cluster in {}", self.socket_dir.display()))?;
         let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&DB_NAME])?.is_some();
         if !exists {
-            client.batch_execute(&format!("CREATE DATABASE {DB_NAME}"))?;
+            client.batch_execute(&format!("CREATE DATABASE {DB_NAME}")).context("creating the windforce database")?;
         }
         Ok(())
     }
 
-    fn pg_ctl_status(&self) -> Result<bool> {
-        let status = self
-            .pg_command("pg_ctl")?
-            .arg("-D")
-            .arg(self.data_dir())
-            .arg("status")
-            .output()
-            .context("running pg_ctl status")?;
-        Ok(status.status.success())
+    /// Whether the server of `postmaster.pid` is alive. `pg_ctl status` is not enough: it takes a
+    /// zombie (a killed server whose parent is an init that never reaps, as in many containers)
+    /// or a pid that a reboot gave to another program for a running server.
+    fn postmaster(&self) -> Result<Postmaster> {
+        let pid_file = self.data_dir().join("postmaster.pid");
+        let text = match fs::read_to_string(&pid_file) {
+            Ok(text) => text,
+            Err(error) if error.kind() == ErrorKind::NotFound => return Ok(Postmaster::Stopped),
+            Err(error) => return Err(error).with_context(|| format!("reading {}", pid_file.display())),
+        };
+        let pid = text.lines().next().and_then(|line| line.trim().parse::<i32>().ok());
+        match pid {
+            Some(pid) if is_server_of(pid, &self.data_dir()) => Ok(Postmaster::Running),
+            _ => Ok(Postmaster::Stale),
+        }
+    }
+
+    /// The lock files of a server that is gone name its pid, which may now be a zombie or another
+    /// process: PostgreSQL would then refuse to start. Its shared-memory check still protects the
+    /// data from leftover processes of the old server.
+    fn remove_stale_lock_files(&self) -> Result<()> {
+        for path in [self.data_dir().join("postmaster.pid"), self.socket_dir.join(format!(".s.PGSQL.{PORT}.lock"))] {
+            match fs::remove_file(&path) {
+                Err(error) if error.kind() != ErrorKind::NotFound => {
+                    return Err(error).with_context(|| format!("removing the stale {}", path.display()));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     fn pg_command(&self, program: &str) -> Result<Command> {
@@ -216,6 +315,66 @@ impl Cluster {
         run_as_cluster_owner(&mut command)?;
         Ok(command)
     }
+}
+
+/// A short, stable name for a path.
+fn short_hash(path: &Path) -> String {
+    let digest = Sha256::digest(path.as_os_str().as_bytes());
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether the socket can live in `dir`: the path fits a Unix socket, and holds nothing that the
+/// shell pg_ctl runs the server with, or PostgreSQL's comma-separated list, would split.
+fn usable_socket_dir(dir: &Path) -> bool {
+    let socket = dir.join(format!(".s.PGSQL.{PORT}"));
+    socket.as_os_str().len() <= MAX_SOCKET_PATH
+        && dir.to_str().is_some_and(|text| !text.contains([',', '\'', '"', '\\']))
+}
+
+/// Whether `pid` is a live server started on `data_dir` (`postgres -D <data_dir>`, from pg_ctl).
+fn is_server_of(pid: i32, data_dir: &Path) -> bool {
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    if !Path::new("/proc/self").exists() {
+        // SAFETY: signal 0 only asks whether the process exists.
+        return unsafe { libc::kill(pid, 0) } == 0;
+    }
+    let Ok(stat) = fs::read_to_string(proc.join("stat")) else { return false };
+    // The state follows the command name, which is in parentheses and may hold anything.
+    let zombie = stat.rsplit_once(')').is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']));
+    if zombie {
+        return false;
+    }
+    let Ok(cmdline) = fs::read(proc.join("cmdline")) else { return false };
+    cmdline.split(|byte| *byte == 0).any(|arg| arg == data_dir.as_os_str().as_bytes())
+}
+
+/// Make a folder only the cluster's owner can enter, or check that an existing one is such.
+fn make_private_dir(path: &Path) -> Result<()> {
+    match fs::create_dir(path) {
+        Err(error) if error.kind() != ErrorKind::AlreadyExists => {
+            return Err(error).with_context(|| format!("creating {}", path.display()));
+        }
+        _ => {}
+    }
+    let meta = fs::symlink_metadata(path).with_context(|| format!("inspecting {}", path.display()))?;
+    if !meta.is_dir() {
+        bail!("{} should be a folder for the embedded cluster, and is not: move it away", path.display());
+    }
+    if is_root() {
+        chown_to_postgres(path)?;
+    } else {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        if meta.uid() != uid {
+            bail!(
+                "{} belongs to another user (uid {}): remove it, or set WF_HOME to a folder of yours",
+                path.display(),
+                meta.uid()
+            );
+        }
+    }
+    fs::set_permissions(path, fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} private", path.display()))
 }
 
 /// A PostgreSQL server binary: on PATH, else the newest under /usr/lib/postgresql/*/bin.
@@ -256,28 +415,41 @@ pub fn is_root() -> bool {
 /// PostgreSQL refuses to run as root: as root, run its binaries as the `postgres` user.
 pub fn run_as_cluster_owner(command: &mut Command) -> Result<()> {
     if is_root() {
-        let (uid, gid) = postgres_user()?;
-        command.uid(uid).gid(gid).env("HOME", "/var/lib/postgresql").env("USER", "postgres");
+        let user = postgres_user()?;
+        command.uid(user.uid).gid(user.gid).env("HOME", user.home).env("USER", "postgres");
     }
     Ok(())
 }
 
-fn postgres_user() -> Result<(u32, u32)> {
+struct PostgresUser {
+    uid: u32,
+    gid: u32,
+    home: PathBuf,
+}
+
+fn postgres_user() -> Result<PostgresUser> {
     let name = std::ffi::CString::new("postgres").expect("no NUL");
-    // SAFETY: getpwnam returns a pointer into static storage or NULL; read it at once.
+    // SAFETY: getpwnam returns a pointer into static storage or NULL; it is read at once.
     let entry = unsafe { libc::getpwnam(name.as_ptr()) };
     if entry.is_null() {
-        bail!("running as root needs a `postgres` user to own the embedded cluster (PostgreSQL refuses root)");
+        bail!(
+            "running as root needs a `postgres` user to own the embedded cluster (PostgreSQL refuses \
+             root): install the PostgreSQL server package, or run wf as another user"
+        );
     }
-    // SAFETY: entry is non-null and points to a valid passwd record.
-    Ok(unsafe { ((*entry).pw_uid, (*entry).pw_gid) })
+    // SAFETY: entry is non-null and points to a valid passwd record whose pw_dir is a C string.
+    let (uid, gid, home) = unsafe {
+        let home = std::ffi::CStr::from_ptr((*entry).pw_dir);
+        ((*entry).pw_uid, (*entry).pw_gid, PathBuf::from(std::ffi::OsStr::from_bytes(home.to_bytes())))
+    };
+    Ok(PostgresUser { uid, gid, home })
 }
 
 /// Give a folder to the `postgres` user (as root).
 pub fn chown_to_postgres(path: &Path) -> Result<()> {
     if is_root() {
-        let (uid, gid) = postgres_user()?;
-        std::os::unix::fs::chown(path, Some(uid), Some(gid))
+        let user = postgres_user()?;
+        std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))
             .with_context(|| format!("giving {} to the postgres user", path.display()))?;
     }
     Ok(())
@@ -302,21 +474,5 @@ impl FileLock {
             return Err(std::io::Error::last_os_error()).with_context(|| format!("locking {}", path.display()));
         }
         Ok(FileLock { _file: file })
-    }
-
-    /// Take the lock only if nobody holds it.
-    pub fn try_acquire(path: &Path) -> Result<Option<FileLock>> {
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .with_context(|| format!("opening lock file {}", path.display()))?;
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a valid, owned file descriptor.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Ok(None);
-        }
-        Ok(Some(FileLock { _file: file }))
     }
 }

@@ -23,11 +23,8 @@ fn docs_under(root: &Path) -> BTreeMap<String, Vec<u8>> {
 /// Run `wf generate-docs` into a fresh folder and read what it wrote.
 fn generate() -> BTreeMap<String, Vec<u8>> {
     let out = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_wf"))
-        .args(["generate-docs", "--out"])
-        .arg(out.path())
-        .output()
-        .unwrap();
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_wf")).args(["generate-docs", "--out"]).arg(out.path()).output().unwrap();
     assert!(output.status.success(), "wf generate-docs failed: {output:?}");
     docs_under(out.path())
 }

@@ -4,5 +4,6 @@ mod harness;
 
 mod db;
 mod docs;
+mod embedded;
 mod runner;
 mod sync;

@@ -1,0 +1,278 @@
+//! The embedded default cluster: with no DATABASE_URL, wf creates, starts and migrates a private
+//! PostgreSQL cluster under WF_HOME, as root (run as `postgres`, files under /var/lib/windforce)
+//! and as a normal user, and starts it again after a crash.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use wf::db::embedded::is_root;
+
+use crate::harness::{Run, TestEnv, Wf, wait_for};
+
+const CLUSTER_MESSAGE: &str = "embedded PostgreSQL cluster";
+
+/// A user other than root to run `wf` as.
+struct OtherUser {
+    uid: u32,
+    gid: u32,
+    /// A copy of the wf binary where that user can reach it.
+    bin: PathBuf,
+    /// World-traversable, holds `bin` and WF_HOME.
+    _shared: tempfile::TempDir,
+}
+
+/// A fresh WF_HOME and no DATABASE_URL. When dropped, even by a failing test, the cluster is
+/// stopped and its folders removed.
+struct EmbeddedHome {
+    env: TestEnv,
+    home: PathBuf,
+    other_user: Option<OtherUser>,
+}
+
+impl EmbeddedHome {
+    /// As the user running the tests.
+    fn new() -> EmbeddedHome {
+        let env = TestEnv::new();
+        let home = env.home();
+        EmbeddedHome { env, home, other_user: None }
+    }
+
+    /// As a normal user: `nobody` when the tests run as root, else the user running them.
+    /// `home_name` is the last part of WF_HOME (long ones make a long socket path).
+    fn normal_user(home_name: &str) -> EmbeddedHome {
+        let env = TestEnv::new();
+        if !is_root() {
+            let home = env.dir.path().join(home_name);
+            return EmbeddedHome { env, home, other_user: None };
+        }
+        let (uid, gid) = nobody();
+        let shared = tempfile::Builder::new().prefix("wf-nobody-").tempdir().unwrap();
+        fs::set_permissions(shared.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = shared.path().join("wf");
+        fs::copy(env!("CARGO_BIN_EXE_wf"), &bin).unwrap();
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+        let home = shared.path().join(home_name);
+        fs::create_dir(&home).unwrap();
+        std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+        EmbeddedHome { env, home, other_user: Some(OtherUser { uid, gid, bin, _shared: shared }) }
+    }
+
+    fn wf<const N: usize>(&self, args: [&str; N]) -> Wf {
+        let Some(user) = &self.other_user else {
+            return self.env.wf(args).env_remove("DATABASE_URL").env("WF_HOME", &self.home);
+        };
+        let mut command = Command::new(&user.bin);
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("WF_HOME", &self.home)
+            .env("NO_COLOR", "1")
+            .current_dir(&self.home)
+            .stdin(Stdio::null())
+            .uid(user.uid)
+            .gid(user.gid);
+        Wf { command }
+    }
+
+    fn status(&self) -> Value {
+        self.wf(["db", "status", "--json"]).ok().json()
+    }
+
+    fn pg(&self) -> PathBuf {
+        self.home.join("pg")
+    }
+
+    /// The first lines of `postmaster.pid`: pid, data folder, start time, port, socket folder.
+    fn postmaster_pid_file(&self) -> Option<Vec<String>> {
+        let text = fs::read_to_string(self.pg().join("data/postmaster.pid")).ok()?;
+        Some(text.lines().map(str::to_string).collect())
+    }
+
+    fn assert_running_and_migrated(&self) {
+        let status = self.status();
+        assert_eq!(status["embedded"], true, "{status}");
+        assert_eq!(status["running"], true, "{status}");
+        assert_eq!(status["schema_version"], wf::db::migrate::latest_version(), "{status}");
+        assert_eq!(status["location"], self.pg().display().to_string(), "{status}");
+    }
+
+    fn assert_stopped(&self) {
+        let status = self.status();
+        assert_eq!(status["running"], false, "{status}");
+    }
+}
+
+impl Drop for EmbeddedHome {
+    fn drop(&mut self) {
+        let socket_dir = self.postmaster_pid_file().and_then(|lines| lines.get(4).map(PathBuf::from));
+        let down = self.wf(["db", "down"]).run();
+        if down.code != 0 {
+            eprintln!("cleanup: wf db down failed: {down:?}");
+        }
+        if let Ok(target) = fs::read_link(self.pg()) {
+            let _ = fs::remove_dir_all(target);
+        }
+        if let Some(dir) = socket_dir.filter(|dir| dir.to_string_lossy().starts_with("/tmp/windforce-")) {
+            let _ = fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn nobody() -> (u32, u32) {
+    let name = std::ffi::CString::new("nobody").unwrap();
+    // SAFETY: getpwnam returns NULL or a pointer to a valid record, read at once.
+    let entry = unsafe { libc::getpwnam(name.as_ptr()) };
+    assert!(!entry.is_null(), "the tests need a `nobody` user to run wf as a normal user");
+    // SAFETY: entry is non-null.
+    unsafe { ((*entry).pw_uid, (*entry).pw_gid) }
+}
+
+fn postgres_uid() -> u32 {
+    let name = std::ffi::CString::new("postgres").unwrap();
+    // SAFETY: as in nobody().
+    let entry = unsafe { libc::getpwnam(name.as_ptr()) };
+    assert!(!entry.is_null(), "as root, the embedded cluster needs a `postgres` user");
+    // SAFETY: entry is non-null.
+    unsafe { (*entry).pw_uid }
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().mode() & 0o777
+}
+
+fn mentions_of_the_cluster(run: &Run) -> usize {
+    run.stderr.matches(CLUSTER_MESSAGE).count()
+}
+
+#[test]
+fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
+    let embedded = EmbeddedHome::new();
+    let up = embedded.wf(["db", "up"]).ok();
+    assert!(up.stderr.contains("creating and starting the embedded PostgreSQL cluster"), "{up:?}");
+    embedded.assert_running_and_migrated();
+
+    let pg = embedded.pg();
+    if is_root() {
+        // PostgreSQL refuses root: the cluster belongs to `postgres`, outside root's home.
+        let target = fs::read_link(&pg).expect("as root, WF_HOME/pg is a link");
+        assert!(target.starts_with("/var/lib/windforce/"), "{target:?}");
+        assert_eq!(mode(Path::new("/var/lib/windforce")), 0o755, "postgres must traverse /var/lib/windforce");
+        assert_eq!(fs::metadata(&target).unwrap().uid(), postgres_uid());
+        assert_eq!(mode(&target), 0o700, "trust authentication: only the owner may reach the socket");
+    } else {
+        assert!(fs::symlink_metadata(&pg).unwrap().is_dir());
+        assert_eq!(mode(&pg), 0o700);
+    }
+
+    let again = embedded.wf(["db", "up"]).ok();
+    assert_eq!(mentions_of_the_cluster(&again), 0, "a running cluster is left alone: {again:?}");
+    embedded.assert_running_and_migrated();
+
+    let down = embedded.wf(["db", "down"]).ok();
+    assert!(down.stderr.contains("embedded cluster stopped"), "{down:?}");
+    embedded.assert_stopped();
+    let down_again = embedded.wf(["db", "down"]).ok();
+    assert!(down_again.stderr.contains("was not running"), "{down_again:?}");
+
+    let restart = embedded.wf(["db", "up"]).ok();
+    assert!(restart.stderr.contains("starting the embedded PostgreSQL cluster"), "{restart:?}");
+    assert!(!restart.stderr.contains("creating"), "{restart:?}");
+    embedded.assert_running_and_migrated();
+}
+
+#[test]
+fn db_up_starts_the_cluster_again_after_its_server_was_killed() {
+    let embedded = EmbeddedHome::new();
+    embedded.wf(["db", "up"]).ok();
+    let pid: i32 = embedded.postmaster_pid_file().expect("postmaster.pid of the running server")[0].parse().unwrap();
+    // SAFETY: kill sends a signal to the server's process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    // The killed server stays a zombie when its parent (init, in a container) does not reap it.
+    wait_for(Duration::from_secs(10), "the killed server to die", || {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let gone = stat.is_empty() || stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        gone.then_some(())
+    });
+    assert!(embedded.postmaster_pid_file().is_some(), "the crash leaves its pid file behind");
+    embedded.assert_stopped();
+
+    let up = embedded.wf(["db", "up"]).ok();
+    assert!(up.stderr.contains("starting the embedded PostgreSQL cluster"), "{up:?}");
+    embedded.assert_running_and_migrated();
+    let new_pid: i32 = embedded.postmaster_pid_file().unwrap()[0].parse().unwrap();
+    assert_ne!(new_pid, pid);
+}
+
+#[test]
+fn concurrent_db_up_on_a_fresh_home_all_succeed() {
+    let embedded = EmbeddedHome::new();
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            let mut wf = embedded.wf(["db", "up"]);
+            wf.command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            wf.command.spawn().unwrap()
+        })
+        .collect();
+    let runs: Vec<Run> = children.into_iter().map(|child| Run::from(child.wait_with_output().unwrap())).collect();
+    for run in &runs {
+        assert_eq!(run.code, 0, "{run:?}");
+    }
+    let creators = runs.iter().filter(|run| run.stderr.contains("creating and starting")).count();
+    assert_eq!(creators, 1, "exactly one process creates the cluster: {runs:?}");
+    embedded.assert_running_and_migrated();
+}
+
+#[test]
+fn a_normal_user_gets_the_cluster_in_wf_home() {
+    let embedded = EmbeddedHome::normal_user("home");
+    let up = embedded.wf(["db", "up"]).ok();
+    assert!(up.stderr.contains("creating and starting"), "{up:?}");
+    embedded.assert_running_and_migrated();
+
+    let pg = embedded.pg();
+    let meta = fs::symlink_metadata(&pg).unwrap();
+    assert!(meta.is_dir(), "the cluster is in WF_HOME/pg itself, not linked to /var/lib");
+    assert!(pg.join("data/PG_VERSION").is_file());
+    assert_eq!(meta.uid(), fs::metadata(&embedded.home).unwrap().uid(), "owned by the user running wf");
+    assert_eq!(embedded.postmaster_pid_file().unwrap()[4], pg.display().to_string(), "socket in WF_HOME/pg");
+
+    embedded.wf(["db", "down"]).ok();
+    embedded.assert_stopped();
+}
+
+#[test]
+fn a_wf_home_too_long_for_a_socket_path_gets_its_socket_under_tmp() {
+    let embedded = EmbeddedHome::normal_user(&format!("home-{}", "long".repeat(20)));
+    assert!(embedded.pg().join(".s.PGSQL.5432").as_os_str().len() > 107, "the path must not fit a socket");
+    embedded.wf(["db", "up"]).ok();
+    embedded.assert_running_and_migrated();
+
+    let socket_dir = PathBuf::from(&embedded.postmaster_pid_file().unwrap()[4]);
+    assert!(socket_dir.to_string_lossy().starts_with("/tmp/windforce-"), "{socket_dir:?}");
+    assert_eq!(mode(&socket_dir), 0o700, "trust authentication: only the owner may reach the socket");
+
+    // A reboot empties /tmp: the next start makes the socket folder again.
+    embedded.wf(["db", "down"]).ok();
+    fs::remove_dir_all(&socket_dir).unwrap();
+    embedded.wf(["db", "up"]).ok();
+    embedded.assert_running_and_migrated();
+}
+
+#[test]
+fn a_command_without_database_url_says_once_that_it_creates_the_cluster() {
+    let embedded = EmbeddedHome::new();
+    let first = embedded.wf(["actions"]).ok();
+    assert_eq!(mentions_of_the_cluster(&first), 1, "{first:?}");
+    assert!(first.stderr.contains("creating and starting the embedded PostgreSQL cluster"), "{first:?}");
+    assert!(first.stderr.contains("DATABASE_URL"), "says how to use another database: {first:?}");
+    let second = embedded.wf(["actions"]).ok();
+    assert_eq!(mentions_of_the_cluster(&second), 0, "{second:?}");
+    embedded.assert_running_and_migrated();
+}
