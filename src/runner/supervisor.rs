@@ -131,7 +131,7 @@ pub fn supervise(plan: &Supervision) -> Result<i32> {
         Ok(pid) => pid,
         Err(error) => {
             let message = format!("could not start {}: {error}", plan.command[0]);
-            eprintln!("wf: {message}");
+            say(&message);
             write_status(plan, &message);
             return Ok(127);
         }
@@ -154,7 +154,7 @@ pub fn supervise(plan: &Supervision) -> Result<i32> {
     // The job is over either way: whatever it left running goes with it.
     let survivors = kill_tree();
     if survivors > 0 {
-        eprintln!("wf: {survivors} process(es) of the action did not die within {KILL_PATIENCE:?} of SIGKILL");
+        say(&format!("{survivors} process(es) of the action did not die within {KILL_PATIENCE:?} of SIGKILL"));
     }
 
     let (message, code) = match ending {
@@ -257,7 +257,7 @@ fn kill_tree() -> usize {
         let descendants = match descendants_of(me) {
             Ok(descendants) => descendants,
             Err(error) => {
-                eprintln!("wf: cannot list the action's processes in /proc: {error}");
+                say(&format!("cannot list the action's processes in /proc: {error}"));
                 return 0;
             }
         };
@@ -306,6 +306,13 @@ fn parent_of(pid: i32) -> Option<i32> {
 
 fn write_status(plan: &Supervision, message: &str) {
     if let Err(error) = fs::write(&plan.status, message) {
-        eprintln!("wf: cannot write {}: {error}", plan.status.display());
+        say(&format!("cannot write {}: {error}", plan.status.display()));
     }
+}
+
+/// A message for the job's log (our stderr is the worker's pipe). Unlike eprintln!, it does not
+/// panic when the worker is gone and the pipe with it: the supervisor still has a tree to kill.
+fn say(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(io::stderr(), "wf: {message}");
 }
