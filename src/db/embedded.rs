@@ -156,6 +156,8 @@ impl Cluster {
     /// only at creation: /tmp does not survive a reboot, and a link may have gone missing.
     fn make_dirs(&self) -> Result<()> {
         if is_root() {
+            // The link first: when something is in its way, nothing is left behind in /var/lib.
+            self.link_home_pg()?;
             let parent = Path::new(ROOT_CLUSTERS);
             fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
             // Whatever root's umask, the postgres user must be able to reach its folder inside.
@@ -163,9 +165,6 @@ impl Cluster {
                 .with_context(|| format!("making {} traversable", parent.display()))?;
         }
         make_private_dir(&self.dir)?;
-        if is_root() {
-            self.link_home_pg()?;
-        }
         if self.socket_dir != self.dir {
             make_private_dir(&self.socket_dir)?;
         }

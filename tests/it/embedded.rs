@@ -276,3 +276,33 @@ fn a_command_without_database_url_says_once_that_it_creates_the_cluster() {
     assert_eq!(mentions_of_the_cluster(&second), 0, "{second:?}");
     embedded.assert_running_and_migrated();
 }
+
+#[test]
+fn an_existing_empty_wf_home_pg_is_used_and_a_wrong_link_is_repaired() {
+    let embedded = EmbeddedHome::new();
+    fs::create_dir_all(embedded.pg()).unwrap();
+    embedded.wf(["db", "up"]).ok();
+    embedded.assert_running_and_migrated();
+    if is_root() {
+        // A link that points elsewhere (a WF_HOME restored from a backup, say) is put right.
+        let target = fs::read_link(embedded.pg()).unwrap();
+        embedded.wf(["db", "down"]).ok();
+        fs::remove_file(embedded.pg()).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", embedded.pg()).unwrap();
+        embedded.wf(["db", "up"]).ok();
+        assert_eq!(fs::read_link(embedded.pg()).unwrap(), target);
+        embedded.assert_running_and_migrated();
+    }
+}
+
+#[test]
+fn something_else_in_place_of_wf_home_pg_is_refused_and_kept() {
+    let embedded = EmbeddedHome::new();
+    fs::create_dir_all(&embedded.home).unwrap();
+    fs::write(embedded.pg(), "not a cluster").unwrap();
+    let up = embedded.wf(["db", "up"]).run();
+    assert_eq!(up.code, 1, "{up:?}");
+    assert!(up.stderr.starts_with("error: ") && up.stderr.contains("move"), "says what to do: {up:?}");
+    assert!(up.stderr.contains(&embedded.pg().display().to_string()), "{up:?}");
+    assert_eq!(fs::read_to_string(embedded.pg()).unwrap(), "not a cluster");
+}
