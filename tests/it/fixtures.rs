@@ -80,7 +80,8 @@ import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 export async function main(input: any) {
   const child = spawn("sleep", ["1000"], { stdio: "ignore" });
-  const detached = spawn("setsid", ["sleep", "1001"], { stdio: "ignore", detached: true });
+  // detached: the child calls setsid() and so lives in its own session and process group.
+  const detached = spawn("sleep", ["1001"], { stdio: "ignore", detached: true });
   detached.unref();
   await new Promise((resolve) => setTimeout(resolve, 300));
   writeFileSync(input.pids, `${process.pid} ${child.pid} ${detached.pid}\n`);
@@ -124,12 +125,23 @@ pub fn worker(env: &TestEnv, name: &str, args: &[&str]) -> Child {
     env.wf(all).spawn(&env.dir.path().join(format!("{name}.log")))
 }
 
-/// The pids a `t/spawn` action wrote, once it wrote them.
+/// The pids a `t/spawn` action wrote (bun, its child, its detached child), once it wrote them,
+/// checked to be alive and the detached one to be in a session of its own.
 pub fn spawned_pids(path: &Path) -> Vec<i32> {
     let text = wait_for(Duration::from_secs(30), "the action to write its pids", || {
         std::fs::read_to_string(path).ok().filter(|t| t.ends_with('\n'))
     });
-    text.split_whitespace().map(|p| p.parse().unwrap()).collect()
+    let pids: Vec<i32> = text.split_whitespace().map(|p| p.parse().unwrap()).collect();
+    assert_eq!(pids.len(), 3);
+    assert!(pids.iter().all(|&pid| alive(pid)), "the action's processes run: {pids:?}");
+    assert_ne!(session_of(pids[2]), session_of(pids[0]), "the detached child left the action's session");
+    pids
+}
+
+/// The session id of a process (field 6 of /proc/PID/stat).
+fn session_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(3).unwrap().parse().unwrap()
 }
 
 /// Whether a process exists (and is not a zombie).

@@ -1,0 +1,174 @@
+//! `wf work` with real processes: many workers, process trees, signals, database outages.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::fixtures::{all_gone, enqueue, executions, path, signal, spawned_pids, synced, worker};
+use crate::harness::{TestEnv, wait_for};
+
+#[test]
+fn four_workers_drain_a_thousand_jobs_each_exactly_once() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let batch = path(&env, "batch.jsonl");
+    let lines: String = (0..1000).map(|n| format!("{}\n", json!({"n": n, "log": log}))).collect();
+    std::fs::write(&batch, lines).unwrap();
+    env.wf(["enqueue", "t/echo", "--batch", batch.to_str().unwrap()]).ok();
+    let workers: Vec<_> =
+        (0..4).map(|i| worker(&env, &format!("w{i}"), &["--drain", "--concurrency", "2"])).collect();
+    for mut worker in workers {
+        assert!(worker.wait().unwrap().success());
+    }
+    let rows = env
+        .db()
+        .query(
+            "SELECT j.id::text, j.input, c.status, c.result FROM job j JOIN job_completed c ON c.job_id = j.id",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), 1000, "every job completed");
+    for row in &rows {
+        let input: Value = row.get(1);
+        let result: Value = row.get(3);
+        assert_eq!(row.get::<_, String>(2), "success");
+        assert_eq!(result["input"], input, "each result matches its input");
+    }
+    let mut runs: HashMap<String, usize> = HashMap::new();
+    for (id, _) in executions(&log) {
+        *runs.entry(id).or_default() += 1;
+    }
+    assert_eq!(runs.len(), 1000, "every job's action ran");
+    assert!(runs.values().all(|&n| n == 1), "an action ran more than once: {:?}", runs.iter().find(|(_, n)| **n > 1));
+    let left: i64 = env.scalar("SELECT (SELECT count(*) FROM job_queue) + (SELECT count(*) FROM job_runtime)");
+    assert_eq!(left, 0);
+    let workers: i64 = env.scalar("SELECT count(DISTINCT split_part(worker, '#', 1)) FROM job_completed");
+    assert!(workers > 1, "the work was shared between workers");
+}
+
+#[test]
+fn a_timeout_kills_the_whole_process_tree() {
+    let env = TestEnv::new();
+    synced(&env);
+    let pids_file = path(&env, "pids");
+    let id = enqueue(&env, "t/spawn", json!({"pids": pids_file}));
+    let mut worker = worker(&env, "w", &["--once"]);
+    let pids = spawned_pids(&pids_file);
+    assert!(worker.wait().unwrap().success());
+    all_gone(&pids, "the timed-out action's tree to die (child and detached grandchild)");
+    let error: Value = serde_json::from_str(&env.wf(["result", &id]).run().expect_code(4).stdout).unwrap();
+    assert_eq!(error["name"], "TimeoutError");
+    assert!(error["message"].as_str().unwrap().contains("3 s"), "{error}");
+}
+
+#[test]
+fn a_cancel_kills_the_whole_process_tree() {
+    let env = TestEnv::new();
+    synced(&env);
+    let pids_file = path(&env, "pids");
+    let id = enqueue(&env, "t/spawn_long", json!({"pids": pids_file}));
+    let mut worker = worker(&env, "w", &["--once", "--heartbeat", "1s"]);
+    let pids = spawned_pids(&pids_file);
+    let canceled = env.wf(["cancel", &id, "--reason", "testing", "--json"]).ok().json();
+    assert_eq!(canceled, json!([{"id": id, "outcome": "cancel_requested"}]));
+    assert!(worker.wait().unwrap().success());
+    all_gone(&pids, "the canceled action's tree to die");
+    let shown = env.wf(["show", &id, "--json"]).ok().json();
+    assert_eq!(shown["status"], "canceled");
+    assert_eq!(shown["canceled_reason"], "testing");
+    let canceled = env.wf(["result", &id]).run().expect_code(4).stdout;
+    assert!(canceled.contains("testing"), "{canceled}");
+}
+
+#[test]
+fn a_sigkilled_worker_leaves_no_action_process_behind() {
+    let env = TestEnv::new();
+    synced(&env);
+    let pids_file = path(&env, "pids");
+    enqueue(&env, "t/spawn_long", json!({"pids": pids_file}));
+    let mut worker = worker(&env, "w", &[]);
+    let pids = spawned_pids(&pids_file);
+    signal(&worker, libc::SIGKILL);
+    worker.wait().unwrap();
+    all_gone(&pids, "every process of the killed worker's job to die");
+}
+
+#[test]
+fn sigterm_puts_a_running_job_back_at_once_and_the_next_worker_finishes_it() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let id = enqueue(&env, "t/sleep", json!({"ms": 4000, "log": log}));
+    let mut first = worker(&env, "first", &["--grace", "1s"]);
+    wait_for(Duration::from_secs(30), "the first worker to start the job", || executions(&log).first().cloned());
+    signal(&first, libc::SIGTERM);
+    let stopped_at = Instant::now();
+    assert!(first.wait().unwrap().success(), "a clean shutdown exits 0");
+    assert!(stopped_at.elapsed() < Duration::from_secs(20));
+    let (running, restarts, worker_left): (bool, i32, Option<String>) = {
+        let row = env
+            .db()
+            .query_one(&format!("SELECT running, restarts, worker FROM job_queue WHERE job_id = '{id}'"), &[])
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    assert!(!running, "the job is back in the queue");
+    assert_eq!(restarts, 0, "a clean shutdown is not a restart");
+    assert_eq!(worker_left, None);
+    let due_now: bool = env.scalar(&format!("SELECT scheduled_for <= now() FROM job_queue WHERE job_id = '{id}'"));
+    assert!(due_now, "it is due again at once");
+    let logs = env.wf(["logs", &id]).ok().stdout;
+    assert!(logs.contains("put back in the queue"), "{logs}");
+
+    env.wf(["work", "--drain", "--name", "second"]).ok();
+    let shown = env.wf(["show", &id, "--json"]).ok().json();
+    assert_eq!(shown["status"], "success");
+    assert_eq!(shown["restarts"], 0);
+    assert!(shown["worker"].as_str().unwrap().starts_with("second#"), "{shown}");
+    assert_eq!(executions(&log).len(), 2);
+}
+
+#[test]
+fn a_job_that_finishes_within_the_grace_completes_normally() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let id = enqueue(&env, "t/sleep", json!({"ms": 1500, "log": log}));
+    let mut first = worker(&env, "first", &["--grace", "30s"]);
+    wait_for(Duration::from_secs(30), "the job to start", || executions(&log).first().cloned());
+    signal(&first, libc::SIGTERM);
+    assert!(first.wait().unwrap().success());
+    assert_eq!(env.wf(["show", &id, "--json"]).ok().json()["status"], "success");
+}
+
+#[test]
+fn a_worker_keeps_its_job_through_a_short_database_outage() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "10");
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let id = enqueue(&env, "t/sleep", json!({"ms": 6000, "log": log}));
+    let mut worker = worker(&env, "cut", &["--once", "--heartbeat", "1s"]);
+    wait_for(Duration::from_secs(30), "the job to start", || executions(&log).first().cloned());
+    // Cut every connection of the worker, again and again, for three seconds.
+    let cut_until = Instant::now() + Duration::from_secs(3);
+    let mut cuts = 0;
+    while Instant::now() < cut_until {
+        let killed: i64 = env.scalar(&format!(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE datname = '{}' AND application_name LIKE 'wf work cut%') t",
+            env.dbname
+        ));
+        cuts += killed;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(cuts > 0, "the worker's connections were cut");
+    assert!(worker.wait().unwrap().success());
+    let shown = env.wf(["show", &id, "--json"]).ok().json();
+    assert_eq!(shown["status"], "success", "{shown}");
+    assert_eq!(shown["restarts"], 0);
+    assert_eq!(executions(&log).len(), 1, "the action ran once");
+    let completions: i64 = env.scalar(&format!("SELECT count(*) FROM job_completed WHERE job_id = '{id}'"));
+    assert_eq!(completions, 1);
+}
