@@ -1,11 +1,16 @@
 //! One module per subcommand: parse its arguments, call the library, render the output.
 
 mod actions;
+mod cancel;
 mod db;
+mod enqueue;
 mod generate_docs;
+mod jobs;
 mod source;
 mod supervise;
 mod sync;
+mod token;
+mod work;
 
 use anyhow::Result;
 
@@ -46,6 +51,15 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Sync(args) => sync::run(&ctx, args),
         Command::Actions(args) => actions::run(&ctx, args),
         Command::Supervise(args) => supervise::run(args),
-        _ => anyhow::bail!("this subcommand is being built"),
+        Command::Enqueue(args) => enqueue::run(&ctx, args),
+        Command::Work(args) => work::run(&ctx, args),
+        Command::Cancel(args) => cancel::cancel(&ctx, args),
+        Command::Reap(args) => cancel::reap(&ctx, args),
+        Command::Jobs(args) => jobs::jobs(&ctx, args),
+        Command::Show(args) => jobs::show(&ctx, args),
+        Command::Result(args) => jobs::result(&ctx, args),
+        Command::Logs(args) => jobs::logs(&ctx, args),
+        Command::Status => jobs::status(&ctx),
+        Command::Token(command) => token::run(&ctx, command),
     }
 }

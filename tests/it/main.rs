@@ -3,6 +3,10 @@
 mod harness;
 
 mod db;
+mod fixtures;
+mod claim;
+mod jobs;
+mod work;
 mod docs;
 mod embedded;
 mod runner;
