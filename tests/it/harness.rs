@@ -353,3 +353,84 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Opt
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A PostgreSQL cluster of one test's own, for tests that restart or stop the server (the shared
+/// cluster serves other tests in parallel). One migrated database `wf`; stopped when dropped.
+pub struct PrivateCluster {
+    dir: tempfile::TempDir,
+}
+
+impl PrivateCluster {
+    pub fn start() -> PrivateCluster {
+        let dir = tempfile::Builder::new().prefix("wf-pg-").tempdir().unwrap();
+        wf::db::embedded::chown_to_postgres(dir.path()).unwrap();
+        let cluster = PrivateCluster { dir };
+        let initdb = wf::db::embedded::pg_bin("initdb").expect("PostgreSQL server binaries are required");
+        let mut command = Command::new(initdb);
+        command.arg("-D").arg(cluster.data()).args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-locale"]);
+        command.current_dir(cluster.dir.path()).stdout(Stdio::null());
+        wf::db::embedded::run_as_cluster_owner(&mut command).unwrap();
+        assert!(command.status().expect("running initdb").success(), "initdb failed");
+        cluster.start_server();
+        let mut admin = postgres::Client::connect(&cluster.url_of("postgres"), postgres::NoTls).unwrap();
+        admin.batch_execute("CREATE DATABASE wf").unwrap();
+        let mut client = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
+        wf::db::migrate::apply(&mut client, &wf::output::Output::new(false, true)).unwrap();
+        cluster
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn url_of(&self, dbname: &str) -> String {
+        format!("host={} port=5432 user={SUPERUSER} dbname={dbname}", self.dir.path().display())
+    }
+
+    /// The URL of its database `wf`.
+    pub fn url(&self) -> String {
+        self.url_of("wf")
+    }
+
+    /// A test world on this cluster's database (its own WF_HOME).
+    pub fn env(&self) -> TestEnv {
+        let dir = tempfile::Builder::new().prefix("wf-env-").tempdir().unwrap();
+        TestEnv { url: self.url(), dbname: "wf".to_string(), dir, extra_env: BTreeMap::new() }
+    }
+
+    fn pg_ctl(&self, args: &[&str]) {
+        let mut command = Command::new(wf::db::embedded::pg_bin("pg_ctl").expect("pg_ctl"));
+        command.arg("-D").arg(self.data()).args(["-l"]).arg(self.dir.path().join("postgres.log")).args(args);
+        command.current_dir(self.dir.path()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        wf::db::embedded::run_as_cluster_owner(&mut command).unwrap();
+        let status = command.status().expect("running pg_ctl");
+        assert!(status.success(), "pg_ctl {args:?} failed: {status}");
+    }
+
+    /// Start the server and wait until it accepts connections.
+    pub fn start_server(&self) {
+        let options = format!("-k {} -c listen_addresses= -c fsync=off", self.dir.path().display());
+        self.pg_ctl(&["start", "-w", "-o", &options]);
+    }
+
+    /// Stop the server (fast: clients are disconnected) and wait until it is down.
+    pub fn stop_server(&self) {
+        self.pg_ctl(&["stop", "-m", "fast", "-w"]);
+    }
+
+    /// `pg_ctl restart -m fast -w`: clients are disconnected, the server comes back.
+    pub fn restart(&self) {
+        self.pg_ctl(&["restart", "-m", "fast", "-w"]);
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let mut command = Command::new(wf::db::embedded::pg_bin("pg_ctl").expect("pg_ctl"));
+        command.arg("-D").arg(self.data()).args(["stop", "-m", "immediate", "-w"]);
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        if wf::db::embedded::run_as_cluster_owner(&mut command).is_ok() {
+            let _ = command.status();
+        }
+    }
+}

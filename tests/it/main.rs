@@ -11,3 +11,5 @@ mod docs;
 mod embedded;
 mod runner;
 mod sync;
+mod checks;
+mod crash;

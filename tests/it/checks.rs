@@ -1,0 +1,205 @@
+//! What the crash, cancel and reaper tests look at once the dust settles: the completion record
+//! of every job, an empty queue, executions counted from the actions' own log, and the processes
+//! that still run a job.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::fixtures::executions;
+use crate::harness::{TestEnv, wait_for};
+
+/// A job's row in job_completed.
+#[derive(Debug, Clone)]
+pub struct Completed {
+    pub status: String,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+    pub worker: Option<String>,
+    pub restarts: i32,
+    pub canceled_by: Option<String>,
+    pub canceled_reason: Option<String>,
+}
+
+/// The completion record of one job, if it has one.
+pub fn completed(env: &TestEnv, job: &str) -> Option<Completed> {
+    let id: uuid::Uuid = job.parse().unwrap();
+    env.db()
+        .query_opt(
+            "SELECT status, result, error, worker, restarts, canceled_by, canceled_reason
+               FROM job_completed WHERE job_id = $1",
+            &[&id],
+        )
+        .unwrap()
+        .map(|row| Completed {
+            status: row.get(0),
+            result: row.get(1),
+            error: row.get(2),
+            worker: row.get(3),
+            restarts: row.get(4),
+            canceled_by: row.get(5),
+            canceled_reason: row.get(6),
+        })
+}
+
+/// Wait until the job has its completion record.
+pub fn wait_completed(env: &TestEnv, job: &str, timeout: Duration) -> Completed {
+    wait_for(timeout, &format!("job {job} to complete"), || completed(env, job))
+}
+
+/// Nothing waits or runs any more: job_queue and job_runtime are empty.
+pub fn assert_queue_empty(env: &TestEnv) {
+    let queued: i64 = env.scalar("SELECT count(*) FROM job_queue");
+    let runtime: i64 = env.scalar("SELECT count(*) FROM job_runtime");
+    assert_eq!((queued, runtime), (0, 0), "job_queue and job_runtime must be empty at the end");
+}
+
+/// Every job ran to success exactly once as far as the records go, and no more often than its
+/// restarts allow: one job_completed row per job (and no other), status success, result.input
+/// equal to the job's input; per job, each attempt recorded at most once in the action's log,
+/// the completing attempt (restarts + 1) among them, and executions <= 1 + restarts.
+/// Returns the total number of restarts.
+pub fn assert_each_succeeded_once(env: &TestEnv, ids: &[String], log: &Path, context: &str) -> i64 {
+    let mut db = env.db();
+    let jobs: i64 = db.query_one("SELECT count(*) FROM job", &[]).unwrap().get(0);
+    assert_eq!(jobs, ids.len() as i64, "{context}: the test enqueued {} jobs", ids.len());
+    let rows = db
+        .query(
+            "SELECT j.id::text, c.status, c.result->'input' = j.input, c.restarts
+               FROM job j LEFT JOIN job_completed c ON c.job_id = j.id",
+            &[],
+        )
+        .unwrap();
+    let completions: i64 = db.query_one("SELECT count(*) FROM job_completed", &[]).unwrap().get(0);
+    assert_eq!(completions, ids.len() as i64, "{context}: one completion record per job");
+    let mut runs: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for (job, attempt) in executions(log) {
+        runs.entry(job).or_default().push(attempt);
+    }
+    let mut restarts_total = 0;
+    for row in rows {
+        let job: String = row.get(0);
+        let status: Option<String> = row.get(1);
+        assert_eq!(status.as_deref(), Some("success"), "{context}: job {job} must complete as success");
+        assert_eq!(row.get::<_, Option<bool>>(2), Some(true), "{context}: job {job}: result.input must be its input");
+        let restarts: i32 = row.get(3);
+        restarts_total += i64::from(restarts);
+        let attempts = runs.remove(&job).unwrap_or_default();
+        let distinct: BTreeSet<i32> = attempts.iter().copied().collect();
+        assert_eq!(distinct.len(), attempts.len(), "{context}: job {job}: an attempt ran twice: {attempts:?}");
+        assert!(
+            distinct.contains(&(restarts + 1)),
+            "{context}: job {job}: the completing attempt {} never ran: {attempts:?}",
+            restarts + 1
+        );
+        assert!(
+            attempts.len() as i32 <= 1 + restarts,
+            "{context}: job {job} ran {} times with {restarts} restarts: {attempts:?}",
+            attempts.len()
+        );
+    }
+    assert!(runs.is_empty(), "{context}: executions of unknown jobs: {runs:?}");
+    assert_queue_empty(env);
+    restarts_total
+}
+
+/// Processes whose environment names one of these jobs (WF_JOB_ID), with the job and attempt:
+/// the supervisor, bun, and anything the action started.
+pub fn job_processes(jobs: &HashSet<String>) -> Vec<(i32, String, i32)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return found };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
+        // A zombie has no environment left: only live processes are found.
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        let mut job = None;
+        let mut attempt = 0;
+        for var in environ.split(|&byte| byte == 0) {
+            let var = String::from_utf8_lossy(var);
+            if let Some(id) = var.strip_prefix("WF_JOB_ID=") {
+                job = Some(id.to_string());
+            } else if let Some(n) = var.strip_prefix("WF_ATTEMPT=") {
+                attempt = n.parse().unwrap_or(0);
+            }
+        }
+        if let Some(job) = job.filter(|job| jobs.contains(job)) {
+            found.push((pid, job, attempt));
+        }
+    }
+    found
+}
+
+/// Wait until no process runs any of these jobs any more.
+pub fn assert_no_job_processes(ids: &[String], what: &str) {
+    let jobs: HashSet<String> = ids.iter().cloned().collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = job_processes(&jobs);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: processes of jobs still alive: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// SIGKILL a child and reap it.
+pub fn kill(child: &mut Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Wait for a child to exit by itself; panics after `timeout`.
+pub fn wait_exit(child: &mut Child, timeout: Duration, what: &str) -> std::process::ExitStatus {
+    wait_for(timeout, &format!("{what} to exit"), || child.try_wait().unwrap())
+}
+
+/// SIGTERM a worker and expect a clean exit.
+pub fn stop_worker(child: &mut Child, what: &str) {
+    crate::fixtures::signal(child, libc::SIGTERM);
+    let status = wait_exit(child, Duration::from_secs(30), what);
+    assert!(status.success(), "{what} exited with {status}");
+}
+
+/// Start `wf ARGS` in the background with its stdout (a JSON summary) and stderr in files
+/// `<name>.out` and `<name>.log`.
+pub fn spawn_capturing(env: &TestEnv, name: &str, args: &[&str]) -> Child {
+    let mut wf = env.wf(args);
+    let out = std::fs::File::create(env.dir.path().join(format!("{name}.out"))).unwrap();
+    let err = std::fs::File::create(env.dir.path().join(format!("{name}.log"))).unwrap();
+    wf.command.stdout(out).stderr(err).stdin(Stdio::null());
+    wf.command.spawn().expect("spawning wf")
+}
+
+/// What `spawn_capturing` wrote to stdout, as JSON.
+pub fn captured_json(env: &TestEnv, name: &str) -> Value {
+    let text = std::fs::read_to_string(env.dir.path().join(format!("{name}.out"))).unwrap();
+    let log = std::fs::read_to_string(env.dir.path().join(format!("{name}.log"))).unwrap_or_default();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name} printed no JSON ({e}): {text:?}; stderr: {log}"))
+}
+
+/// Run `wf reap --json` with these extra arguments; returns (requeued, failed, canceled).
+pub fn reap(env: &TestEnv, args: &[&str]) -> (u64, u64, u64) {
+    let mut all = vec!["reap", "--json"];
+    all.extend_from_slice(args);
+    counts(&env.wf(all).ok().json())
+}
+
+/// (requeued, failed, canceled) of a `wf reap --json` document.
+pub fn counts(reaped: &Value) -> (u64, u64, u64) {
+    let n = |key: &str| reaped[key].as_u64().unwrap_or_else(|| panic!("no {key} in {reaped}"));
+    (n("requeued"), n("failed"), n("canceled"))
+}
+
+/// Seconds since the job's last ping, by the database's clock.
+pub fn ping_age(env: &TestEnv, job: &str) -> Option<f64> {
+    let id: uuid::Uuid = job.parse().unwrap();
+    env.db()
+        .query_opt("SELECT extract(epoch FROM now() - ping)::float8 FROM job_runtime WHERE job_id = $1", &[&id])
+        .unwrap()
+        .map(|row| row.get(0))
+}
+
