@@ -19,6 +19,9 @@ _wf() {
             wf,actions)
                 cmd="wf__subcmd__actions"
                 ;;
+            wf,bench)
+                cmd="wf__subcmd__bench"
+                ;;
             wf,cancel)
                 cmd="wf__subcmd__cancel"
                 ;;
@@ -37,11 +40,17 @@ _wf() {
             wf,logs)
                 cmd="wf__subcmd__logs"
                 ;;
+            wf,prune)
+                cmd="wf__subcmd__prune"
+                ;;
             wf,reap)
                 cmd="wf__subcmd__reap"
                 ;;
             wf,result)
                 cmd="wf__subcmd__result"
+                ;;
+            wf,schedule)
+                cmd="wf__subcmd__schedule"
                 ;;
             wf,show)
                 cmd="wf__subcmd__show"
@@ -94,6 +103,9 @@ _wf() {
             wf__subcmd__help,actions)
                 cmd="wf__subcmd__help__subcmd__actions"
                 ;;
+            wf__subcmd__help,bench)
+                cmd="wf__subcmd__help__subcmd__bench"
+                ;;
             wf__subcmd__help,cancel)
                 cmd="wf__subcmd__help__subcmd__cancel"
                 ;;
@@ -112,11 +124,17 @@ _wf() {
             wf__subcmd__help,logs)
                 cmd="wf__subcmd__help__subcmd__logs"
                 ;;
+            wf__subcmd__help,prune)
+                cmd="wf__subcmd__help__subcmd__prune"
+                ;;
             wf__subcmd__help,reap)
                 cmd="wf__subcmd__help__subcmd__reap"
                 ;;
             wf__subcmd__help,result)
                 cmd="wf__subcmd__help__subcmd__result"
+                ;;
+            wf__subcmd__help,schedule)
+                cmd="wf__subcmd__help__subcmd__schedule"
                 ;;
             wf__subcmd__help,show)
                 cmd="wf__subcmd__help__subcmd__show"
@@ -148,6 +166,24 @@ _wf() {
             wf__subcmd__help__subcmd__db,up)
                 cmd="wf__subcmd__help__subcmd__db__subcmd__up"
                 ;;
+            wf__subcmd__help__subcmd__schedule,add)
+                cmd="wf__subcmd__help__subcmd__schedule__subcmd__add"
+                ;;
+            wf__subcmd__help__subcmd__schedule,list)
+                cmd="wf__subcmd__help__subcmd__schedule__subcmd__list"
+                ;;
+            wf__subcmd__help__subcmd__schedule,pause)
+                cmd="wf__subcmd__help__subcmd__schedule__subcmd__pause"
+                ;;
+            wf__subcmd__help__subcmd__schedule,resume)
+                cmd="wf__subcmd__help__subcmd__schedule__subcmd__resume"
+                ;;
+            wf__subcmd__help__subcmd__schedule,rm)
+                cmd="wf__subcmd__help__subcmd__schedule__subcmd__rm"
+                ;;
+            wf__subcmd__help__subcmd__schedule,tick)
+                cmd="wf__subcmd__help__subcmd__schedule__subcmd__tick"
+                ;;
             wf__subcmd__help__subcmd__source,add)
                 cmd="wf__subcmd__help__subcmd__source__subcmd__add"
                 ;;
@@ -159,6 +195,48 @@ _wf() {
                 ;;
             wf__subcmd__help__subcmd__token,verify)
                 cmd="wf__subcmd__help__subcmd__token__subcmd__verify"
+                ;;
+            wf__subcmd__schedule,add)
+                cmd="wf__subcmd__schedule__subcmd__add"
+                ;;
+            wf__subcmd__schedule,help)
+                cmd="wf__subcmd__schedule__subcmd__help"
+                ;;
+            wf__subcmd__schedule,list)
+                cmd="wf__subcmd__schedule__subcmd__list"
+                ;;
+            wf__subcmd__schedule,pause)
+                cmd="wf__subcmd__schedule__subcmd__pause"
+                ;;
+            wf__subcmd__schedule,resume)
+                cmd="wf__subcmd__schedule__subcmd__resume"
+                ;;
+            wf__subcmd__schedule,rm)
+                cmd="wf__subcmd__schedule__subcmd__rm"
+                ;;
+            wf__subcmd__schedule,tick)
+                cmd="wf__subcmd__schedule__subcmd__tick"
+                ;;
+            wf__subcmd__schedule__subcmd__help,add)
+                cmd="wf__subcmd__schedule__subcmd__help__subcmd__add"
+                ;;
+            wf__subcmd__schedule__subcmd__help,help)
+                cmd="wf__subcmd__schedule__subcmd__help__subcmd__help"
+                ;;
+            wf__subcmd__schedule__subcmd__help,list)
+                cmd="wf__subcmd__schedule__subcmd__help__subcmd__list"
+                ;;
+            wf__subcmd__schedule__subcmd__help,pause)
+                cmd="wf__subcmd__schedule__subcmd__help__subcmd__pause"
+                ;;
+            wf__subcmd__schedule__subcmd__help,resume)
+                cmd="wf__subcmd__schedule__subcmd__help__subcmd__resume"
+                ;;
+            wf__subcmd__schedule__subcmd__help,rm)
+                cmd="wf__subcmd__schedule__subcmd__help__subcmd__rm"
+                ;;
+            wf__subcmd__schedule__subcmd__help,tick)
+                cmd="wf__subcmd__schedule__subcmd__help__subcmd__tick"
                 ;;
             wf__subcmd__source,add)
                 cmd="wf__subcmd__source__subcmd__add"
@@ -203,7 +281,7 @@ _wf() {
 
     case "${cmd}" in
         wf)
-            opts="-q -h -V --database-url --json --output --quiet --help --version db source sync actions enqueue work cancel reap jobs show result logs status token help"
+            opts="-q -h -V --database-url --json --output --quiet --help --version db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -232,6 +310,36 @@ _wf() {
             fi
             case "${prev}" in
                 --source)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__bench)
+            opts="-q -h --jobs --workers --bun --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --jobs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --workers)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -525,7 +633,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__help)
-            opts="db source sync actions enqueue work cancel reap jobs show result logs status token help"
+            opts="db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -539,6 +647,20 @@ _wf() {
             return 0
             ;;
         wf__subcmd__help__subcmd__actions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__help__subcmd__bench)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -692,6 +814,20 @@ _wf() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wf__subcmd__help__subcmd__prune)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wf__subcmd__help__subcmd__reap)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -709,6 +845,104 @@ _wf() {
         wf__subcmd__help__subcmd__result)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__help__subcmd__schedule)
+            opts="add list rm pause resume tick"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__help__subcmd__schedule__subcmd__add)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__help__subcmd__schedule__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__help__subcmd__schedule__subcmd__pause)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__help__subcmd__schedule__subcmd__resume)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__help__subcmd__schedule__subcmd__rm)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__help__subcmd__schedule__subcmd__tick)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -920,6 +1154,36 @@ _wf() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wf__subcmd__prune)
+            opts="-q -h --older-than --status --dry-run --yes --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --older-than)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --status)
+                    COMPREPLY=($(compgen -W "success failure canceled" -- "${cur}"))
+                    return 0
+                    ;;
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wf__subcmd__reap)
             opts="-q -h --zombie-timeout --restart-limit --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -958,6 +1222,296 @@ _wf() {
             fi
             case "${prev}" in
                 --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule)
+            opts="-q -h --database-url --json --output --quiet --help add list rm pause resume tick help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__add)
+            opts="-q -h --cron --tz --input --priority --tag --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --cron)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tz)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --input)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --priority)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tag)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__help)
+            opts="add list rm pause resume tick help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__help__subcmd__add)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__help__subcmd__pause)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__help__subcmd__resume)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__help__subcmd__rm)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__help__subcmd__tick)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__list)
+            opts="-q -h --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__pause)
+            opts="-q -h --yes --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__resume)
+            opts="-q -h --yes --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__rm)
+            opts="-q -h --yes --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__tick)
+            opts="-q -h --horizon --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --horizon)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

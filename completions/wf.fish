@@ -45,6 +45,9 @@ complete -c wf -n "__fish_wf_needs_command" -f -a "result" -d 'Print a job\'s re
 complete -c wf -n "__fish_wf_needs_command" -f -a "logs" -d 'Print a job\'s logs'
 complete -c wf -n "__fish_wf_needs_command" -f -a "status" -d 'Queue depth per tag: queued, scheduled, running, zombies, oldest wait'
 complete -c wf -n "__fish_wf_needs_command" -f -a "token" -d 'Verify WF_TOKEN tokens'
+complete -c wf -n "__fish_wf_needs_command" -f -a "schedule" -d 'Cron schedules that enqueue jobs through the single enqueue path'
+complete -c wf -n "__fish_wf_needs_command" -f -a "prune" -d 'Delete completed jobs (records, logs) older than a cutoff, in batches'
+complete -c wf -n "__fish_wf_needs_command" -f -a "bench" -d 'Measure the spine on the configured database (in a tag of its own, cleaned up after)'
 complete -c wf -n "__fish_wf_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
@@ -242,21 +245,110 @@ complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed or expired'
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "db" -d 'Manage the database: the embedded cluster and migrations'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "source" -d 'Manage git sources of actions'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "sync" -d 'Fetch a source, materialize a commit into the store (marker last), then update the catalog'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "actions" -d 'List the catalog of actions'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "enqueue" -d 'Enqueue a job (or a batch of jobs) through the single enqueue path'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "work" -d 'Run a worker: claim jobs, run them with bun, heartbeat, complete'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "cancel" -d 'Cancel jobs: waiting ones at once, running ones by a mark their worker acts on'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "reap" -d 'Run one reaper pass: recover jobs whose worker stopped sending heartbeats'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "jobs" -d 'List jobs, newest first'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "show" -d 'Show everything about one job'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "result" -d 'Print a job\'s result (exit 4 when it failed or was canceled, 3 when not finished)'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "logs" -d 'Print a job\'s logs'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "status" -d 'Queue depth per tag: queued, scheduled, running, zombies, oldest wait'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "token" -d 'Verify WF_TOKEN tokens'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "add" -d 'Add a schedule'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "list" -d 'List schedules with their next fire time'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "rm" -d 'Remove a schedule (jobs it already enqueued stay)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "pause" -d 'Stop enqueueing for a schedule'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "resume" -d 'Enqueue again for a paused schedule (missed fire times are not replayed)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "tick" -d 'Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l cron -d 'Cron expression (5 fields, or 6 with seconds first), e.g. "*/5 * * * *"' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l tz -d 'Time zone the cron expression is read in (IANA name)' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l input -d 'Input of every job: JSON text, @FILE, or - for stdin' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l priority -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l tag -d 'Override the action\'s effective tag' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l yes -d 'Do not ask for confirmation (rm)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l yes -d 'Do not ask for confirmation (rm)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l yes -d 'Do not ask for confirmation (rm)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l horizon -d 'Enqueue fire times up to this far ahead (workers start them on time)' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "add" -d 'Add a schedule'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "list" -d 'List schedules with their next fire time'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "rm" -d 'Remove a schedule (jobs it already enqueued stay)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "pause" -d 'Stop enqueueing for a schedule'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "resume" -d 'Enqueue again for a paused schedule (missed fire times are not replayed)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "tick" -d 'Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand prune" -l older-than -d 'Delete jobs that completed before now minus this (e.g. 30d)' -r
+complete -c wf -n "__fish_wf_using_subcommand prune" -l status -d 'Only jobs that ended with this status' -r -f -a "success\t''
+failure\t''
+canceled\t''"
+complete -c wf -n "__fish_wf_using_subcommand prune" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand prune" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand prune" -l dry-run -d 'Count what would be deleted, delete nothing'
+complete -c wf -n "__fish_wf_using_subcommand prune" -l yes -d 'Do not ask for confirmation'
+complete -c wf -n "__fish_wf_using_subcommand prune" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand prune" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand prune" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand bench" -l jobs -d 'Jobs per measurement' -r
+complete -c wf -n "__fish_wf_using_subcommand bench" -l workers -d 'Concurrent claimers for the claim-to-complete rate' -r
+complete -c wf -n "__fish_wf_using_subcommand bench" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand bench" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand bench" -l bun -d 'Also measure end to end with a trivial bun action'
+complete -c wf -n "__fish_wf_using_subcommand bench" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand bench" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand bench" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "db" -d 'Manage the database: the embedded cluster and migrations'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "source" -d 'Manage git sources of actions'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "sync" -d 'Fetch a source, materialize a commit into the store (marker last), then update the catalog'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "actions" -d 'List the catalog of actions'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "enqueue" -d 'Enqueue a job (or a batch of jobs) through the single enqueue path'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "work" -d 'Run a worker: claim jobs, run them with bun, heartbeat, complete'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "cancel" -d 'Cancel jobs: waiting ones at once, running ones by a mark their worker acts on'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "reap" -d 'Run one reaper pass: recover jobs whose worker stopped sending heartbeats'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "jobs" -d 'List jobs, newest first'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "show" -d 'Show everything about one job'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "result" -d 'Print a job\'s result (exit 4 when it failed or was canceled, 3 when not finished)'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "logs" -d 'Print a job\'s logs'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "status" -d 'Queue depth per tag: queued, scheduled, running, zombies, oldest wait'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "token" -d 'Verify WF_TOKEN tokens'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "schedule" -d 'Cron schedules that enqueue jobs through the single enqueue path'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "prune" -d 'Delete completed jobs (records, logs) older than a cutoff, in batches'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "bench" -d 'Measure the spine on the configured database (in a tag of its own, cleaned up after)'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "up" -d 'Create (if needed) and start the embedded cluster, then migrate it'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "down" -d 'Stop the embedded cluster'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "status" -d 'Show the embedded cluster\'s state and the schema version'
@@ -265,3 +357,9 @@ complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_f
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from source" -f -a "list" -d 'List git sources'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from source" -f -a "rm" -d 'Remove a git source and its actions from the catalog (jobs keep their pinned metadata)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed or expired'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "add" -d 'Add a schedule'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "list" -d 'List schedules with their next fire time'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "rm" -d 'Remove a schedule (jobs it already enqueued stay)'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "pause" -d 'Stop enqueueing for a schedule'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "resume" -d 'Enqueue again for a paused schedule (missed fire times are not replayed)'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "tick" -d 'Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute'

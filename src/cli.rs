@@ -75,6 +75,13 @@ pub enum Command {
     /// Verify WF_TOKEN tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Cron schedules that enqueue jobs through the single enqueue path.
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
+    /// Delete completed jobs (records, logs) older than a cutoff, in batches.
+    Prune(PruneArgs),
+    /// Measure the spine on the configured database (in a tag of its own, cleaned up after).
+    Bench(BenchArgs),
     /// Generate completions and man pages from this definition.
     #[command(hide = true)]
     GenerateDocs(GenerateDocsArgs),
@@ -315,6 +322,105 @@ pub enum TokenCommand {
 #[derive(Debug, Args)]
 pub struct TokenVerifyArgs {
     pub token: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Add a schedule.
+    Add(ScheduleAddArgs),
+    /// List schedules with their next fire time.
+    List,
+    /// Remove a schedule (jobs it already enqueued stay).
+    Rm(ScheduleNameArgs),
+    /// Stop enqueueing for a schedule.
+    Pause(ScheduleNameArgs),
+    /// Enqueue again for a paused schedule (missed fire times are not replayed).
+    Resume(ScheduleNameArgs),
+    /// Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute.
+    Tick(ScheduleTickArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleAddArgs {
+    /// Schedule name.
+    pub name: String,
+    /// APP/ACTION
+    pub target: String,
+    /// Cron expression (5 fields, or 6 with seconds first), e.g. "*/5 * * * *".
+    #[arg(long)]
+    pub cron: String,
+    /// Time zone the cron expression is read in (IANA name).
+    #[arg(long, default_value = "UTC")]
+    pub tz: String,
+    /// Input of every job: JSON text, @FILE, or - for stdin.
+    #[arg(long)]
+    pub input: Option<String>,
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+    /// Override the action's effective tag.
+    #[arg(long)]
+    pub tag: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleNameArgs {
+    pub name: String,
+    /// Do not ask for confirmation (rm).
+    #[arg(long)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleTickArgs {
+    /// Enqueue fire times up to this far ahead (workers start them on time).
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub horizon: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Delete jobs that completed before now minus this (e.g. 30d).
+    #[arg(long, value_parser = parse_duration)]
+    pub older_than: Duration,
+    /// Only jobs that ended with this status.
+    #[arg(long, value_enum)]
+    pub status: Option<FinalStatus>,
+    /// Count what would be deleted, delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FinalStatus {
+    Success,
+    Failure,
+    Canceled,
+}
+
+impl FinalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinalStatus::Success => "success",
+            FinalStatus::Failure => "failure",
+            FinalStatus::Canceled => "canceled",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Jobs per measurement.
+    #[arg(long, default_value_t = 2000)]
+    pub jobs: u32,
+    /// Concurrent claimers for the claim-to-complete rate.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u32,
+    /// Also measure end to end with a trivial bun action.
+    #[arg(long)]
+    pub bun: bool,
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,7 @@ pub mod error;
 pub mod output;
 pub mod queue;
 pub mod runner;
+pub mod schedule;
 pub mod source;
 pub mod token;
 pub mod worker;

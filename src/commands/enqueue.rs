@@ -66,7 +66,7 @@ pub fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-fn split_target(target: &str) -> Result<(&str, &str)> {
+pub fn split_target(target: &str) -> Result<(&str, &str)> {
     match target.split_once('/') {
         Some((app, action)) if !app.is_empty() && !action.is_empty() && !action.contains('/') => Ok((app, action)),
         _ => bail!("{target:?} is not APP/ACTION (e.g. billing/charge)"),
@@ -74,7 +74,7 @@ fn split_target(target: &str) -> Result<(&str, &str)> {
 }
 
 /// `--input JSON`, `--input @FILE`, `--input -` (stdin); none is `{}`.
-fn read_input(input: Option<&str>) -> Result<Value> {
+pub fn read_input(input: Option<&str>) -> Result<Value> {
     let (text, origin) = match input {
         None => return Ok(json!({})),
         Some("-") => {

@@ -6,6 +6,8 @@ mod db;
 mod enqueue;
 mod generate_docs;
 mod jobs;
+mod prune;
+mod schedule;
 mod source;
 mod supervise;
 mod sync;
@@ -61,5 +63,8 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Logs(args) => jobs::logs(&ctx, args),
         Command::Status => jobs::status(&ctx),
         Command::Token(command) => token::run(&ctx, command),
+        Command::Schedule(command) => schedule::run(&ctx, command),
+        Command::Prune(args) => prune::run(&ctx, args),
+        Command::Bench(_) => anyhow::bail!("wf bench is being built"),
     }
 }

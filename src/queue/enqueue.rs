@@ -141,7 +141,7 @@ pub fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result<Vec<En
 }
 
 /// Validate inputs against a schema; the error names each input (for batches) and JSON path.
-fn validate_inputs(schema: &Value, inputs: &[Value]) -> Result<()> {
+pub fn validate_inputs(schema: &Value, inputs: &[Value]) -> Result<()> {
     let validator = jsonschema::validator_for(schema).context("the action's input schema is invalid")?;
     let mut problems = Vec::new();
     for (n, input) in inputs.iter().enumerate() {

@@ -8,6 +8,7 @@ pub mod enqueue;
 pub mod heartbeat;
 pub mod inspect;
 pub mod logs;
+pub mod prune;
 pub mod reaper;
 
 /// Channel notified when jobs become claimable (enqueue, requeue); the payload is the tag.

@@ -6,6 +6,8 @@ mod db;
 mod fixtures;
 mod claim;
 mod jobs;
+mod prune;
+mod schedule;
 mod work;
 mod docs;
 mod embedded;

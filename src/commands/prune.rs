@@ -1,0 +1,45 @@
+//! `wf prune`: delete completed jobs older than a cutoff, in batches.
+
+use anyhow::Result;
+use serde_json::json;
+
+use super::Ctx;
+use crate::cli::PruneArgs;
+use crate::error::Outcome;
+use crate::output::{confirm, time_cell};
+use crate::queue::prune;
+
+pub fn run(ctx: &Ctx, args: PruneArgs) -> Result<Outcome> {
+    let status = args.status.map(|s| s.as_str());
+    let mut client = ctx.connect()?;
+    let cutoff = prune::cutoff(&mut client, args.older_than)?;
+    let candidates = prune::count(&mut client, cutoff, status)?;
+    if args.dry_run {
+        if ctx.out.json {
+            ctx.out.json(&json!({"deleted": 0, "would_delete": candidates}))?;
+        } else {
+            ctx.out.info(&format!("would delete {candidates} completed job(s) finished before {}", time_cell(Some(cutoff))));
+        }
+        return Ok(Outcome::Ok);
+    }
+    if candidates > 0 {
+        confirm(&format!("delete {candidates} completed job(s) finished before {}", time_cell(Some(cutoff))), args.yes)?;
+    }
+    let bar = ctx.out.progress(u64::try_from(candidates).unwrap_or(0), "pruning");
+    let mut deleted = 0u64;
+    loop {
+        let batch = prune::prune_batch(&mut client, cutoff, status)?;
+        deleted += batch;
+        bar.inc(batch);
+        if batch == 0 {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    if ctx.out.json {
+        ctx.out.json(&json!({"deleted": deleted}))?;
+    } else {
+        ctx.out.info(&format!("deleted {deleted} completed job(s) finished before {}", time_cell(Some(cutoff))));
+    }
+    Ok(Outcome::Ok)
+}

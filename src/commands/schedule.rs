@@ -1,0 +1,122 @@
+//! `wf schedule add | list | rm | pause | resume | tick`.
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use super::Ctx;
+use super::enqueue::{read_input, split_target};
+use crate::cli::{ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleTickArgs};
+use crate::error::Outcome;
+use crate::output::{confirm, time_cell};
+use crate::schedule::{self, NewSchedule};
+
+pub fn run(ctx: &Ctx, command: ScheduleCommand) -> Result<Outcome> {
+    match command {
+        ScheduleCommand::Add(args) => add(ctx, args),
+        ScheduleCommand::List => list(ctx),
+        ScheduleCommand::Rm(args) => rm(ctx, args),
+        ScheduleCommand::Pause(args) => set_enabled(ctx, args, false),
+        ScheduleCommand::Resume(args) => set_enabled(ctx, args, true),
+        ScheduleCommand::Tick(args) => tick(ctx, args),
+    }
+}
+
+fn add(ctx: &Ctx, args: ScheduleAddArgs) -> Result<Outcome> {
+    let (app, action) = split_target(&args.target)?;
+    let new = NewSchedule {
+        name: &args.name,
+        app,
+        action,
+        cron: &args.cron,
+        tz: &args.tz,
+        input: read_input(args.input.as_deref())?,
+        priority: args.priority,
+        tag: args.tag.as_deref(),
+    };
+    let mut client = ctx.connect()?;
+    let added = schedule::add(&mut client, &new)?;
+    let now: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[])?.get(0);
+    let next = added.next_fire(now)?;
+    if ctx.out.json {
+        ctx.out.json(&added.to_json(Some(next)))?;
+    } else {
+        ctx.out.info(&format!(
+            "added schedule {} ({} in {}), next fire {}; run `wf schedule tick` from cron every minute",
+            added.name, added.cron, added.tz, time_cell(Some(next))
+        ));
+    }
+    Ok(Outcome::Ok)
+}
+
+fn list(ctx: &Ctx) -> Result<Outcome> {
+    let mut client = ctx.connect()?;
+    let now: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[])?.get(0);
+    let schedules = schedule::list(&mut client)?;
+    if ctx.out.json {
+        let document: Vec<Value> = schedules.iter().map(|s| s.to_json(s.next_fire(now).ok())).collect();
+        ctx.out.json(&Value::Array(document))?;
+        return Ok(Outcome::Ok);
+    }
+    let rows = schedules
+        .iter()
+        .map(|s| {
+            vec![
+                s.name.clone(),
+                format!("{}/{}", s.app, s.action),
+                s.cron.clone(),
+                s.tz.clone(),
+                if s.enabled { "yes" } else { "paused" }.to_string(),
+                time_cell(s.last_fire_time),
+                if s.enabled { time_cell(s.next_fire(now).ok()) } else { "-".to_string() },
+            ]
+        })
+        .collect();
+    ctx.out.table(&["name", "action", "cron", "tz", "enabled", "last fire", "next fire"], rows)?;
+    Ok(Outcome::Ok)
+}
+
+fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> Result<Outcome> {
+    confirm(&format!("remove schedule {}", args.name), args.yes)?;
+    let mut client = ctx.connect()?;
+    schedule::remove(&mut client, &args.name)?;
+    if ctx.out.json {
+        ctx.out.json(&json!({"removed": args.name}))?;
+    } else {
+        ctx.out.info(&format!("removed schedule {} (jobs it enqueued stay)", args.name));
+    }
+    Ok(Outcome::Ok)
+}
+
+fn set_enabled(ctx: &Ctx, args: ScheduleNameArgs, enabled: bool) -> Result<Outcome> {
+    let mut client = ctx.connect()?;
+    schedule::set_enabled(&mut client, &args.name, enabled)?;
+    if ctx.out.json {
+        ctx.out.json(&json!({"name": args.name, "enabled": enabled}))?;
+    } else {
+        ctx.out.info(&format!("schedule {} {}", args.name, if enabled { "resumed" } else { "paused" }));
+    }
+    Ok(Outcome::Ok)
+}
+
+fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> Result<Outcome> {
+    let mut client = ctx.connect()?;
+    let fired = schedule::tick(&mut client, args.horizon)?;
+    if ctx.out.json {
+        let document: Vec<Value> = fired
+            .iter()
+            .map(|f| json!({"schedule": f.schedule, "ids": f.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), "error": f.error}))
+            .collect();
+        ctx.out.json(&json!({"fired": document}))?;
+    } else {
+        for f in &fired {
+            match &f.error {
+                None => ctx.out.info(&format!("{}: enqueued {} job(s)", f.schedule, f.jobs.len())),
+                Some(error) => eprintln!("{}: nothing enqueued: {error}", f.schedule),
+            }
+        }
+    }
+    if fired.iter().any(|f| f.error.is_some()) {
+        anyhow::bail!("some schedules could not enqueue (see above)");
+    }
+    Ok(Outcome::Ok)
+}

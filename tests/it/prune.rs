@@ -1,0 +1,65 @@
+//! Retention: `wf prune` deletes old completed jobs in batches, never a queued or running one.
+
+use serde_json::json;
+
+use crate::fixtures::{enqueue, synced};
+use crate::harness::TestEnv;
+
+#[test]
+fn prune_deletes_only_old_completed_jobs_with_their_logs() {
+    let env = TestEnv::new();
+    synced(&env);
+    let batch = crate::fixtures::path(&env, "batch.jsonl");
+    std::fs::write(&batch, "{}\n".repeat(2500)).unwrap();
+    env.wf(["enqueue", "t/chatty", "--batch", batch.to_str().unwrap()]).ok();
+    // Completing 2,500 jobs with bun proves nothing more about retention: complete them in SQL.
+    env.db()
+        .batch_execute(
+            "WITH gone AS (DELETE FROM job_queue RETURNING job_id)
+             INSERT INTO job_completed (job_id, status, result) SELECT job_id, 'success', '{}' FROM gone;
+             INSERT INTO job_logs (job_id, attempt, stream, line) SELECT job_id, 1, 'stdout', 'x' FROM job_completed;",
+        )
+        .unwrap();
+    let failed = enqueue(&env, "t/fail", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    // Everything completed so far is old; then a recent job, a queued one, a running one.
+    env.db()
+        .batch_execute("UPDATE job_completed SET completed_at = now() - interval '40 days'")
+        .unwrap();
+    let recent = enqueue(&env, "t/echo", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    let queued = env.wf(["enqueue", "t/echo", "--in", "1h"]).ok().stdout.trim().to_string();
+    let running = enqueue(&env, "t/echo", json!({}));
+    env.db()
+        .execute(
+            "UPDATE job_queue SET running = true, worker = 'w#1', started_at = now() - interval '90 days'
+              WHERE job_id = $1::text::uuid",
+            &[&running],
+        )
+        .unwrap();
+    let old_logs: i64 = env.scalar("SELECT count(*) FROM job_logs");
+    assert!(old_logs > 0);
+
+    // Without --yes and without a terminal: refused, nothing deleted.
+    env.wf(["prune", "--older-than", "30d"]).run().expect_code(3);
+    let dry = env.wf(["prune", "--older-than", "30d", "--dry-run", "--json"]).ok().json();
+    assert_eq!(dry["would_delete"], 2501);
+    assert_eq!(dry["deleted"], 0);
+    let only_failures = env.wf(["prune", "--older-than", "30d", "--status", "failure", "--yes", "--json"]).ok().json();
+    assert_eq!(only_failures, json!({"deleted": 1}));
+    env.wf(["show", &failed]).run().expect_code(1);
+    let pruned = env.wf(["prune", "--older-than", "30d", "--yes", "--json"]).ok().json();
+    assert_eq!(pruned, json!({"deleted": 2500}));
+
+    let left: Vec<String> =
+        env.db().query("SELECT id::text FROM job ORDER BY 1", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let mut expected = vec![recent.clone(), queued, running];
+    expected.sort();
+    assert_eq!(left, expected, "only the recent, queued and running jobs remain");
+    let orphans: i64 = env.scalar(
+        "SELECT (SELECT count(*) FROM job_logs WHERE job_id NOT IN (SELECT id FROM job))
+              + (SELECT count(*) FROM job_completed WHERE job_id NOT IN (SELECT id FROM job))",
+    );
+    assert_eq!(orphans, 0, "logs and completion records went with their jobs");
+    assert_eq!(env.wf(["show", &recent, "--json"]).ok().json()["status"], "success");
+}
