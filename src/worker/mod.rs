@@ -94,10 +94,14 @@ struct Shared {
 }
 
 impl Shared {
-    /// Take one claim from the --max-jobs budget.
+    /// Take one claim from the --max-jobs budget (never below zero: a slot that finds the budget
+    /// spent must not take from a claim another slot may give back).
     fn reserve(&self) -> bool {
         match self.options.until {
-            Until::Jobs(_) => self.budget.fetch_sub(1, Ordering::SeqCst) > 0,
+            Until::Jobs(_) => self
+                .budget
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| (left > 0).then(|| left - 1))
+                .is_ok(),
             _ => true,
         }
     }

@@ -172,3 +172,19 @@ fn a_worker_keeps_its_job_through_a_short_database_outage() {
     let completions: i64 = env.scalar(&format!("SELECT count(*) FROM job_completed WHERE job_id = '{id}'"));
     assert_eq!(completions, 1);
 }
+
+#[test]
+fn once_with_several_slots_runs_exactly_one_job() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let mut worker = worker(&env, "once", &["--once", "--concurrency", "3"]);
+    // Let the idle slots look at the empty queue before the job arrives.
+    std::thread::sleep(Duration::from_millis(500));
+    enqueue(&env, "t/echo", json!({"log": log}));
+    enqueue(&env, "t/echo", json!({"log": log}));
+    assert!(worker.wait().unwrap().success());
+    assert_eq!(executions(&log).len(), 1, "--once runs one job, whatever the concurrency");
+    let completed: i64 = env.scalar("SELECT count(*) FROM job_completed");
+    assert_eq!(completed, 1);
+}
