@@ -17,7 +17,6 @@ use crate::harness::{TestEnv, wait_for};
 pub struct Completed {
     pub status: String,
     pub result: Option<Value>,
-    pub error: Option<Value>,
     pub worker: Option<String>,
     pub restarts: i32,
     pub canceled_by: Option<String>,
@@ -29,7 +28,7 @@ pub fn completed(env: &TestEnv, job: &str) -> Option<Completed> {
     let id: uuid::Uuid = job.parse().unwrap();
     env.db()
         .query_opt(
-            "SELECT status, result, error, worker, restarts, canceled_by, canceled_reason
+            "SELECT status, result, worker, restarts, canceled_by, canceled_reason
                FROM job_completed WHERE job_id = $1",
             &[&id],
         )
@@ -37,11 +36,10 @@ pub fn completed(env: &TestEnv, job: &str) -> Option<Completed> {
         .map(|row| Completed {
             status: row.get(0),
             result: row.get(1),
-            error: row.get(2),
-            worker: row.get(3),
-            restarts: row.get(4),
-            canceled_by: row.get(5),
-            canceled_reason: row.get(6),
+            worker: row.get(2),
+            restarts: row.get(3),
+            canceled_by: row.get(4),
+            canceled_reason: row.get(5),
         })
 }
 
@@ -203,3 +201,13 @@ pub fn ping_age(env: &TestEnv, job: &str) -> Option<f64> {
         .map(|row| row.get(0))
 }
 
+
+/// Wait until the database server has been up longer than `window` seconds: before that, the
+/// reaper counts every older ping from the server's start (a restart does not make zombies), so
+/// zombies made by hand with old pings are not zombies yet.
+pub fn wait_server_up_longer_than(env: &TestEnv, window: f64) {
+    wait_for(Duration::from_secs(30), "the database server to be up longer than the reaper window", || {
+        let up: f64 = env.scalar("SELECT extract(epoch FROM now() - pg_postmaster_start_time())::float8");
+        (up > window).then_some(())
+    });
+}

@@ -15,3 +15,5 @@ mod runner;
 mod sync;
 mod checks;
 mod crash;
+mod cancel;
+mod reaper;

@@ -1,0 +1,111 @@
+//! The reaper is safe to run from many hosts at once: concurrent passes never process the same
+//! zombie twice.
+
+use std::process::Stdio;
+
+use serde_json::json;
+
+use crate::checks::{counts, wait_server_up_longer_than};
+use crate::fixtures::{path, synced};
+use crate::harness::{Run, TestEnv};
+
+const PLAIN: usize = 300;
+const MARKED: usize = 40;
+const AT_LIMIT: usize = 40;
+const REAPERS: usize = 4;
+
+/// Make these queue rows zombies: running for a worker that stopped pinging an hour ago.
+fn make_zombies(db: &mut postgres::Client, ids: &[uuid::Uuid]) {
+    db.execute(
+        "UPDATE job_queue SET running = true, worker = 'ghost#' || job_id, started_at = now() - interval '1 hour'
+          WHERE job_id = ANY($1)",
+        &[&ids],
+    )
+    .unwrap();
+    db.execute(
+        "INSERT INTO job_runtime (job_id, ping) SELECT unnest($1::uuid[]), now() - interval '1 hour'
+         ON CONFLICT (job_id) DO UPDATE SET ping = excluded.ping",
+        &[&ids],
+    )
+    .unwrap();
+}
+
+/// Start REAPERS `wf reap --json` at once and add up what they report.
+fn reap_concurrently(env: &TestEnv) -> (u64, u64, u64) {
+    let children: Vec<_> = (0..REAPERS)
+        .map(|_| {
+            let mut wf = env.wf(["reap", "--json", "--zombie-timeout", "3s", "--restart-limit", "10"]);
+            wf.command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            wf.command.spawn().unwrap()
+        })
+        .collect();
+    let mut total = (0, 0, 0);
+    let mut busy = 0;
+    for child in children {
+        let run = Run::from(child.wait_with_output().unwrap());
+        assert_eq!(run.code, 0, "wf reap failed: {run:?}");
+        let (requeued, failed, canceled) = counts(&run.json());
+        busy += usize::from(requeued + failed + canceled > 0);
+        total = (total.0 + requeued, total.1 + failed, total.2 + canceled);
+    }
+    eprintln!("{busy} of {REAPERS} reapers found zombies: {total:?}");
+    total
+}
+
+/// 300 plain zombies (plus 40 with a cancel mark and 40 at the restart limit), four `wf reap` at
+/// once, three rounds: the counts add up exactly, each plain job gains exactly one restart and
+/// one reaper log line per round, and each marked or exhausted job is completed exactly once.
+#[test]
+fn concurrent_reapers_never_process_the_same_zombie_twice() {
+    let env = TestEnv::new();
+    synced(&env);
+    let total = PLAIN + MARKED + AT_LIMIT;
+    let batch = path(&env, "batch.jsonl");
+    let lines: Vec<String> = (0..total).map(|n| json!({"n": n}).to_string()).collect();
+    std::fs::write(&batch, lines.join("\n") + "\n").unwrap();
+    let run = env.wf(["enqueue", "t/echo", "--batch", batch.to_str().unwrap(), "--json"]).ok();
+    let ids: Vec<uuid::Uuid> =
+        run.json()["ids"].as_array().unwrap().iter().map(|id| id.as_str().unwrap().parse().unwrap()).collect();
+    let (plain, rest) = ids.split_at(PLAIN);
+    let (marked, at_limit) = rest.split_at(MARKED);
+    let mut db = env.db();
+    wait_server_up_longer_than(&env, 3.0);
+
+    for round in 1..=3 {
+        let zombies = if round == 1 { &ids[..] } else { plain };
+        make_zombies(&mut db, zombies);
+        if round == 1 {
+            db.execute(
+                "UPDATE job_queue SET canceled_by = 'operator', canceled_reason = 'test' WHERE job_id = ANY($1)",
+                &[&marked],
+            )
+            .unwrap();
+            db.execute("UPDATE job_queue SET restarts = 10 WHERE job_id = ANY($1)", &[&at_limit]).unwrap();
+        }
+        let expected = if round == 1 { (PLAIN as u64, AT_LIMIT as u64, MARKED as u64) } else { (PLAIN as u64, 0, 0) };
+        assert_eq!(reap_concurrently(&env), expected, "round {round}: every zombie processed exactly once");
+
+        let wrong: i64 = db
+            .query_one(
+                "SELECT count(*) FROM job_queue q
+                  WHERE q.job_id = ANY($1)
+                    AND (q.running OR q.restarts <> $2
+                         OR (SELECT count(*) FROM job_logs l WHERE l.job_id = q.job_id AND l.stream = 'wf') <> $2::bigint)",
+                &[&plain, &round],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(wrong, 0, "round {round}: each plain zombie requeued exactly once (restarts and log lines)");
+        let runtime: i64 = db.query_one("SELECT count(*) FROM job_runtime", &[]).unwrap().get(0);
+        assert_eq!(runtime, 0, "round {round}: requeued jobs have no ping");
+    }
+    for (set, status, n) in [(marked, "canceled", MARKED), (at_limit, "failure", AT_LIMIT)] {
+        let done: i64 = db
+            .query_one("SELECT count(*) FROM job_completed WHERE job_id = ANY($1) AND status = $2", &[&set, &status])
+            .unwrap()
+            .get(0);
+        assert_eq!(done, n as i64, "each {status} zombie completed exactly once");
+    }
+    let queued: i64 = db.query_one("SELECT count(*) FROM job_queue", &[]).unwrap().get(0);
+    assert_eq!(queued, PLAIN as i64, "only the plain jobs wait");
+}
