@@ -389,3 +389,63 @@ fn a_missing_bun_is_one_clear_error_at_start() {
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("WF_BUN"), "{run:?}");
 }
+
+#[test]
+fn status_counts_each_tag_and_jobs_filters() {
+    // Pings older than the server's start count from that start: use a window shorter than the
+    // test server's age.
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "1");
+    crate::harness::wait_for(std::time::Duration::from_secs(5), "the test server to be older than the window", || {
+        env.scalar::<bool>("SELECT now() - pg_postmaster_start_time() > interval '1 second'").then_some(())
+    });
+    synced(&env);
+    enqueue(&env, "t/echo", json!({}));
+    enqueue(&env, "t/echo", json!({}));
+    env.wf(["enqueue", "t/echo", "--in", "1h"]).ok();
+    enqueue(&env, "other/echo", json!({}));
+    let zombie = enqueue(&env, "other/echo", json!({}));
+    env.db()
+        .batch_execute(&format!(
+            "UPDATE job_queue SET running = true, worker = 'gone#1', started_at = now() - interval '1 hour'
+              WHERE job_id = '{zombie}';
+             INSERT INTO job_runtime (job_id, ping) VALUES ('{zombie}', now() - interval '1 hour');"
+        ))
+        .unwrap();
+    let status = env.wf(["status", "--json"]).ok().json();
+    assert_eq!(
+        status,
+        json!([
+            {"tag": "default", "queued": 2, "scheduled": 1, "running": 0, "zombies": 0,
+             "oldest_wait_s": status[0]["oldest_wait_s"]},
+            {"tag": "other", "queued": 1, "scheduled": 0, "running": 1, "zombies": 1,
+             "oldest_wait_s": status[1]["oldest_wait_s"]},
+        ])
+    );
+    assert!(status[0]["oldest_wait_s"].as_f64().unwrap() >= 0.0);
+    let table = env.wf(["status"]).ok().stdout;
+    assert!(table.contains("other"), "{table}");
+
+    let other = env.wf(["jobs", "--tag", "other", "--json"]).ok().json();
+    assert_eq!(other.as_array().unwrap().len(), 2);
+    let scheduled = env.wf(["jobs", "--status", "scheduled", "--json"]).ok().json();
+    assert_eq!(scheduled.as_array().unwrap().len(), 1);
+    let by_app = env.wf(["jobs", "--app", "t", "--limit", "2", "--json"]).ok().json();
+    assert_eq!(by_app.as_array().unwrap().len(), 2);
+    let running = env.wf(["jobs", "--status", "running", "--json"]).ok().json();
+    assert_eq!(running[0]["id"], zombie.as_str());
+}
+
+#[test]
+fn logs_follow_prints_lines_until_the_job_completes() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/chatty", json!({"lines": 5}));
+    let mut follow = env.wf(["logs", &id, "--follow"]);
+    follow.command.stdout(std::process::Stdio::piped());
+    let follower = follow.command.spawn().unwrap();
+    env.wf(["work", "--drain"]).ok();
+    let output = follower.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("out 4") && text.contains("[stderr] err 4"), "{text}");
+}
