@@ -17,6 +17,8 @@ use clap::Parser;
 
 /// Parse the command line, run the command, print the error chain, return the exit code.
 pub fn run() -> i32 {
+    // A bug is still reported as one `error:` line, never as a panic message with a backtrace.
+    std::panic::set_hook(Box::new(|info| eprintln!("error: internal error (a bug in wf): {info}")));
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
