@@ -210,6 +210,41 @@ fn a_worker_resumed_after_its_job_was_reaped_kills_its_action_and_records_nothin
     assert_queue_empty(&env);
 }
 
+/// A worker stopped past the window while its action finishes on its own: on resume it holds a
+/// result for a job that was reaped and is running again elsewhere. The completion gate (or the
+/// heartbeat, whichever it reaches first) refuses it: it records nothing, and the job's record is
+/// the second worker's.
+#[test]
+fn a_worker_resumed_with_a_finished_result_for_a_reaped_job_records_nothing() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
+    synced(&env);
+    let log = path(&env, "executions.log");
+    let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 1500, "2": 4000}, "log": log}));
+    let mut first =
+        spawn_capturing(&env, "first", &["work", "--name", "first", "--heartbeat", "1s", "--no-reap", "--json"]);
+    wait_for(Duration::from_secs(30), "attempt 1 to start", || executions(&log).contains(&(job.clone(), 1)).then_some(()));
+    signal(&first, libc::SIGSTOP);
+    assert_no_job_processes(std::slice::from_ref(&job), "attempt 1 to finish while its worker is stopped");
+    wait_for(Duration::from_secs(15), "the stopped worker's ping to leave the window", || {
+        ping_age(&env, &job).is_some_and(|age| age > 3.0).then_some(())
+    });
+    assert_eq!(reap(&env, &["--zombie-timeout", "3s"]), (1, 0, 0));
+    let mut second = worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
+    wait_for(Duration::from_secs(30), "attempt 2 to start", || executions(&log).contains(&(job.clone(), 2)).then_some(()));
+
+    signal(&first, libc::SIGCONT);
+    assert!(wait_exit(&mut second, Duration::from_secs(30), "the second worker").success());
+    let done = completed(&env, &job).expect("the second worker completed the job");
+    assert_eq!((done.status.as_str(), done.restarts), ("success", 1));
+    assert!(done.worker.as_deref().unwrap().starts_with("second#"), "{done:?}");
+    assert_eq!(done.result.as_ref().unwrap()["slept"], 4000, "the record is attempt 2's result");
+    stop_worker(&mut first, "the resumed worker");
+    let summary = captured_json(&env, "first");
+    assert_eq!((summary["fenced"].as_u64(), summary["succeeded"].as_u64()), (Some(1), Some(0)), "{summary}");
+    assert_eq!(executions(&log), vec![(job.clone(), 1), (job.clone(), 2)]);
+    assert_queue_empty(&env);
+}
+
 /// A job that SIGKILLs its own worker every time is retried up to the restart limit, then
 /// completed as failure saying it kept dying: 1 + limit executions, restarts visible in `wf show`.
 #[test]
