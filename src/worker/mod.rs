@@ -173,13 +173,16 @@ pub fn run(database: Database, options: Options) -> Result<Summary> {
     supervise_shutdown(&shared, signals, &slots);
     let mut first_error = None;
     for slot in slots {
-        if let Err(error) = slot.join().expect("a worker slot panicked") {
+        let ended = slot.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a worker slot crashed (a bug in wf)")));
+        if let Err(error) = ended {
             first_error.get_or_insert(error);
         }
     }
     slots_done.store(true, Ordering::SeqCst);
     if let Some(reaper) = reaper {
-        reaper.join().expect("the reaper thread panicked");
+        if reaper.join().is_err() {
+            first_error.get_or_insert(anyhow::anyhow!("the reaper thread crashed (a bug in wf)"));
+        }
     }
     if let Some(error) = first_error {
         return Err(error);
