@@ -165,15 +165,17 @@ fn a_worker_killed_before_its_first_heartbeat_has_its_job_recovered_after_the_wi
     assert_queue_empty(&env);
 }
 
-/// A worker stopped past the window is presumed dead: its job is reaped and completed by another
+/// A worker stopped past the window is presumed dead: its job is reaped and run by another
 /// worker. Resumed, the first worker learns at its next heartbeat that the job is no longer its
-/// own, kills its action and records nothing.
-#[test]
-fn a_worker_resumed_after_its_job_was_reaped_kills_its_action_and_records_nothing() {
+/// own, kills its action and records nothing. `resume_early`: it resumes while the second worker
+/// still runs the job (the queue row exists, owned by the other claim); else after the second
+/// worker completed it.
+fn resumed_after_reap(resume_early: bool) {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
     synced(&env);
     let log = path(&env, "executions.log");
-    let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 60000, "2": 200}, "log": log}));
+    let second_ms = if resume_early { 6000 } else { 200 };
+    let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 60000, "2": second_ms}, "log": log}));
     let mut first =
         spawn_capturing(&env, "first", &["work", "--name", "first", "--heartbeat", "1s", "--no-reap", "--json"]);
     wait_for(Duration::from_secs(30), "attempt 1 to start", || executions(&log).contains(&(job.clone(), 1)).then_some(()));
@@ -187,10 +189,11 @@ fn a_worker_resumed_after_its_job_was_reaped_kills_its_action_and_records_nothin
     });
     assert_eq!(reap(&env, &["--zombie-timeout", "3s"]), (1, 0, 0));
     let mut second = worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
-    assert!(wait_exit(&mut second, Duration::from_secs(30), "the second worker").success());
-    let done = completed(&env, &job).expect("the second worker completed the job");
-    assert_eq!((done.status.as_str(), done.restarts), ("success", 1));
-    assert!(done.worker.as_deref().unwrap().starts_with("second#"), "{done:?}");
+    if resume_early {
+        wait_for(Duration::from_secs(30), "attempt 2 to start", || executions(&log).contains(&(job.clone(), 2)).then_some(()));
+    } else {
+        assert!(wait_exit(&mut second, Duration::from_secs(30), "the second worker").success());
+    }
     assert!(
         attempt_1.iter().all(|&pid| crate::fixtures::alive(pid)),
         "attempt 1 keeps running while its worker is stopped"
@@ -198,16 +201,32 @@ fn a_worker_resumed_after_its_job_was_reaped_kills_its_action_and_records_nothin
 
     signal(&first, libc::SIGCONT);
     crate::fixtures::all_gone(&attempt_1, "the resumed worker to kill attempt 1");
+    if resume_early {
+        assert!(completed(&env, &job).is_none(), "attempt 2 still runs when attempt 1 is gone");
+        assert!(wait_exit(&mut second, Duration::from_secs(30), "the second worker").success());
+    }
+    let done = completed(&env, &job).expect("the second worker completed the job");
+    assert_eq!((done.status.as_str(), done.restarts), ("success", 1));
+    assert!(done.worker.as_deref().unwrap().starts_with("second#"), "{done:?}");
+    assert_eq!(done.result.as_ref().unwrap()["slept"], second_ms);
     stop_worker(&mut first, "the resumed worker");
     let summary = captured_json(&env, "first");
     assert_eq!((summary["fenced"].as_u64(), summary["succeeded"].as_u64()), (Some(1), Some(0)), "{summary}");
-    let after = completed(&env, &job).unwrap();
-    assert_eq!(after.worker, done.worker, "the completion record must stay the second worker's");
-    assert_eq!(after.result, done.result);
+    assert_eq!(completed(&env, &job).unwrap().worker, done.worker, "the record stays the second worker's");
     let records: i64 = env.scalar("SELECT count(*) FROM job_completed");
     assert_eq!(records, 1);
     assert_eq!(executions(&log), vec![(job.clone(), 1), (job.clone(), 2)]);
     assert_queue_empty(&env);
+}
+
+#[test]
+fn a_worker_resumed_after_its_job_was_reaped_kills_its_action_and_records_nothing() {
+    resumed_after_reap(false);
+}
+
+#[test]
+fn a_worker_resumed_while_its_job_runs_elsewhere_kills_its_action_and_records_nothing() {
+    resumed_after_reap(true);
 }
 
 /// A worker stopped past the window while its action finishes on its own: on resume it holds a
