@@ -1,5 +1,6 @@
 //! windforce `wf`: the library behind the command-line tool. `main` is a thin shell around `run`.
 
+pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod config;

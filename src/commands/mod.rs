@@ -1,6 +1,7 @@
 //! One module per subcommand: parse its arguments, call the library, render the output.
 
 mod actions;
+mod bench;
 mod cancel;
 mod db;
 mod enqueue;
@@ -65,6 +66,6 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Token(command) => token::run(&ctx, command),
         Command::Schedule(command) => schedule::run(&ctx, command),
         Command::Prune(args) => prune::run(&ctx, args),
-        Command::Bench(_) => anyhow::bail!("wf bench is being built"),
+        Command::Bench(args) => bench::run(&ctx, args),
     }
 }

@@ -17,3 +17,4 @@ mod checks;
 mod crash;
 mod cancel;
 mod reaper;
+mod bench;

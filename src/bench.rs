@@ -1,0 +1,584 @@
+//! `wf bench`: measure the spine on the configured database, in a corner of its own.
+//!
+//! Everything the bench creates lives under one name, `wf-bench-<8 hex>`: a synthetic source, app
+//! and action in the catalog, the jobs of that tag, and with `--bun` the action's tree in the
+//! store. `Namespace` removes all of it when the bench ends, also when a measurement fails or the
+//! operator presses Ctrl-C. The jobs go through the single enqueue path and the real claim and
+//! completion statements; only the executor is a no-op, except in the `--bun` measurement, which
+//! runs a real worker in-process.
+
+use std::fs;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, GenericClient};
+use serde_json::{Value, json};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use uuid::Uuid;
+
+use crate::db::Database;
+use crate::queue::CHANNEL_ENQUEUED;
+use crate::queue::claim::{self, Claimed};
+use crate::queue::complete::{self, Completion, Recorded, Status};
+use crate::queue::enqueue::{self, Request, When};
+use crate::source::store::{self, MARKER};
+use crate::worker::{self, Options, Until};
+
+/// The one action of the bench's app.
+const ACTION: &str = "noop";
+const ENTRYPOINT: &str = "noop.ts";
+const NOOP_SOURCE: &str = "export function main(input) { return input; }\n";
+/// Latency samples are paced and `--bun` jobs each start a process: both are capped.
+const LATENCY_SAMPLES_MAX: u32 = 200;
+const BUN_JOBS_MAX: u32 = 200;
+/// The pause after each latency sample, so the claimer is back to waiting when the next job comes.
+const LATENCY_PACE: Duration = Duration::from_millis(5);
+/// A job not picked up within this long means the claimer is not woken: fail rather than hang.
+const PICKUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the idle claimer waits before looking again (a lost notification costs at most this).
+const IDLE_POLL: Duration = Duration::from_millis(250);
+
+/// What to measure.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// Jobs per measurement.
+    pub jobs: u32,
+    /// Concurrent claimers for the claim-to-complete rate, and the `--bun` worker's concurrency.
+    pub workers: u32,
+    /// Also measure end to end with a trivial bun action.
+    pub bun: bool,
+}
+
+/// How long a number of jobs took.
+#[derive(Debug, Clone, Copy)]
+pub struct Rate {
+    pub jobs: u64,
+    pub elapsed: Duration,
+}
+
+impl Rate {
+    pub fn per_second(&self) -> f64 {
+        self.jobs as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Time from an enqueue's commit to an idle claimer's claim of that job.
+#[derive(Debug, Clone, Copy)]
+pub struct Latency {
+    pub samples: usize,
+    pub p50: Duration,
+    pub p99: Duration,
+}
+
+/// Every measurement of one bench run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub tag: String,
+    pub jobs: u32,
+    pub workers: u32,
+    /// One enqueue call and one transaction per job.
+    pub enqueue_single: Rate,
+    /// One enqueue call with every input, in one transaction.
+    pub enqueue_batch: Rate,
+    /// Claim, then complete as success at once, across `workers` connections.
+    pub claim_complete: Rate,
+    pub pickup: Latency,
+    /// A real worker running a trivial bun action (with `--bun`).
+    pub bun: Option<Rate>,
+}
+
+/// Where a bench run is, for a progress display. Called from several threads at once.
+pub trait Progress: Sync {
+    /// A measurement over `jobs` jobs begins.
+    fn begin(&self, measurement: &str, jobs: u64);
+    /// This many jobs of the current measurement are done.
+    fn done(&self, jobs: u64);
+}
+
+/// Run every measurement of `plan` in a new namespace, and remove the namespace.
+pub fn run(database: &Database, plan: &Plan, progress: &dyn Progress) -> Result<Report> {
+    if plan.jobs == 0 {
+        bail!("--jobs must be at least 1");
+    }
+    if plan.workers == 0 {
+        bail!("--workers must be at least 1");
+    }
+    let interrupt = Interrupt::install()?;
+    let namespace = Namespace::create(database, plan.bun)?;
+    let report = measure(&namespace, plan, progress, &interrupt);
+    let removed = namespace.remove();
+    let report = report?;
+    removed?;
+    Ok(report)
+}
+
+fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrupt: &Interrupt) -> Result<Report> {
+    let database = &namespace.database;
+    let mut client = database.connect_as(&format!("{} enqueue", namespace.tag))?;
+    let jobs = plan.jobs;
+
+    let enqueue_single = enqueue_one_by_one(&mut client, namespace, jobs, progress, interrupt)?;
+    delete_jobs(&mut client, &namespace.tag)?;
+
+    progress.begin("enqueue, one batch transaction", u64::from(jobs));
+    let enqueue_batch = enqueue_batch(&mut client, namespace, jobs)?;
+    progress.done(u64::from(jobs));
+    interrupt.check()?;
+
+    let claim_complete = claim_and_complete(namespace, jobs, plan.workers, progress, interrupt)?;
+    expect_succeeded(&mut client, &namespace.tag, jobs, "claim-to-complete")?;
+    delete_jobs(&mut client, &namespace.tag)?;
+
+    let pickup = pickup_latency(&mut client, namespace, jobs.min(LATENCY_SAMPLES_MAX), progress, interrupt)?;
+    delete_jobs(&mut client, &namespace.tag)?;
+
+    let bun = if plan.bun {
+        let rate = bun_end_to_end(&mut client, namespace, jobs.min(BUN_JOBS_MAX), plan.workers, progress, interrupt)?;
+        expect_succeeded(&mut client, &namespace.tag, jobs.min(BUN_JOBS_MAX), "bun end-to-end")?;
+        Some(rate)
+    } else {
+        None
+    };
+    Ok(Report {
+        tag: namespace.tag.clone(),
+        jobs,
+        workers: plan.workers,
+        enqueue_single,
+        enqueue_batch,
+        claim_complete,
+        pickup,
+        bun,
+    })
+}
+
+/// The bench's catalog rows, jobs and store tree. Removed by `remove`, or when dropped (a
+/// measurement failed, or the run was interrupted).
+struct Namespace {
+    database: Database,
+    /// The tag of every bench job; also the name of the bench's source and app.
+    tag: String,
+    git_source_id: Uuid,
+    /// The source's folder in the store, with `--bun`.
+    store_dir: Option<PathBuf>,
+    removed: bool,
+}
+
+impl Namespace {
+    /// The catalog row the enqueue path needs, and with `bun` a trivial action in the store,
+    /// marker last and before the catalog row, as `wf sync` does.
+    fn create(database: &Database, bun: bool) -> Result<Namespace> {
+        let tag = format!("wf-bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
+        let commit_sha = format!("{}{}", Uuid::new_v4().simple(), &Uuid::new_v4().simple().to_string()[..8]);
+        let mut namespace =
+            Namespace { database: database.clone(), tag, git_source_id: Uuid::new_v4(), store_dir: None, removed: false };
+        if bun {
+            let store = crate::config::wf_store()?;
+            namespace.store_dir = Some(store.join(namespace.git_source_id.to_string()));
+            let tree = store::commit_dir(&store, namespace.git_source_id, &commit_sha);
+            fs::create_dir_all(&tree).with_context(|| {
+                format!("creating {} (is WF_STORE={} a writable directory?)", tree.display(), store.display())
+            })?;
+            fs::write(tree.join(ENTRYPOINT), NOOP_SOURCE)
+                .with_context(|| format!("writing {}", tree.join(ENTRYPOINT).display()))?;
+            let marker = json!({"commit": commit_sha, "source": namespace.git_source_id, "files": 1});
+            fs::write(tree.join(MARKER), format!("{marker}\n"))
+                .with_context(|| format!("writing the marker {}", tree.join(MARKER).display()))?;
+        }
+        let mut client = database.connect_as(&format!("{} setup", namespace.tag))?;
+        let mut tx = client.transaction()?;
+        tx.execute(
+            "INSERT INTO git_source (id, name, url, commit_sha, synced_at)
+             VALUES ($1, $2, 'wf-bench: synthetic, removed when the bench ends', $3, now())",
+            &[&namespace.git_source_id, &namespace.tag, &commit_sha],
+        )?;
+        tx.execute(
+            "INSERT INTO app (app_key, git_source_id, tag) VALUES ($1, $2, $1)",
+            &[&namespace.tag, &namespace.git_source_id],
+        )?;
+        tx.execute(
+            "INSERT INTO action (app_key, action_key, git_source_id, commit_sha, entrypoint, timeout_s, tag)
+             VALUES ($1, $2, $3, $4, $5, 60, $1)",
+            &[&namespace.tag, &ACTION, &namespace.git_source_id, &commit_sha, &ENTRYPOINT],
+        )?;
+        tx.commit().with_context(|| format!("creating the bench's source, app and action {}", namespace.tag))?;
+        Ok(namespace)
+    }
+
+    fn request(&self, inputs: Vec<Value>) -> Request<'_> {
+        Request {
+            app: &self.tag,
+            action: ACTION,
+            inputs,
+            priority: 0,
+            tag: None,
+            when: When::Now,
+            trigger_kind: "manual",
+            schedule_name: None,
+        }
+    }
+
+    /// Remove everything the bench made; the first failure is returned after trying the rest.
+    fn remove(mut self) -> Result<()> {
+        self.removed = true;
+        self.remove_all()
+    }
+
+    fn remove_all(&self) -> Result<()> {
+        let rows = self.database.connect_as(&format!("{} cleanup", self.tag)).and_then(|mut client| {
+            let mut tx = client.transaction()?;
+            delete_jobs(&mut tx, &self.tag)?;
+            // The app and action rows go with their source (ON DELETE CASCADE).
+            tx.execute("DELETE FROM git_source WHERE id = $1", &[&self.git_source_id])?;
+            tx.commit()?;
+            Ok(())
+        });
+        let tree = match &self.store_dir {
+            Some(dir) if dir.exists() => {
+                fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))
+            }
+            _ => Ok(()),
+        };
+        rows.with_context(|| format!("removing the bench's jobs and catalog rows (tag and source {})", self.tag))?;
+        tree
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        if let Err(error) = self.remove_all() {
+            eprintln!(
+                "warning: wf bench could not clean up after itself: {error:#}; left behind: jobs tagged {tag}, \
+                 source {tag} (`wf source rm {tag}`){}",
+                self.store_dir.as_ref().map_or(String::new(), |dir| format!(", {}", dir.display())),
+                tag = self.tag,
+            );
+        }
+    }
+}
+
+/// Delete every job of `tag` with its queue, heartbeat, completion and log rows. job_queue refers
+/// to job without a cascade, so its rows go first; the statement's CTEs all run before the
+/// foreign keys are checked at its end.
+fn delete_jobs(client: &mut impl GenericClient, tag: &str) -> Result<()> {
+    client
+        .execute(
+            "WITH doomed AS (SELECT id FROM job WHERE tag = $1),
+             runtime AS (DELETE FROM job_runtime WHERE job_id IN (SELECT id FROM doomed)),
+             queued AS (DELETE FROM job_queue WHERE job_id IN (SELECT id FROM doomed))
+             DELETE FROM job WHERE id IN (SELECT id FROM doomed)",
+            &[&tag],
+        )
+        .with_context(|| format!("deleting the jobs of tag {tag}"))?;
+    Ok(())
+}
+
+/// `jobs` calls of the enqueue path, one transaction each.
+fn enqueue_one_by_one(
+    client: &mut Client,
+    namespace: &Namespace,
+    jobs: u32,
+    progress: &dyn Progress,
+    interrupt: &Interrupt,
+) -> Result<Rate> {
+    progress.begin("enqueue, a transaction each", u64::from(jobs));
+    let started = Instant::now();
+    for n in 0..jobs {
+        interrupt.check()?;
+        let mut tx = client.transaction()?;
+        enqueue::enqueue(&mut tx, &namespace.request(vec![json!({"n": n})]))?;
+        tx.commit()?;
+        progress.done(u64::from(n) + 1);
+    }
+    Ok(Rate { jobs: u64::from(jobs), elapsed: started.elapsed() })
+}
+
+/// One call of the enqueue path with `jobs` inputs, in one transaction.
+fn enqueue_batch(client: &mut Client, namespace: &Namespace, jobs: u32) -> Result<Rate> {
+    let request = namespace.request((0..jobs).map(|n| json!({"n": n})).collect());
+    let started = Instant::now();
+    let mut tx = client.transaction()?;
+    let enqueued = enqueue::enqueue(&mut tx, &request)?;
+    tx.commit()?;
+    let elapsed = started.elapsed();
+    if enqueued.len() != jobs as usize {
+        bail!("the batch enqueue created {} jobs instead of {jobs}", enqueued.len());
+    }
+    Ok(Rate { jobs: u64::from(jobs), elapsed })
+}
+
+/// `workers` threads, one connection each, claim and complete (no-op, success) until no job is
+/// left. A claim finds nothing only when every remaining job is held by another claimer, which
+/// completes it; `expect_succeeded` checks afterwards that every job was done.
+fn claim_and_complete(
+    namespace: &Namespace,
+    jobs: u32,
+    workers: u32,
+    progress: &dyn Progress,
+    interrupt: &Interrupt,
+) -> Result<Rate> {
+    progress.begin("claim + complete (no-op)", u64::from(jobs));
+    let done = AtomicU64::new(0);
+    let mut clients = (0..workers)
+        .map(|worker| namespace.database.connect_as(&format!("{} claimer {worker}", namespace.tag)))
+        .collect::<Result<Vec<Client>>>()?;
+    let started = Instant::now();
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = clients
+            .iter_mut()
+            .enumerate()
+            .map(|(worker, client)| {
+                let done = &done;
+                scope.spawn(move || -> Result<()> {
+                    let tags = [namespace.tag.clone()];
+                    for n in 0u64.. {
+                        interrupt.check()?;
+                        let claim_id = format!("{}:{worker}#{n}", namespace.tag);
+                        let Some(job) = claim::claim(client, &tags, &claim_id)? else { return Ok(()) };
+                        complete_noop(client, &job)?;
+                        progress.done(done.fetch_add(1, Ordering::SeqCst) + 1);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        threads.into_iter().map(|thread| thread.join().expect("a bench claimer panicked")).collect()
+    });
+    let elapsed = started.elapsed();
+    results.into_iter().collect::<Result<()>>()?;
+    Ok(Rate { jobs: u64::from(jobs), elapsed })
+}
+
+/// Complete a claimed job at once as success with the result `{}`.
+fn complete_noop(client: &mut Client, job: &Claimed) -> Result<()> {
+    let completion = Completion {
+        job_id: job.id,
+        claim: job.claim.clone(),
+        attempt: job.attempt(),
+        status: Status::Success,
+        result: Some(json!({})),
+        error: None,
+        logs: Vec::new(),
+    };
+    match complete::complete(client, &completion)? {
+        Recorded::Completed => Ok(()),
+        Recorded::Fenced => bail!("the bench lost job {} to another claimer (claim {})", job.id, job.claim),
+    }
+}
+
+/// What the idle claimer tells the enqueuing thread.
+enum Pickup {
+    /// LISTEN is in place: jobs enqueued from now on wake the claimer.
+    Listening,
+    Claimed(Uuid, Instant),
+}
+
+/// An idle claimer (LISTEN first, then look, then wait) and jobs enqueued one at a time, each
+/// after the previous one was picked up: the time from each enqueue's commit to its claim.
+fn pickup_latency(
+    client: &mut Client,
+    namespace: &Namespace,
+    samples: u32,
+    progress: &dyn Progress,
+    interrupt: &Interrupt,
+) -> Result<Latency> {
+    progress.begin("pickup latency", u64::from(samples));
+    let stop = AtomicBool::new(false);
+    let (picked, pickups) = mpsc::channel();
+    let (latencies, claimer) = std::thread::scope(|scope| {
+        let claimer = scope.spawn(|| idle_claimer(namespace, &stop, picked));
+        let latencies = enqueue_paced(client, namespace, samples, &pickups, progress, interrupt);
+        stop.store(true, Ordering::SeqCst);
+        (latencies, claimer.join().expect("the bench's idle claimer panicked"))
+    });
+    // The claimer's own error explains a pickup that never came.
+    claimer?;
+    let mut latencies = latencies?;
+    latencies.sort();
+    Ok(Latency { samples: latencies.len(), p50: percentile(&latencies, 0.50), p99: percentile(&latencies, 0.99) })
+}
+
+fn enqueue_paced(
+    client: &mut Client,
+    namespace: &Namespace,
+    samples: u32,
+    pickups: &mpsc::Receiver<Pickup>,
+    progress: &dyn Progress,
+    interrupt: &Interrupt,
+) -> Result<Vec<Duration>> {
+    let mut latencies = Vec::with_capacity(samples as usize);
+    next_pickup(pickups, |pickup| matches!(pickup, Pickup::Listening).then_some(()))?;
+    for n in 0..samples {
+        interrupt.check()?;
+        let mut tx = client.transaction()?;
+        let id = enqueue::enqueue(&mut tx, &namespace.request(vec![json!({"n": n})]))?[0].id;
+        tx.commit()?;
+        let committed = Instant::now();
+        let claimed = next_pickup(pickups, |pickup| match pickup {
+            Pickup::Claimed(job, at) if job == id => Some(at),
+            _ => None,
+        })?;
+        // The claim may land before the commit's acknowledgement reaches us: no wait after it.
+        latencies.push(claimed.saturating_duration_since(committed));
+        progress.done(u64::from(n) + 1);
+        std::thread::sleep(LATENCY_PACE);
+    }
+    Ok(latencies)
+}
+
+/// Wait for the pickup `wanted` picks out, or fail after `PICKUP_TIMEOUT`.
+fn next_pickup<T>(pickups: &mpsc::Receiver<Pickup>, wanted: impl Fn(Pickup) -> Option<T>) -> Result<T> {
+    let deadline = Instant::now() + PICKUP_TIMEOUT;
+    loop {
+        match pickups.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(pickup) => {
+                if let Some(found) = wanted(pickup) {
+                    return Ok(found);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                bail!("the bench's idle claimer picked up nothing within {PICKUP_TIMEOUT:?}")
+            }
+            Err(RecvTimeoutError::Disconnected) => bail!("the bench's idle claimer stopped"),
+        }
+    }
+}
+
+/// Claim like an idle worker slot: LISTEN, then look, then wait for a notification; complete each
+/// job at once. Until `stop`.
+fn idle_claimer(namespace: &Namespace, stop: &AtomicBool, picked: mpsc::Sender<Pickup>) -> Result<()> {
+    let mut client = namespace.database.connect_as(&format!("{} idle claimer", namespace.tag))?;
+    client.batch_execute(&format!("LISTEN {CHANNEL_ENQUEUED}"))?;
+    if picked.send(Pickup::Listening).is_err() {
+        return Ok(());
+    }
+    let tags = [namespace.tag.clone()];
+    for n in 0u64.. {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let claim_id = format!("{}:idle#{n}", namespace.tag);
+        if let Some(job) = claim::claim(&mut client, &tags, &claim_id)? {
+            if picked.send(Pickup::Claimed(job.id, Instant::now())).is_err() {
+                break;
+            }
+            complete_noop(&mut client, &job)?;
+            continue;
+        }
+        let mut notifications = client.notifications();
+        if notifications.timeout_iter(IDLE_POLL).next()?.is_some() {
+            // One look serves every pending notification.
+            while notifications.iter().next()?.is_some() {}
+        }
+    }
+    Ok(())
+}
+
+/// The value below which a share `p` of the sorted samples lie (nearest rank).
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// `jobs` jobs of the trivial bun action, run by a real worker (claim, supervisor, bun, heartbeat,
+/// completion) that stops when they are drained: its whole run, start to stop.
+fn bun_end_to_end(
+    client: &mut Client,
+    namespace: &Namespace,
+    jobs: u32,
+    workers: u32,
+    progress: &dyn Progress,
+    interrupt: &Interrupt,
+) -> Result<Rate> {
+    let mut tx = client.transaction()?;
+    enqueue::enqueue(&mut tx, &namespace.request((0..jobs).map(|n| json!({"n": n})).collect()))?;
+    tx.commit()?;
+    progress.begin("bun end to end", u64::from(jobs));
+    let options = Options {
+        tags: vec![namespace.tag.clone()],
+        concurrency: workers,
+        until: Until::Drained,
+        heartbeat: Duration::from_secs(5),
+        grace: Duration::from_secs(5),
+        name: namespace.tag.clone(),
+        reap: false,
+        zombie_timeout: Duration::from_secs(60),
+        restart_limit: 3,
+        poll: Duration::from_secs(1),
+    };
+    let started = Instant::now();
+    let (ran, watched) = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| worker::run(namespace.database.clone(), options).map(|_| started.elapsed()));
+        let mut watched = Ok(());
+        while !worker.is_finished() && watched.is_ok() {
+            watched = finished_jobs(client, &namespace.tag).map(|finished| progress.done(finished));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        (worker.join().expect("the bench's worker panicked"), watched)
+    });
+    let elapsed = ran.context("running a worker on the bench's bun jobs")?;
+    watched?;
+    interrupt.check()?;
+    Ok(Rate { jobs: u64::from(jobs), elapsed })
+}
+
+fn finished_jobs(client: &mut Client, tag: &str) -> Result<u64> {
+    let row = client.query_one(
+        "SELECT count(*) FROM job_completed c JOIN job j ON j.id = c.job_id WHERE j.tag = $1",
+        &[&tag],
+    )?;
+    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}
+
+/// Every job of `tag` completed as success, `jobs` of them; else say what went wrong.
+fn expect_succeeded(client: &mut Client, tag: &str, jobs: u32, measurement: &str) -> Result<()> {
+    let row = client.query_one(
+        "SELECT count(*) FILTER (WHERE c.status = 'success'),
+                (array_agg(c.status || ': ' || coalesce(c.error::text, 'no error recorded'))
+                    FILTER (WHERE c.status <> 'success'))[1]
+           FROM job j LEFT JOIN job_completed c ON c.job_id = j.id
+          WHERE j.tag = $1",
+        &[&tag],
+    )?;
+    let succeeded: i64 = row.get(0);
+    if let Some(failure) = row.get::<_, Option<String>>(1) {
+        bail!("the {measurement} measurement: a bench job did not succeed ({failure})");
+    }
+    if succeeded != i64::from(jobs) {
+        bail!("the {measurement} measurement: {succeeded} of {jobs} bench jobs completed");
+    }
+    Ok(())
+}
+
+/// SIGINT/SIGTERM during a bench: stop measuring and clean up. A second signal ends the process
+/// at once. The handlers stay for the rest of the process, which ends with the bench.
+struct Interrupt {
+    flag: Arc<AtomicBool>,
+}
+
+impl Interrupt {
+    fn install() -> Result<Interrupt> {
+        let flag = Arc::new(AtomicBool::new(false));
+        for (signal, code) in [(SIGINT, 130), (SIGTERM, 143)] {
+            // The shutdown goes first: it sees the flag as the previous signal left it.
+            signal_hook::flag::register_conditional_shutdown(signal, code, Arc::clone(&flag))
+                .context("installing signal handlers")?;
+            signal_hook::flag::register(signal, Arc::clone(&flag)).context("installing signal handlers")?;
+        }
+        Ok(Interrupt { flag })
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.flag.load(Ordering::SeqCst) {
+            bail!("wf bench was interrupted (its jobs and catalog rows are removed)");
+        }
+        Ok(())
+    }
+}

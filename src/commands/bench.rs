@@ -1,0 +1,115 @@
+//! `wf bench`: measure the spine on the configured database; a table, or one JSON document.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::Result;
+use indicatif::ProgressBar;
+use serde_json::{Value, json};
+
+use super::Ctx;
+use crate::bench::{self, Plan, Progress, Rate, Report};
+use crate::cli::BenchArgs;
+use crate::error::Outcome;
+use crate::output::Output;
+
+pub fn run(ctx: &Ctx, args: BenchArgs) -> Result<Outcome> {
+    let database = ctx.database()?;
+    ctx.out.info(&format!(
+        "wf bench on {}: {} jobs per measurement, {} workers{}",
+        database.describe,
+        args.jobs,
+        args.workers,
+        if args.bun { ", with bun" } else { "" }
+    ));
+    let bars = Bars { out: ctx.out, bar: Mutex::new(ProgressBar::hidden()) };
+    let report = bench::run(&database, &Plan { jobs: args.jobs, workers: args.workers, bun: args.bun }, &bars);
+    bars.finish();
+    let report = report?;
+    if ctx.out.json {
+        ctx.out.json(&to_json(&report))?;
+    } else {
+        ctx.out.table(&["measurement", "jobs", "seconds", "jobs/s", "p50 ms", "p99 ms"], rows(&report))?;
+    }
+    Ok(Outcome::Ok)
+}
+
+fn to_json(report: &Report) -> Value {
+    json!({
+        "tag": report.tag,
+        "jobs": report.jobs,
+        "workers": report.workers,
+        "enqueue_single_per_s": report.enqueue_single.per_second(),
+        "enqueue_batch_per_s": report.enqueue_batch.per_second(),
+        "claim_complete_per_s": report.claim_complete.per_second(),
+        "pickup_latency_ms": {
+            "p50": millis(report.pickup.p50),
+            "p99": millis(report.pickup.p99),
+            "samples": report.pickup.samples,
+        },
+        "bun_end_to_end_per_s": report.bun.map(|rate| rate.per_second()),
+        "bun_jobs": report.bun.map(|rate| rate.jobs),
+    })
+}
+
+fn rows(report: &Report) -> Vec<Vec<String>> {
+    let rate = |name: &str, rate: &Rate| {
+        vec![
+            name.to_string(),
+            rate.jobs.to_string(),
+            format!("{:.3}", rate.elapsed.as_secs_f64()),
+            format!("{:.0}", rate.per_second()),
+            "-".to_string(),
+            "-".to_string(),
+        ]
+    };
+    let mut rows = vec![
+        rate("enqueue, a transaction each", &report.enqueue_single),
+        rate("enqueue, one batch transaction", &report.enqueue_batch),
+        rate(&format!("claim + complete (no-op, {} workers)", report.workers), &report.claim_complete),
+        vec![
+            "pickup latency (idle claimer)".to_string(),
+            report.pickup.samples.to_string(),
+            "-".to_string(),
+            "-".to_string(),
+            format!("{:.2}", millis(report.pickup.p50)),
+            format!("{:.2}", millis(report.pickup.p99)),
+        ],
+    ];
+    if let Some(bun) = &report.bun {
+        rows.push(rate(&format!("bun end to end ({} workers)", report.workers), bun));
+    }
+    rows
+}
+
+fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+/// One progress bar per measurement, on stderr (hidden when not a TTY, or with --json/--quiet).
+struct Bars {
+    out: Output,
+    bar: Mutex<ProgressBar>,
+}
+
+impl Bars {
+    fn finish(&self) {
+        self.bar.lock().unwrap_or_else(|e| e.into_inner()).finish_and_clear();
+    }
+}
+
+impl Progress for Bars {
+    fn begin(&self, measurement: &str, jobs: u64) {
+        let mut bar = self.bar.lock().unwrap_or_else(|e| e.into_inner());
+        bar.finish_and_clear();
+        *bar = self.out.progress(jobs, measurement);
+    }
+
+    fn done(&self, jobs: u64) {
+        let bar = self.bar.lock().unwrap_or_else(|e| e.into_inner());
+        // Claimer threads report out of order; the bar only moves forward.
+        if jobs > bar.position() {
+            bar.set_position(jobs);
+        }
+    }
+}

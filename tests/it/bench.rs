@@ -1,0 +1,99 @@
+//! `wf bench`: measures the spine in a tag of its own and leaves nothing behind, also when it
+//! fails or is interrupted. Speeds are not asserted, only that each measurement happened.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::fixtures::{path, signal};
+use crate::harness::{TestEnv, wait_for};
+
+/// The bench's jobs, catalog rows and store tree are gone (the test database starts empty).
+fn assert_nothing_left(env: &TestEnv) {
+    for table in ["job", "job_queue", "job_runtime", "job_completed", "job_logs", "git_source", "app", "action"] {
+        let rows: i64 = env.scalar(&format!("SELECT count(*) FROM {table}"));
+        assert_eq!(rows, 0, "wf bench left {rows} rows in {table}");
+    }
+    let left: Vec<_> = match std::fs::read_dir(env.store()) {
+        Ok(entries) => entries.map(|entry| entry.unwrap().path()).collect(),
+        Err(_) => Vec::new(),
+    };
+    assert!(left.is_empty(), "wf bench left {left:?} in the store");
+}
+
+fn rate(report: &Value, key: &str) -> f64 {
+    let rate = report[key].as_f64().unwrap_or_else(|| panic!("{key} is not a number: {report}"));
+    assert!(rate > 0.0, "{key} is {rate}: {report}");
+    rate
+}
+
+fn assert_measured(report: &Value, jobs: u64, workers: u64) {
+    assert!(report["tag"].as_str().unwrap().starts_with("wf-bench-"), "{report}");
+    assert_eq!(report["jobs"], jobs, "{report}");
+    assert_eq!(report["workers"], workers, "{report}");
+    rate(report, "enqueue_single_per_s");
+    rate(report, "enqueue_batch_per_s");
+    rate(report, "claim_complete_per_s");
+    let latency = &report["pickup_latency_ms"];
+    let (p50, p99) = (latency["p50"].as_f64().unwrap(), latency["p99"].as_f64().unwrap());
+    assert!(0.0 <= p50 && p50 <= p99, "pickup latency p50 {p50} ms, p99 {p99} ms: {report}");
+    assert_eq!(latency["samples"], jobs.min(200), "{report}");
+}
+
+#[test]
+fn bench_measures_in_its_own_tag_and_leaves_nothing_behind() {
+    let env = TestEnv::new();
+    let report = env.wf(["bench", "--jobs", "200", "--workers", "2", "--json"]).ok().json();
+    assert_measured(&report, 200, 2);
+    assert_eq!(report["bun_end_to_end_per_s"], Value::Null, "{report}");
+    assert_eq!(report["bun_jobs"], Value::Null, "{report}");
+    assert_nothing_left(&env);
+}
+
+#[test]
+fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
+    let env = TestEnv::new();
+    let report = env.wf(["bench", "--bun", "--jobs", "20", "--workers", "2", "--json"]).ok().json();
+    assert_measured(&report, 20, 2);
+    rate(&report, "bun_end_to_end_per_s");
+    assert_eq!(report["bun_jobs"], 20, "{report}");
+    assert_nothing_left(&env);
+}
+
+#[test]
+fn bench_table_has_a_row_per_measurement() {
+    let env = TestEnv::new();
+    let run = env.wf(["bench", "--jobs", "20", "--workers", "2"]).ok();
+    for row in ["enqueue, a transaction each", "enqueue, one batch transaction", "claim + complete", "pickup latency"] {
+        assert!(run.stdout.contains(row), "no {row:?} row: {run:?}");
+    }
+    assert!(!run.stdout.contains("bun"), "{run:?}");
+    assert_nothing_left(&env);
+}
+
+#[test]
+fn bench_that_fails_midway_still_cleans_up() {
+    let env = TestEnv::new();
+    // Everything is set up and enqueued before the worker finds that bun cannot be run.
+    let run = env.wf(["bench", "--bun", "--jobs", "20", "--json"]).env("WF_BUN", path(&env, "no-such-bun")).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("no-such-bun"), "the error names the missing bun: {run:?}");
+    assert_eq!(run.stdout, "", "{run:?}");
+    assert_nothing_left(&env);
+}
+
+#[test]
+fn interrupted_bench_cleans_up() {
+    let env = TestEnv::new();
+    let log = path(&env, "bench.log");
+    let mut bench = env.wf(["bench", "--jobs", "1000000"]).spawn(&log);
+    wait_for(Duration::from_secs(60), "the bench to enqueue", || {
+        (env.scalar::<i64>("SELECT count(*) FROM job") > 0).then_some(())
+    });
+    signal(&bench, libc::SIGINT);
+    let status = bench.wait().unwrap();
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert_nothing_left(&env);
+}
