@@ -329,3 +329,26 @@ fn a_cancel_racing_a_reapers_requeue_ends_canceled() {
     assert_eq!(executions(&log), Vec::new(), "no canceled job ever runs");
     eprintln!("cancel vs reaper: {tally:?}");
 }
+
+/// One transaction for all ids: an unknown id fails the call and cancels nothing; several ids
+/// without a TTY and without --yes are refused (exit 3) and cancel nothing.
+#[test]
+fn a_cancel_naming_an_unknown_id_or_refused_changes_nothing() {
+    let env = TestEnv::new();
+    synced(&env);
+    let job = enqueue(&env, "t/echo", json!({}));
+    let other = enqueue(&env, "t/echo", json!({}));
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let run = env.wf(["cancel", &job, &unknown, "--yes", "--json"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains(&unknown), "the error names the unknown id: {run:?}");
+    let refused = env.wf(["cancel", &job, &other]).run();
+    assert_eq!(refused.code, 3, "{refused:?}");
+    let waiting: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE NOT running AND canceled_by IS NULL");
+    let completions: i64 = env.scalar("SELECT count(*) FROM job_completed");
+    assert_eq!((waiting, completions), (2, 0), "nothing was canceled");
+    let (code, out) = cancel(&env, &[&job, &other], None);
+    assert_eq!(code, 0);
+    assert!(out.values().all(|outcome| outcome == "canceled"), "{out:?}");
+    assert_queue_empty(&env);
+}

@@ -109,3 +109,23 @@ fn concurrent_reapers_never_process_the_same_zombie_twice() {
     let queued: i64 = db.query_one("SELECT count(*) FROM job_queue", &[]).unwrap().get(0);
     assert_eq!(queued, PLAIN as i64, "only the plain jobs wait");
 }
+
+/// The guard LEFT JOINs job_runtime: a running job without a ping row (a NULL ping) is a zombie
+/// whatever the window, and a running job with a fresh ping is not.
+#[test]
+fn a_running_job_without_a_ping_is_a_zombie_and_one_with_a_fresh_ping_is_not() {
+    let env = TestEnv::new();
+    synced(&env);
+    let run = |input: serde_json::Value| env.wf(["enqueue", "t/echo", "--input", &input.to_string()]).ok();
+    let silent: uuid::Uuid = run(json!({"n": 1})).stdout.trim().parse().unwrap();
+    let fresh: uuid::Uuid = run(json!({"n": 2})).stdout.trim().parse().unwrap();
+    let mut db = env.db();
+    make_zombies(&mut db, &[silent, fresh]);
+    db.execute("DELETE FROM job_runtime WHERE job_id = $1", &[&silent]).unwrap();
+    db.execute("UPDATE job_runtime SET ping = now() WHERE job_id = $1", &[&fresh]).unwrap();
+    let reaped = env.wf(["reap", "--json", "--zombie-timeout", "1h"]).ok();
+    assert_eq!(counts(&reaped.json()), (1, 0, 0));
+    let rows = db.query("SELECT job_id, running, restarts FROM job_queue ORDER BY running", &[]).unwrap();
+    let state: Vec<(uuid::Uuid, bool, i32)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    assert_eq!(state, vec![(silent, false, 1), (fresh, true, 0)]);
+}
