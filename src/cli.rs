@@ -418,7 +418,7 @@ pub struct BenchArgs {
     /// Concurrent claimers for the claim-to-complete rate.
     #[arg(long, default_value_t = 4)]
     pub workers: u32,
-    /// Also measure end to end with a trivial bun action.
+    /// Also measure end to end with a trivial bun action (at most 200 jobs).
     #[arg(long)]
     pub bun: bool,
 }
