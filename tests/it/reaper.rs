@@ -53,8 +53,9 @@ fn reap_concurrently(env: &TestEnv) -> (u64, u64, u64) {
 }
 
 /// 300 plain zombies (plus 40 with a cancel mark and 40 at the restart limit), four `wf reap` at
-/// once, three rounds: the counts add up exactly, each plain job gains exactly one restart and
-/// one reaper log line per round, and each marked or exhausted job is completed exactly once.
+/// once, three rounds: the counts add up exactly, each plain job gains exactly one restart, one
+/// reaper log line and the next backoff per round, and each marked or exhausted job is completed
+/// exactly once.
 #[test]
 fn concurrent_reapers_never_process_the_same_zombie_twice() {
     let env = TestEnv::new();
@@ -85,17 +86,21 @@ fn concurrent_reapers_never_process_the_same_zombie_twice() {
         let expected = if round == 1 { (PLAIN as u64, AT_LIMIT as u64, MARKED as u64) } else { (PLAIN as u64, 0, 0) };
         assert_eq!(reap_concurrently(&env), expected, "round {round}: every zombie processed exactly once");
 
+        // Requeued after a backoff of 1 s, 2 s, 4 s... (2^restarts before this pass).
+        let backoff = 2f64.powi(round - 1);
         let wrong: i64 = db
             .query_one(
                 "SELECT count(*) FROM job_queue q
                   WHERE q.job_id = ANY($1)
                     AND (q.running OR q.restarts <> $2
-                         OR (SELECT count(*) FROM job_logs l WHERE l.job_id = q.job_id AND l.stream = 'wf') <> $2::bigint)",
-                &[&plain, &round],
+                         OR (SELECT count(*) FROM job_logs l WHERE l.job_id = q.job_id AND l.stream = 'wf') <> $2::bigint
+                         OR q.scheduled_for > now() + make_interval(secs => $3)
+                         OR q.scheduled_for < now() + make_interval(secs => $3 - 2))",
+                &[&plain, &round, &backoff],
             )
             .unwrap()
             .get(0);
-        assert_eq!(wrong, 0, "round {round}: each plain zombie requeued exactly once (restarts and log lines)");
+        assert_eq!(wrong, 0, "round {round}: each plain zombie requeued exactly once (restarts, log lines, backoff)");
         let runtime: i64 = db.query_one("SELECT count(*) FROM job_runtime", &[]).unwrap().get(0);
         assert_eq!(runtime, 0, "round {round}: requeued jobs have no ping");
     }
