@@ -8,8 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::checks::{
-    assert_no_job_processes, assert_queue_empty, completed, counts, kill, ping_age, reap, start_worker,
-    stop_worker, wait_completed, wait_server_up_longer_than,
+    assert_no_job_processes, assert_queue_empty, completed, counts, kill, ping_age, reap, stop_worker, wait_completed, wait_server_up_longer_than,
 };
 use crate::fixtures::{all_gone, enqueue, executions, path, spawned_pids, synced};
 use crate::harness::{Run, TestEnv, wait_for};
@@ -88,7 +87,7 @@ fn a_job_canceled_while_running_has_its_process_tree_killed_and_completes_as_can
     synced(&env);
     let pids_file = path(&env, "pids");
     let job = enqueue(&env, "t/spawn_long", json!({"pids": pids_file}));
-    let mut w = start_worker(&env, "w", &["--heartbeat", "1s", "--no-reap"]);
+    let mut w = crate::fixtures::worker(&env, "w", &["--heartbeat", "1s", "--no-reap"]);
     let pids = spawned_pids(&pids_file);
     assert_eq!(pids.len(), 3);
     let (code, out) = cancel(&env, &[&job], Some("stop it"));
@@ -114,7 +113,7 @@ fn a_canceled_job_whose_worker_died_is_completed_as_canceled_by_the_reaper_and_n
     synced(&env);
     let log = path(&env, "executions.log");
     let job = enqueue(&env, "t/sleep", json!({"ms": 600000, "log": log}));
-    let mut w = start_worker(&env, "w", &["--heartbeat", "3s", "--no-reap"]);
+    let mut w = crate::fixtures::worker(&env, "w", &["--heartbeat", "3s", "--no-reap"]);
     wait_for(Duration::from_secs(30), "the job to start", || executions(&log).contains(&(job.clone(), 1)).then_some(()));
     let mut db = env.db();
     // Right after a heartbeat, so that the next one (3 s later) never comes.
@@ -167,7 +166,7 @@ fn a_cancel_racing_a_claim_never_lets_a_canceled_job_run() {
     let env = TestEnv::new();
     synced(&env);
     let log = path(&env, "executions.log");
-    let mut w = start_worker(&env, "w", &["--concurrency", "2", "--heartbeat", "1s", "--no-reap"]);
+    let mut w = crate::fixtures::worker(&env, "w", &["--concurrency", "2", "--heartbeat", "1s", "--no-reap"]);
     const THREADS: usize = 4;
     const ROUNDS: usize = 50;
     let results: Vec<(String, i32, String)> = std::thread::scope(|scope| {

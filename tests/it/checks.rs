@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::fixtures::executions;
-use crate::harness::{TestEnv, wait_for};
+use crate::harness::{Process, TestEnv, wait_for};
 
 /// A job's row in job_completed.
 #[derive(Debug, Clone)]
@@ -144,37 +144,6 @@ pub fn assert_no_job_processes(ids: &[String], what: &str) {
     }
 }
 
-/// A child process killed and reaped when dropped, so that a failing test leaves no worker
-/// behind.
-pub struct Process(Child);
-
-impl std::ops::Deref for Process {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Process {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// `wf work --name NAME ARGS` (see `fixtures::worker`), killed when dropped.
-pub fn start_worker(env: &TestEnv, name: &str, args: &[&str]) -> Process {
-    Process(crate::fixtures::worker(env, name, args))
-}
-
 /// SIGKILL a child and reap it.
 pub fn kill(child: &mut Child) {
     child.kill().unwrap();
@@ -200,7 +169,7 @@ pub fn spawn_capturing(env: &TestEnv, name: &str, args: &[&str]) -> Process {
     let out = std::fs::File::create(env.dir.path().join(format!("{name}.out"))).unwrap();
     let err = std::fs::File::create(env.dir.path().join(format!("{name}.log"))).unwrap();
     wf.command.stdout(out).stderr(err).stdin(Stdio::null());
-    Process(wf.command.spawn().expect("spawning wf"))
+    Process::new(wf.command.spawn().expect("spawning wf"))
 }
 
 /// What `spawn_capturing` wrote to stdout, as JSON.

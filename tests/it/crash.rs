@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::checks::{
-    Process, assert_each_succeeded_once, assert_no_job_processes, assert_queue_empty, captured_json, completed,
-    kill, ping_age, reap, spawn_capturing, start_worker, stop_worker, wait_completed, wait_exit,
+    assert_each_succeeded_once, assert_no_job_processes, assert_queue_empty, captured_json, completed,
+    kill, ping_age, reap, spawn_capturing, stop_worker, wait_completed, wait_exit,
 };
 use crate::fixtures::{enqueue, executions, path, signal, synced};
-use crate::harness::{TestEnv, wait_for};
+use crate::harness::{Process, TestEnv, wait_for};
 
 /// Enqueue one job per input in one batch; returns the ids.
 fn enqueue_batch(env: &TestEnv, target: &str, inputs: &[Value]) -> Vec<String> {
@@ -46,7 +46,7 @@ fn chaos(seed: u64) {
     assert_eq!(ids.len(), CHAOS_JOBS);
 
     let start = |slot: usize, generation: u32| -> Process {
-        start_worker(&env, &format!("w{slot}g{generation}"), &["--concurrency", "2", "--heartbeat", "1s"])
+        crate::fixtures::worker(&env, &format!("w{slot}g{generation}"), &["--concurrency", "2", "--heartbeat", "1s"])
     };
     let mut generations = [0u32; CHAOS_WORKERS];
     let mut workers: Vec<Process> = (0..CHAOS_WORKERS).map(|slot| start(slot, 0)).collect();
@@ -120,7 +120,7 @@ fn a_worker_killed_before_its_first_heartbeat_has_its_job_recovered_after_the_wi
     synced(&env);
     let log = path(&env, "executions.log");
     let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 60000, "2": 100}, "log": log}));
-    let mut first = start_worker(&env, "first", &["--heartbeat", "1s", "--no-reap"]);
+    let mut first = crate::fixtures::worker(&env, "first", &["--heartbeat", "1s", "--no-reap"]);
     let mut db = env.db();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !db.query_one("SELECT running FROM job_queue WHERE job_id = $1", &[&uuid(&job)]).unwrap().get::<_, bool>(0) {
@@ -151,7 +151,7 @@ fn a_worker_killed_before_its_first_heartbeat_has_its_job_recovered_after_the_wi
     assert_eq!(row.get::<_, Option<String>>(1), None);
     assert_eq!(row.get::<_, i32>(2), 1);
 
-    let mut second = start_worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
+    let mut second = crate::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
     assert!(wait_exit(&mut second, Duration::from_secs(30), "the second worker").success());
     let done = completed(&env, &job).expect("the second worker completed the job");
     assert_eq!(done.status, "success");
@@ -187,7 +187,7 @@ fn resumed_after_reap(resume_early: bool) {
         ping_age(&env, &job).is_some_and(|age| age > 3.0).then_some(())
     });
     assert_eq!(reap(&env, &["--zombie-timeout", "3s"]), (1, 0, 0));
-    let mut second = start_worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
+    let mut second = crate::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
     if resume_early {
         wait_for(Duration::from_secs(30), "attempt 2 to start", || executions(&log).contains(&(job.clone(), 2)).then_some(()));
     } else {
@@ -247,7 +247,7 @@ fn a_worker_resumed_with_a_finished_result_for_a_reaped_job_records_nothing() {
         ping_age(&env, &job).is_some_and(|age| age > 3.0).then_some(())
     });
     assert_eq!(reap(&env, &["--zombie-timeout", "3s"]), (1, 0, 0));
-    let mut second = start_worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
+    let mut second = crate::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
     wait_for(Duration::from_secs(30), "attempt 2 to start", || executions(&log).contains(&(job.clone(), 2)).then_some(()));
 
     signal(&first, libc::SIGCONT);
@@ -279,7 +279,7 @@ fn a_poison_job_ends_as_failure_after_the_restart_limit() {
         assert!(Instant::now() < deadline, "the poison job never completed");
         match current.as_mut().map(|child| child.try_wait().unwrap()) {
             None => {
-                current = Some(start_worker(&env, &format!("w{generation}"), &["--once", "--heartbeat", "1s", "--no-reap"]));
+                current = Some(crate::fixtures::worker(&env, &format!("w{generation}"), &["--once", "--heartbeat", "1s", "--no-reap"]));
                 generation += 1;
             }
             Some(Some(status)) => {
@@ -321,7 +321,7 @@ fn workers_carry_on_across_a_postgres_restart_and_nothing_is_lost_or_done_twice(
     let inputs: Vec<Value> = (0..150).map(|n| json!({"n": n, "ms": rng.u32(200..=600), "log": log})).collect();
     let ids = enqueue_batch(&env, "t/sleep", &inputs);
     let mut workers: Vec<Process> =
-        (0..3).map(|n| start_worker(&env, &format!("w{n}"), &["--concurrency", "2", "--heartbeat", "1s"])).collect();
+        (0..3).map(|n| crate::fixtures::worker(&env, &format!("w{n}"), &["--concurrency", "2", "--heartbeat", "1s"])).collect();
     let at_least = |n: i64| {
         wait_for(Duration::from_secs(60), &format!("{n} completions"), || (completed_count(&env) >= n).then_some(()))
     };

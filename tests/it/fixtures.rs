@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{GitRepo, TestEnv, wait_for};
+use crate::harness::{GitRepo, Process, TestEnv, wait_for};
 
 /// The test actions. Those that record executions append `<job id> <attempt>` to the file named
 /// by `input.log`, so a test can count how often each job really ran.
@@ -118,8 +118,9 @@ pub fn enqueue(env: &TestEnv, target: &str, input: serde_json::Value) -> String 
     run.stdout.trim().to_string()
 }
 
-/// Start `wf work` with extra arguments; its stderr goes to a file in the test's folder.
-pub fn worker(env: &TestEnv, name: &str, args: &[&str]) -> Child {
+/// Start `wf work --name NAME ARGS`; its stderr goes to `NAME.log` in the test's folder; killed
+/// when dropped, so a failing test leaves no worker behind.
+pub fn worker(env: &TestEnv, name: &str, args: &[&str]) -> Process {
     let mut all = vec!["work", "--name", name];
     all.extend_from_slice(args);
     env.wf(all).spawn(&env.dir.path().join(format!("{name}.log")))

@@ -256,11 +256,12 @@ impl Wf {
         run
     }
 
-    /// Start in the background (a worker), with stdout and stderr to files in `dir`.
-    pub fn spawn(mut self, log: &Path) -> Child {
+    /// Start in the background (a worker), stdout to nowhere and stderr to `log`; killed when
+    /// dropped.
+    pub fn spawn(mut self, log: &Path) -> Process {
         let file = std::fs::File::create(log).unwrap();
         self.command.stdout(Stdio::null()).stderr(file);
-        self.command.spawn().expect("spawning wf")
+        Process(self.command.spawn().expect("spawning wf"))
     }
 }
 
@@ -431,6 +432,38 @@ impl Drop for PrivateCluster {
         command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         if wf::db::embedded::run_as_cluster_owner(&mut command).is_ok() {
             let _ = command.status();
+        }
+    }
+}
+
+/// A child process killed and reaped when dropped, so that a failing test leaves no worker
+/// behind.
+pub struct Process(Child);
+
+impl Process {
+    pub fn new(child: Child) -> Process {
+        Process(child)
+    }
+}
+
+impl std::ops::Deref for Process {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Process {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
         }
     }
 }
