@@ -179,10 +179,10 @@ pub fn run(database: Database, options: Options) -> Result<Summary> {
         }
     }
     slots_done.store(true, Ordering::SeqCst);
-    if let Some(reaper) = reaper {
-        if reaper.join().is_err() {
-            first_error.get_or_insert(anyhow::anyhow!("the reaper thread crashed (a bug in wf)"));
-        }
+    if let Some(reaper) = reaper
+        && reaper.join().is_err()
+    {
+        first_error.get_or_insert(anyhow::anyhow!("the reaper thread crashed (a bug in wf)"));
     }
     if let Some(error) = first_error {
         return Err(error);

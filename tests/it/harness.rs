@@ -38,10 +38,10 @@ fn remove_stale_runs() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        if let Some(pid) = name.strip_prefix("wf-test-").and_then(|p| p.parse::<u32>().ok()) {
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
+        if let Some(pid) = name.strip_prefix("wf-test-").and_then(|p| p.parse::<u32>().ok())
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }
