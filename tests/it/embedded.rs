@@ -103,6 +103,31 @@ impl EmbeddedHome {
         assert_eq!(status["location"], self.pg().display().to_string(), "{status}");
     }
 
+    /// `wf source add` and `wf sync` of a small repository owned by the user running wf (git
+    /// refuses to fetch a local repository of another user) on this embedded cluster: the catalog
+    /// shows its action and the store holds the tree with its marker.
+    fn assert_sync_works(&self) {
+        let repo = crate::harness::GitRepo::new();
+        repo.manifest(&serde_json::json!({"apps": {"hello": {"actions": {"hi": {"entrypoint": "hi.ts"}}}}}));
+        repo.file("hi.ts", "export function main() { return 'hi'; }\n");
+        let commit = repo.commit("hello");
+        if let Some(user) = &self.other_user {
+            let owner = format!("{}:{}", user.uid, user.gid);
+            let given = Command::new("chown").args(["-R", &owner]).arg(repo.path()).status().unwrap();
+            assert!(given.success());
+            let reachable = Command::new("chmod").arg("a+rx").arg(repo.path()).status().unwrap();
+            assert!(reachable.success());
+        }
+        self.wf(["source", "add", "hello", &repo.url()]).ok();
+        let synced = self.wf(["sync", "hello", "--json"]).ok().json();
+        assert_eq!(synced["commit_sha"], commit.as_str(), "{synced}");
+        let actions = self.wf(["actions", "--json"]).ok().json();
+        assert_eq!(actions[0]["action"], "hi", "{actions}");
+        let source_id = self.wf(["source", "list", "--json"]).ok().json()[0]["id"].as_str().unwrap().to_string();
+        let marker = self.home.join("store").join(source_id).join(&commit).join(".windforce_clone_complete");
+        assert!(marker.is_file(), "{marker:?}");
+    }
+
     fn assert_stopped(&self) {
         let status = self.status();
         assert_eq!(status["running"], false, "{status}");
@@ -185,6 +210,7 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
     assert!(restart.stderr.contains("starting the embedded PostgreSQL cluster"), "{restart:?}");
     assert!(!restart.stderr.contains("creating"), "{restart:?}");
     embedded.assert_running_and_migrated();
+    embedded.assert_sync_works();
 }
 
 #[test]
@@ -242,6 +268,7 @@ fn a_normal_user_gets_the_cluster_in_wf_home() {
     assert!(pg.join("data/PG_VERSION").is_file());
     assert_eq!(meta.uid(), fs::metadata(&embedded.home).unwrap().uid(), "owned by the user running wf");
     assert_eq!(embedded.postmaster_pid_file().unwrap()[4], pg.display().to_string(), "socket in WF_HOME/pg");
+    embedded.assert_sync_works();
 
     embedded.wf(["db", "down"]).ok();
     embedded.assert_stopped();
