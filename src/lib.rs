@@ -6,6 +6,7 @@ pub mod commands;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod fault;
 pub mod output;
 pub mod queue;
 pub mod runner;

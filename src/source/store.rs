@@ -79,18 +79,13 @@ pub fn materialize(
     fs::rename(&temp, &dir).with_context(|| format!("renaming {} to {}", temp.display(), dir.display()))?;
     sync_dir(&source_dir)?;
 
-    fault_point_before_marker();
+    // A crash or a power cut here leaves a tree without marker: the marker-last tests make one.
+    if crate::fault::at("sync-before-marker") {
+        std::process::abort();
+    }
 
     write_marker(&dir, &sha, git_source_id, plan.files.len())?;
     Ok(Materialized { dir, written: true, files: plan.files.len() })
-}
-
-/// For the marker-last tests only: `WF_FAULT=sync-before-marker` aborts the process after the tree
-/// is in place and before its marker is written, as a crash or a power cut would.
-fn fault_point_before_marker() {
-    if std::env::var("WF_FAULT").as_deref() == Ok("sync-before-marker") {
-        std::process::abort();
-    }
 }
 
 /// A tree without marker (an interrupted sync) and this commit's temporary directories are

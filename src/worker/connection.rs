@@ -44,7 +44,12 @@ impl Connection {
     /// Drop the connection after an error that means it is gone.
     pub fn reset_if_broken(&mut self, error: &anyhow::Error) {
         if is_connection_error(error) {
-            self.client = None;
+            self.reset();
         }
+    }
+
+    /// Drop the connection; the next use makes a new one.
+    pub fn reset(&mut self) {
+        self.client = None;
     }
 }

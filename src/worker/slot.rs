@@ -332,6 +332,12 @@ fn record(
     loop {
         let attempt = connection.client().and_then(|client| complete::complete(client, &completion));
         match attempt {
+            Ok(Recorded::Completed) if !retried && crate::fault::at("complete-lost-ack") => {
+                // The commit landed but its answer is lost, as when the connection drops during
+                // COMMIT: retry exactly as then.
+                retried = true;
+                connection.reset();
+            }
             Ok(Recorded::Completed) => break count(shared, completion.status),
             Ok(Recorded::Fenced) => {
                 // After a lost acknowledgement the gate finds nothing: did our own commit land?

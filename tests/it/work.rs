@@ -188,3 +188,20 @@ fn once_with_several_slots_runs_exactly_one_job() {
     let completed: i64 = env.scalar("SELECT count(*) FROM job_completed");
     assert_eq!(completed, 1);
 }
+
+#[test]
+fn a_completion_whose_acknowledgement_was_lost_is_recorded_once() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let id = enqueue(&env, "t/echo", json!({"log": log}));
+    let run = env.wf(["work", "--once", "--json"]).env("WF_FAULT", "complete-lost-ack").ok();
+    let summary = run.json();
+    // The retry finds no queue row, looks at job_completed, and sees its own claim there.
+    assert_eq!(summary["succeeded"], 1, "{run:?}");
+    assert_eq!(summary["fenced"], 0, "{run:?}");
+    assert_eq!(env.wf(["show", &id, "--json"]).ok().json()["status"], "success");
+    let completions: i64 = env.scalar(&format!("SELECT count(*) FROM job_completed WHERE job_id = '{id}'"));
+    assert_eq!(completions, 1);
+    assert_eq!(executions(&log).len(), 1);
+}
