@@ -205,3 +205,26 @@ fn a_completion_whose_acknowledgement_was_lost_is_recorded_once() {
     assert_eq!(completions, 1);
     assert_eq!(executions(&log).len(), 1);
 }
+
+#[test]
+fn a_job_that_finishes_before_its_worker_sees_the_cancel_keeps_its_outcome_and_the_request() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let id = enqueue(&env, "t/sleep", json!({"ms": 1500, "log": log}));
+    // The next heartbeat comes after 5 s; the action is done after 1.5 s.
+    let mut worker = worker(&env, "w", &["--once", "--heartbeat", "5s"]);
+    wait_for(Duration::from_secs(30), "the job to start", || executions(&log).first().cloned());
+    let canceled = env.wf(["cancel", &id, "--reason", "too late", "--json"]).ok().json();
+    assert_eq!(canceled[0]["outcome"], "cancel_requested");
+    assert!(worker.wait().unwrap().success());
+    let shown = env.wf(["show", &id, "--json"]).ok().json();
+    assert_eq!(shown["status"], "success", "the real outcome counts: {shown}");
+    assert_eq!(shown["result"]["slept"], 1500);
+    assert_eq!(shown["canceled_reason"], "too late", "the cancel request stays on record: {shown}");
+    assert!(shown["canceled_by"].is_string());
+    // Cancel is terminal for what is not finished; a finished job is reported as such.
+    let again = env.wf(["cancel", &id, "--json"]).run().expect_code(1).json();
+    assert_eq!(again[0]["outcome"], "already_completed");
+    assert_eq!(executions(&log).len(), 1);
+}
