@@ -512,6 +512,7 @@ fn bun_end_to_end(
         zombie_timeout: Duration::from_secs(60),
         restart_limit: 3,
         poll: Duration::from_secs(1),
+        quiet: true,
     };
     let started = Instant::now();
     let (ran, watched) = std::thread::scope(|scope| {

@@ -32,6 +32,7 @@ pub fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
         zombie_timeout: crate::config::zombie_timeout()?,
         restart_limit: crate::config::restart_limit()?,
         poll: std::time::Duration::from_secs(5),
+        quiet: ctx.out.quiet,
     };
     options.check()?;
     let summary = worker::run(ctx.database()?, options)?;

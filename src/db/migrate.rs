@@ -8,8 +8,10 @@ use sha2::{Digest, Sha256};
 use crate::output::Output;
 
 /// Every migration this wf knows, in order. Adding a file means adding a line here.
-const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "0001_init.sql", include_str!("../../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "0001_init.sql", include_str!("../../migrations/0001_init.sql")),
+    (2, "0002_job_lookup_indexes.sql", include_str!("../../migrations/0002_job_lookup_indexes.sql")),
+];
 
 /// Key of the session advisory lock held while migrating.
 const MIGRATE_LOCK: i64 = 0x7766_6d69_6772_6174; // "wfmigrat"

@@ -40,6 +40,8 @@ pub struct Options {
     pub restart_limit: i32,
     /// Longest idle wait between two looks at the queue (notifications usually come first).
     pub poll: Duration,
+    /// Say nothing when all is well (problems are still reported on stderr).
+    pub quiet: bool,
 }
 
 impl Options {
@@ -143,13 +145,15 @@ pub fn run(database: Database, options: Options) -> Result<Summary> {
         fenced: AtomicU64::new(0),
     });
     let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
-    eprintln!(
-        "worker {} started: tags {}, concurrency {}, bun {}",
+    if !shared.options.quiet {
+        eprintln!(
+            "worker {} started: tags {}, concurrency {}, bun {}",
         shared.options.name,
         shared.options.tags.join(","),
         shared.options.concurrency,
-        version.trim()
-    );
+            version.trim()
+        );
+    }
 
     let slots: Vec<_> = (0..shared.options.concurrency)
         .map(|index| {
@@ -233,7 +237,7 @@ fn reaper_loop(shared: &Shared, done: &AtomicBool) {
                 crate::queue::reaper::reap_once(client, shared.options.zombie_timeout, shared.options.restart_limit)
             });
             match pass {
-                Ok(reaped) if reaped != Default::default() => eprintln!(
+                Ok(reaped) if reaped != Default::default() && !shared.options.quiet => eprintln!(
                     "worker {}: reaper: requeued {}, failed {}, canceled {}",
                     shared.options.name, reaped.requeued, reaped.failed, reaped.canceled
                 ),

@@ -40,3 +40,31 @@ fn external_database_without_schema_is_refused_with_a_hint() {
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("wf db migrate"), "{run:?}");
 }
+
+#[test]
+fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
+    let env = TestEnv::new();
+    // Make the database look as if only the first migration had been applied.
+    env.db()
+        .batch_execute(
+            "DROP INDEX job_app_created_idx; DROP INDEX job_tag_created_idx;
+             DELETE FROM wf_migration WHERE version = 2;",
+        )
+        .unwrap();
+    let behind = env.wf(["actions"]).run();
+    assert_eq!(behind.code, 1, "{behind:?}");
+    assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
+    let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
+    assert_eq!(migrated["applied"], serde_json::json!([2]));
+    env.wf(["actions"]).ok();
+    let indexes: i64 = env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");
+    assert_eq!(indexes, 2);
+
+    env.db().execute("INSERT INTO wf_migration (version, name, checksum) VALUES (99, '0099_future.sql', 'x')", &[]).unwrap();
+    let ahead = env.wf(["actions"]).run();
+    assert_eq!(ahead.code, 1, "{ahead:?}");
+    assert!(ahead.stderr.contains("newer than this wf"), "{ahead:?}");
+    let refused = env.wf(["db", "migrate"]).run();
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stderr.contains("upgrade wf"), "{refused:?}");
+}
