@@ -8,14 +8,11 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::checks::{
-    assert_no_job_processes, assert_queue_empty, completed, counts, kill, ping_age, reap, stop_worker, wait_completed, wait_server_up_longer_than,
+    assert_no_job_processes, assert_queue_empty, completed, counts, kill, make_zombies, ping_age, reap, stop_worker, uuid,
+    wait_completed, wait_server_up_longer_than,
 };
 use crate::fixtures::{all_gone, enqueue, executions, path, spawned_pids, synced};
 use crate::harness::{Run, TestEnv, wait_for};
-
-fn uuid(job: &str) -> uuid::Uuid {
-    job.parse().unwrap()
-}
 
 /// `wf cancel IDS --yes --json [--reason R]`: the exit code and the outcome of each id.
 fn cancel(env: &TestEnv, ids: &[&str], reason: Option<&str>) -> (i32, BTreeMap<String, String>) {
@@ -253,17 +250,7 @@ fn a_cancel_racing_a_reapers_requeue_ends_canceled() {
     let mut tally: BTreeMap<&str, usize> = BTreeMap::new();
     for round in ids.chunks(PER_ROUND) {
         let uuids: Vec<uuid::Uuid> = round.iter().map(|id| uuid(id)).collect();
-        db.execute(
-            "UPDATE job_queue SET running = true, worker = 'ghost#' || job_id, started_at = now() - interval '1 hour'
-              WHERE job_id = ANY($1)",
-            &[&uuids],
-        )
-        .unwrap();
-        db.execute(
-            "INSERT INTO job_runtime (job_id, ping) SELECT unnest($1::uuid[]), now() - interval '1 hour'",
-            &[&uuids],
-        )
-        .unwrap();
+        make_zombies(&mut db, &uuids);
         let mut cancel_args = vec!["cancel", "--yes", "--json"];
         cancel_args.extend(round.iter().map(String::as_str));
         let spawn = |args: &[&str]| {

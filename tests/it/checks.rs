@@ -211,3 +211,24 @@ pub fn wait_server_up_longer_than(env: &TestEnv, window: f64) {
         (up > window).then_some(())
     });
 }
+
+/// A job id as given on the command line, as a UUID for SQL parameters.
+pub fn uuid(job: &str) -> uuid::Uuid {
+    job.parse().unwrap()
+}
+
+/// Make these queue rows zombies: running for a worker that stopped pinging an hour ago.
+pub fn make_zombies(db: &mut postgres::Client, ids: &[uuid::Uuid]) {
+    db.execute(
+        "UPDATE job_queue SET running = true, worker = 'ghost#' || job_id, started_at = now() - interval '1 hour'
+          WHERE job_id = ANY($1)",
+        &[&ids],
+    )
+    .unwrap();
+    db.execute(
+        "INSERT INTO job_runtime (job_id, ping) SELECT unnest($1::uuid[]), now() - interval '1 hour'
+         ON CONFLICT (job_id) DO UPDATE SET ping = excluded.ping",
+        &[&ids],
+    )
+    .unwrap();
+}

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::checks::{
     assert_each_succeeded_once, assert_no_job_processes, assert_queue_empty, captured_json, completed,
-    kill, ping_age, reap, spawn_capturing, stop_worker, wait_completed, wait_exit,
+    kill, ping_age, reap, spawn_capturing, stop_worker, uuid, wait_completed, wait_exit,
 };
 use crate::fixtures::{enqueue, executions, path, signal, synced};
 use crate::harness::{Process, TestEnv, wait_for};
@@ -105,10 +105,6 @@ fn chaos_every_job_completes_exactly_once_seed_1() {
 #[test]
 fn chaos_every_job_completes_exactly_once_seed_2() {
     chaos(seed(0x5eed_2024));
-}
-
-fn uuid(job: &str) -> uuid::Uuid {
-    job.parse().unwrap()
 }
 
 /// Ping is stamped at claim: a worker SIGKILLed between its claim and its first heartbeat leaves

@@ -5,7 +5,7 @@ use std::process::Stdio;
 
 use serde_json::json;
 
-use crate::checks::{counts, wait_server_up_longer_than};
+use crate::checks::{counts, make_zombies, wait_server_up_longer_than};
 use crate::fixtures::{path, synced};
 use crate::harness::{Run, TestEnv};
 
@@ -14,21 +14,6 @@ const MARKED: usize = 40;
 const AT_LIMIT: usize = 40;
 const REAPERS: usize = 4;
 
-/// Make these queue rows zombies: running for a worker that stopped pinging an hour ago.
-fn make_zombies(db: &mut postgres::Client, ids: &[uuid::Uuid]) {
-    db.execute(
-        "UPDATE job_queue SET running = true, worker = 'ghost#' || job_id, started_at = now() - interval '1 hour'
-          WHERE job_id = ANY($1)",
-        &[&ids],
-    )
-    .unwrap();
-    db.execute(
-        "INSERT INTO job_runtime (job_id, ping) SELECT unnest($1::uuid[]), now() - interval '1 hour'
-         ON CONFLICT (job_id) DO UPDATE SET ping = excluded.ping",
-        &[&ids],
-    )
-    .unwrap();
-}
 
 /// Start REAPERS `wf reap --json` at once and add up what they report.
 fn reap_concurrently(env: &TestEnv) -> (u64, u64, u64) {
