@@ -60,8 +60,8 @@ impl Enqueued {
 /// its input schema, pin the execution metadata onto `job`, insert `job` and `job_queue`, and
 /// notify waiting workers (delivered when the transaction commits).
 pub fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result<Vec<Enqueued>> {
-    // KEY SHARE keeps a concurrent sync from removing the action under us; a sync that changes
-    // it waits, so the job pins one consistent catalog row.
+    // KEY SHARE keeps a concurrent sync from deleting the action until this enqueue commits; the
+    // row read is one consistent version, so the job pins the catalog exactly as one sync left it.
     let action = tx
         .query_opt(
             "SELECT git_source_id, commit_sha, entrypoint, input_schema, output_schema, timeout_s, tag

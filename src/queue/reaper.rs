@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::CHANNEL_ENQUEUED;
 use super::complete::{self, Status};
+use super::logs::LogLine;
 
 /// What one reaper pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -102,10 +103,12 @@ fn requeue(tx: &mut postgres::Transaction<'_>, ids: &[Uuid]) -> Result<()> {
 }
 
 /// Put a job back in the queue at once because its worker is shutting down cleanly (not a crash:
-/// restarts unchanged). Gated by ownership; a job with a cancel mark is completed as canceled
-/// instead. Returns false when the claim no longer owned the job.
-pub fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i32) -> Result<bool> {
+/// restarts unchanged), with the attempt's last log lines in the same transaction. Gated by
+/// ownership; a job with a cancel mark is completed as canceled instead. Returns false when the
+/// claim no longer owned the job (nothing is written then).
+pub fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i32, lines: &[LogLine]) -> Result<bool> {
     let mut tx = client.transaction()?;
+    super::logs::append(&mut tx, job_id, claim, attempt, lines)?;
     let row = tx.query_opt(
         "SELECT canceled_by IS NOT NULL, tag FROM job_queue WHERE job_id = $1 AND worker = $2 FOR UPDATE",
         &[&job_id, &claim],

@@ -59,10 +59,6 @@ impl Manifest {
     pub fn app_keys(&self) -> Vec<String> {
         self.apps.iter().map(|app| app.key.clone()).collect()
     }
-
-    pub fn action_count(&self) -> usize {
-        self.apps.iter().map(|app| app.actions.len()).sum()
-    }
 }
 
 /// Every problem found in a manifest, one line each.

@@ -388,10 +388,9 @@ fn count(shared: &Shared, status: Status) {
 fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, logs: LogBuffer) {
     let give_up = Instant::now() + shared.options.zombie_timeout;
     loop {
-        let released = connection.client().and_then(|client| {
-            logs::append(client, job.id, &job.claim, job.attempt(), logs.pending())?;
-            reaper::release(client, job.id, &job.claim, job.attempt())
-        });
+        let released = connection
+            .client()
+            .and_then(|client| reaper::release(client, job.id, &job.claim, job.attempt(), logs.pending()));
         match released {
             Ok(true) => {
                 shared.released.fetch_add(1, Ordering::SeqCst);
