@@ -77,13 +77,18 @@ export function main(input: any) {
     // input.pids, then never returns.
     repo.file("t/spawn.ts", r#"
 import { spawn } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+// A pid is known before its process has called setsid() and exec'd: wait until it runs `sleep`.
+async function execed(pid: number) {
+  while (readFileSync(`/proc/${pid}/comm`, "utf8").trim() !== "sleep") await Bun.sleep(5);
+}
 export async function main(input: any) {
   const child = spawn("sleep", ["1000"], { stdio: "ignore" });
   // detached: the child calls setsid() and so lives in its own session and process group.
   const detached = spawn("sleep", ["1001"], { stdio: "ignore", detached: true });
   detached.unref();
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  await execed(child.pid!);
+  await execed(detached.pid!);
   writeFileSync(input.pids, `${process.pid} ${child.pid} ${detached.pid}\n`);
   await new Promise(() => {});
 }

@@ -145,14 +145,22 @@ impl Process {
 /// It reports `[bun, supervisor, child, detached, daemon]` and its environment's names, then waits.
 const SPAWNING_ACTION: &str = r#"
 import { spawn, spawnSync } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+
+// A pid is known before its process has called setsid() and exec'd: wait until it runs `sleep`.
+async function execed(pid) {
+  while (readFileSync(`/proc/${pid}/comm`, "utf8").trim() !== "sleep") await Bun.sleep(5);
+  return pid;
+}
 
 export async function main(input) {
-  const child = Bun.spawn(["sleep", "1000"]);
-  const detached = spawn("sleep", ["1001"], { detached: true, stdio: "ignore" });
-  const daemon = spawnSync("sh", ["-c", "setsid sleep 1002 >/dev/null 2>&1 & echo $!"]).stdout.toString().trim();
+  const child = await execed(Bun.spawn(["sleep", "1000"]).pid);
+  const detached = await execed(spawn("sleep", ["1001"], { detached: true, stdio: "ignore" }).pid);
+  const daemon = await execed(Number(
+    spawnSync("sh", ["-c", "setsid sleep 1002 >/dev/null 2>&1 & echo $!"]).stdout.toString().trim(),
+  ));
   const report = {
-    pids: [process.pid, process.ppid, child.pid, detached.pid, Number(daemon)],
+    pids: [process.pid, process.ppid, child, detached, daemon],
     env: Object.keys(process.env),
   };
   if (input.report) writeFileSync(input.report, JSON.stringify(report));
