@@ -23,9 +23,14 @@ pub struct LogBuffer {
 }
 
 impl LogBuffer {
-    pub fn push(&mut self, stream: &'static str, line: String) {
+    pub fn push(&mut self, stream: &'static str, mut line: String) {
         if self.truncated {
             return;
+        }
+        // PostgreSQL text cannot hold NUL: it is shown as the replacement character, as invalid
+        // UTF-8 already is.
+        if line.contains('\0') {
+            line = line.replace('\0', "\u{FFFD}");
         }
         if self.bytes + line.len() > MAX_BYTES_PER_ATTEMPT {
             self.truncated = true;

@@ -22,6 +22,7 @@ pub fn actions_repo() -> GitRepo {
                     "exit": {"entrypoint": "t/exit.js"},
                     "env": {"entrypoint": "t/env.ts"},
                     "chatty": {"entrypoint": "t/chatty.ts"},
+                    "nul": {"entrypoint": "t/nul.ts"},
                     "big": {"entrypoint": "t/big.ts"},
                     "spawn": {"entrypoint": "t/spawn.ts", "timeout": 3},
                     "spawn_long": {"entrypoint": "t/spawn.ts", "timeout": 600},
@@ -70,6 +71,13 @@ export async function main(input: any) {
 export function main(input: any) {
   for (let i = 0; i < (input.lines ?? 10); i++) { console.log(`out ${i}`); console.error(`err ${i}`); }
   return { lines: input.lines ?? 10 };
+}
+"#);
+    // NUL, which PostgreSQL's text and jsonb cannot hold: in a log line, and in the result when asked.
+    repo.file("t/nul.ts", r#"
+export function main(input: any) {
+  console.log("before\0after");
+  return input.in_result ? { s: "a\u0000b" } : { ok: true };
 }
 "#);
     repo.file("t/big.ts", "export function main(input: any) { return { blob: 'x'.repeat(input.bytes) }; }\n");

@@ -29,18 +29,40 @@ fn cluster() -> &'static TestCluster {
     CLUSTER.get_or_init(start_cluster)
 }
 
-fn run_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("wf-test-{}", std::process::id()))
+/// A run's folder holds this file, flocked for as long as the run's process lives.
+const RUN_LOCK: &str = "run.lock";
+
+/// This run's folder, with a random name (pids repeat across containers and PID namespaces), and
+/// locked: the lock goes with the process, however it dies.
+fn create_run_dir() -> PathBuf {
+    let dir = tempfile::Builder::new().prefix("wf-test-").tempdir().unwrap().keep();
+    let lock = std::fs::File::create(dir.join(RUN_LOCK)).unwrap();
+    assert!(try_flock(&lock), "a fresh run folder is locked by nobody else");
+    // Held until the process ends.
+    std::mem::forget(lock);
+    dir
 }
 
-/// Remove the folders of earlier runs whose process is gone.
+fn try_flock(file: &std::fs::File) -> bool {
+    // SAFETY: flock on a valid, owned file descriptor.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(file), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// Remove the folders of earlier runs whose process is gone: nobody holds their lock. A folder
+/// younger than a minute may belong to a run that has not locked it yet, and is left alone.
 fn remove_stale_runs() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
     for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        if let Some(pid) = name.strip_prefix("wf-test-").and_then(|p| p.parse::<u32>().ok())
-            && !Path::new(&format!("/proc/{pid}")).exists()
-        {
+        let young = entry.metadata().ok().and_then(|m| m.modified().ok()).and_then(|t| t.elapsed().ok())
+            < Some(Duration::from_secs(60));
+        if !entry.file_name().to_string_lossy().starts_with("wf-test-") || young {
+            continue;
+        }
+        let unlocked = match std::fs::File::open(entry.path().join(RUN_LOCK)) {
+            Ok(lock) => try_flock(&lock),
+            Err(_) => true,
+        };
+        if unlocked {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -48,8 +70,7 @@ fn remove_stale_runs() {
 
 fn start_cluster() -> TestCluster {
     remove_stale_runs();
-    let dir = run_dir();
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = create_run_dir();
     wf::db::embedded::chown_to_postgres(&dir).unwrap();
     let data = dir.join("data");
     let initdb = wf::db::embedded::pg_bin("initdb").expect("PostgreSQL server binaries are required");

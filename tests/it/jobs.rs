@@ -224,6 +224,30 @@ fn logs_keep_each_line_of_each_stream() {
 }
 
 #[test]
+fn output_postgresql_cannot_store_still_completes_the_job_once() {
+    let env = TestEnv::new();
+    synced(&env);
+    let in_log = enqueue(&env, "t/nul", json!({}));
+    let in_result = enqueue(&env, "t/nul", json!({"in_result": true}));
+    drain(&env);
+
+    // A NUL in a line of output is shown as the replacement character.
+    assert_eq!(env.wf(["result", &in_log]).ok().json(), json!({"ok": true}));
+    let logs = env.wf(["logs", &in_log, "--json"]).ok().json();
+    assert_eq!(logs[0]["line"], "before\u{FFFD}after", "{logs}");
+
+    // A NUL in the result cannot be stored: the job completes as failure saying why, with its logs.
+    let error = env.wf(["result", &in_result]).run().expect_code(4).json();
+    assert_eq!(error["name"], "CompletionError", "{error}");
+    assert!(error["message"].as_str().unwrap().contains("\\u0000"), "{error}");
+    let logs = env.wf(["logs", &in_result, "--json"]).ok().json();
+    assert_eq!(logs[0]["line"], "before\u{FFFD}after", "{logs}");
+    let rows: i64 = env.scalar("SELECT count(*) FROM job_completed");
+    let left: i64 = env.scalar("SELECT (SELECT count(*) FROM job_queue) + (SELECT count(*) FROM job_runtime)");
+    assert_eq!((rows, left), (2, 0));
+}
+
+#[test]
 fn logs_are_capped_per_attempt_with_a_visible_mark() {
     let env = TestEnv::new();
     synced(&env);
