@@ -333,3 +333,38 @@ fn something_else_in_place_of_wf_home_pg_is_refused_and_kept() {
     assert!(up.stderr.contains(&embedded.pg().display().to_string()), "{up:?}");
     assert_eq!(fs::read_to_string(embedded.pg()).unwrap(), "not a cluster");
 }
+
+/// The README's main command, on a fresh WF_HOME: the embedded cluster, the example source
+/// synced, its jobs run by real bun, their results and logs shown.
+#[test]
+fn the_quick_start_demo_runs_the_example_jobs_end_to_end() {
+    let embedded = EmbeddedHome::new();
+    let demo = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/demo"))
+        .env_remove("DATABASE_URL")
+        .env("WF_HOME", &embedded.home)
+        .env("WF_DEMO_DIR", embedded.env.dir.path().join("demo"))
+        .env("WF_EXE", env!("CARGO_BIN_EXE_wf"))
+        .env("WF_BUN", crate::harness::bun())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&demo.stdout);
+    let stderr = String::from_utf8_lossy(&demo.stderr);
+    assert!(demo.status.success(), "scripts/demo failed:\n{stdout}\n{stderr}");
+    for shown in [
+        "\"greeting\": \"Hello, operator!\"",
+        "\"sum\": 42",
+        "\"slept\": 500",
+        "\"message\": \"this action always fails\"",
+        "exit code 4",
+        "chatty: line 3 of 4 (stdout)",
+        "chatty: line 4 of 4 (stderr)",
+    ] {
+        assert!(stdout.contains(shown), "the demo did not show {shown:?}:\n{stdout}");
+    }
+    let jobs = embedded.wf(["jobs", "--json"]).ok().json();
+    let mut statuses: Vec<&str> = jobs.as_array().unwrap().iter().map(|job| job["status"].as_str().unwrap()).collect();
+    statuses.sort();
+    assert_eq!(statuses, ["failure", "success", "success", "success", "success"], "{jobs}");
+}
