@@ -467,11 +467,7 @@ impl FileLock {
             .write(true)
             .open(path)
             .with_context(|| format!("opening lock file {}", path.display()))?;
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a valid, owned file descriptor.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error()).with_context(|| format!("locking {}", path.display()));
-        }
+        file.lock().with_context(|| format!("locking {}", path.display()))?;
         Ok(FileLock { _file: file })
     }
 }

@@ -5,7 +5,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -85,7 +84,7 @@ fn lock_new(path: &Path) -> Result<Option<File>> {
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => return Ok(None),
         Err(error) => return Err(error).with_context(|| format!("creating lock file {}", path.display())),
     };
-    if !try_flock(&file) {
+    if file.try_lock().is_err() {
         return Ok(None);
     }
     let held = file.metadata().with_context(|| format!("reading lock file {}", path.display()))?;
@@ -93,11 +92,6 @@ fn lock_new(path: &Path) -> Result<Option<File>> {
         Ok(on_disk) if on_disk.dev() == held.dev() && on_disk.ino() == held.ino() => Ok(Some(file)),
         _ => Ok(None),
     }
-}
-
-fn try_flock(file: &File) -> bool {
-    // SAFETY: flock on a valid, owned file descriptor.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
 /// Remove every sibling root whose lock is not held: its worker is gone. A directory without a lock
@@ -118,7 +112,7 @@ fn remove_stale_roots(parent: &Path, own: &str) {
         let lock_path = parent.join(format!("{name}{LOCK_SUFFIX}"));
         match File::options().write(true).open(&lock_path) {
             Ok(lock) => {
-                if try_flock(&lock) {
+                if lock.try_lock().is_ok() {
                     let _ = remove_tree(&dir);
                     let _ = fs::remove_file(&lock_path);
                 }

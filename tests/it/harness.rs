@@ -37,15 +37,10 @@ const RUN_LOCK: &str = "run.lock";
 fn create_run_dir() -> PathBuf {
     let dir = tempfile::Builder::new().prefix("wf-test-").tempdir().unwrap().keep();
     let lock = std::fs::File::create(dir.join(RUN_LOCK)).unwrap();
-    assert!(try_flock(&lock), "a fresh run folder is locked by nobody else");
+    assert!(lock.try_lock().is_ok(), "a fresh run folder is locked by nobody else");
     // Held until the process ends.
     std::mem::forget(lock);
     dir
-}
-
-fn try_flock(file: &std::fs::File) -> bool {
-    // SAFETY: flock on a valid, owned file descriptor.
-    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(file), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
 /// Remove the folders of earlier runs whose process is gone: nobody holds their lock. A folder
@@ -59,7 +54,7 @@ fn remove_stale_runs() {
             continue;
         }
         let unlocked = match std::fs::File::open(entry.path().join(RUN_LOCK)) {
-            Ok(lock) => try_flock(&lock),
+            Ok(lock) => lock.try_lock().is_ok(),
             Err(_) => true,
         };
         if unlocked {
