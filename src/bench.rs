@@ -45,7 +45,7 @@ const IDLE_POLL: Duration = Duration::from_millis(250);
 
 /// What to measure.
 #[derive(Debug, Clone, Copy)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Jobs per measurement.
     pub jobs: u32,
     /// Concurrent claimers for the claim-to-complete rate, and the `--bun` worker's concurrency.
@@ -56,20 +56,20 @@ pub struct Plan {
 
 /// How long a number of jobs took.
 #[derive(Debug, Clone, Copy)]
-pub struct Rate {
+pub(crate) struct Rate {
     pub jobs: u64,
     pub elapsed: Duration,
 }
 
 impl Rate {
-    pub fn per_second(&self) -> f64 {
+    pub(crate) fn per_second(&self) -> f64 {
         self.jobs as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
     }
 }
 
 /// Time from an enqueue's commit to an idle claimer's claim of that job.
 #[derive(Debug, Clone, Copy)]
-pub struct Latency {
+pub(crate) struct Latency {
     pub samples: usize,
     pub p50: Duration,
     pub p99: Duration,
@@ -77,7 +77,7 @@ pub struct Latency {
 
 /// Every measurement of one bench run.
 #[derive(Debug, Clone)]
-pub struct Report {
+pub(crate) struct Report {
     pub tag: String,
     pub jobs: u32,
     pub workers: u32,
@@ -93,7 +93,7 @@ pub struct Report {
 }
 
 /// Where a bench run is, for a progress display. Called from several threads at once.
-pub trait Progress: Sync {
+pub(crate) trait Progress: Sync {
     /// A measurement over `jobs` jobs begins.
     fn begin(&self, measurement: &str, jobs: u64);
     /// This many jobs of the current measurement are done.
@@ -101,7 +101,7 @@ pub trait Progress: Sync {
 }
 
 /// Run every measurement of `plan` in a new namespace, and remove the namespace.
-pub fn run(database: &Database, plan: &Plan, progress: &dyn Progress) -> Result<Report> {
+pub(crate) fn run(database: &Database, plan: &Plan, progress: &dyn Progress) -> Result<Report> {
     if plan.jobs == 0 {
         bail!("--jobs must be at least 1");
     }
@@ -174,8 +174,13 @@ impl Namespace {
     fn create(database: &Database, bun: bool) -> Result<Namespace> {
         let tag = format!("wf-bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
         let commit_sha = format!("{}{}", Uuid::new_v4().simple(), &Uuid::new_v4().simple().to_string()[..8]);
-        let mut namespace =
-            Namespace { database: database.clone(), tag, git_source_id: Uuid::new_v4(), store_dir: None, removed: false };
+        let mut namespace = Namespace {
+            database: database.clone(),
+            tag,
+            git_source_id: Uuid::new_v4(),
+            store_dir: None,
+            removed: false,
+        };
         if bun {
             let store = crate::config::wf_store()?;
             namespace.store_dir = Some(store.join(namespace.git_source_id.to_string()));
@@ -238,9 +243,7 @@ impl Namespace {
             Ok(())
         });
         let tree = match &self.store_dir {
-            Some(dir) if dir.exists() => {
-                fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))
-            }
+            Some(dir) if dir.exists() => fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display())),
             _ => Ok(()),
         };
         rows.with_context(|| format!("removing the bench's jobs and catalog rows (tag and source {})", self.tag))?;
@@ -531,10 +534,8 @@ fn bun_end_to_end(
 }
 
 fn finished_jobs(client: &mut Client, tag: &str) -> Result<u64> {
-    let row = client.query_one(
-        "SELECT count(*) FROM job_completed c JOIN job j ON j.id = c.job_id WHERE j.tag = $1",
-        &[&tag],
-    )?;
+    let row = client
+        .query_one("SELECT count(*) FROM job_completed c JOIN job j ON j.id = c.job_id WHERE j.tag = $1", &[&tag])?;
     Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
 }
 

@@ -15,7 +15,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
                   Exit codes: 0 ok; 1 error; 2 usage; 3 refused or not finished; \
                   4 the job itself ended failure or canceled."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME.
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
@@ -37,13 +37,13 @@ pub struct Cli {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     Table,
     Json,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Manage the database: the embedded cluster and migrations.
     #[command(subcommand)]
     Db(DbCommand),
@@ -91,7 +91,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum DbCommand {
+pub(crate) enum DbCommand {
     /// Create (if needed) and start the embedded cluster, then migrate it.
     Up,
     /// Stop the embedded cluster.
@@ -103,7 +103,7 @@ pub enum DbCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum SourceCommand {
+pub(crate) enum SourceCommand {
     /// Register a git source.
     Add(SourceAddArgs),
     /// List git sources.
@@ -113,7 +113,7 @@ pub enum SourceCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct SourceAddArgs {
+pub(crate) struct SourceAddArgs {
     /// Source name.
     pub name: String,
     /// Anything git can fetch: a local path, file://, https, ssh.
@@ -124,7 +124,7 @@ pub struct SourceAddArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct SourceRmArgs {
+pub(crate) struct SourceRmArgs {
     pub name: String,
     /// Do not ask for confirmation.
     #[arg(long)]
@@ -132,7 +132,7 @@ pub struct SourceRmArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct SyncArgs {
+pub(crate) struct SyncArgs {
     /// Source name.
     pub name: String,
     /// A ref to sync (branch, tag, or any revision git understands).
@@ -144,14 +144,14 @@ pub struct SyncArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ActionsArgs {
+pub(crate) struct ActionsArgs {
     /// Only the actions of this source.
     #[arg(long)]
     pub source: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TriggerKind {
+pub(crate) enum TriggerKind {
     Manual,
     Api,
     Webhook,
@@ -159,7 +159,7 @@ pub enum TriggerKind {
 }
 
 impl TriggerKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TriggerKind::Manual => "manual",
             TriggerKind::Api => "api",
@@ -170,7 +170,7 @@ impl TriggerKind {
 }
 
 #[derive(Debug, Args)]
-pub struct EnqueueArgs {
+pub(crate) struct EnqueueArgs {
     /// APP/ACTION
     pub target: String,
     /// Input: JSON text, @FILE, or - for stdin.
@@ -202,7 +202,7 @@ pub struct EnqueueArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct WorkArgs {
+pub(crate) struct WorkArgs {
     /// Tags to take jobs from (repeatable).
     #[arg(long = "tag", default_values_t = vec!["default".to_string()])]
     pub tags: Vec<String>,
@@ -233,7 +233,7 @@ pub struct WorkArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     /// Job ids.
     #[arg(required = true)]
     pub ids: Vec<String>,
@@ -245,7 +245,7 @@ pub struct CancelArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ReapArgs {
+pub(crate) struct ReapArgs {
     /// A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S).
     #[arg(long, value_parser = parse_duration)]
     pub zombie_timeout: Option<Duration>,
@@ -255,7 +255,7 @@ pub struct ReapArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum JobStatus {
+pub(crate) enum JobStatus {
     Queued,
     Scheduled,
     Running,
@@ -265,7 +265,7 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             JobStatus::Queued => "queued",
             JobStatus::Scheduled => "scheduled",
@@ -278,7 +278,7 @@ impl JobStatus {
 }
 
 #[derive(Debug, Args)]
-pub struct JobsArgs {
+pub(crate) struct JobsArgs {
     #[arg(long, value_enum)]
     pub status: Option<JobStatus>,
     #[arg(long)]
@@ -290,12 +290,12 @@ pub struct JobsArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ShowArgs {
+pub(crate) struct ShowArgs {
     pub id: String,
 }
 
 #[derive(Debug, Args)]
-pub struct ResultArgs {
+pub(crate) struct ResultArgs {
     pub id: String,
     /// Wait until the job finishes.
     #[arg(long)]
@@ -306,7 +306,7 @@ pub struct ResultArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     pub id: String,
     /// Keep printing new lines until the job completes.
     #[arg(long, short)]
@@ -314,18 +314,18 @@ pub struct LogsArgs {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum TokenCommand {
+pub(crate) enum TokenCommand {
     /// Print a token's claims; exit 1 when forged, malformed or expired.
     Verify(TokenVerifyArgs),
 }
 
 #[derive(Debug, Args)]
-pub struct TokenVerifyArgs {
+pub(crate) struct TokenVerifyArgs {
     pub token: String,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ScheduleCommand {
+pub(crate) enum ScheduleCommand {
     /// Add a schedule.
     Add(ScheduleAddArgs),
     /// List schedules with their next fire time.
@@ -341,7 +341,7 @@ pub enum ScheduleCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct ScheduleAddArgs {
+pub(crate) struct ScheduleAddArgs {
     /// Schedule name.
     pub name: String,
     /// APP/ACTION
@@ -363,7 +363,7 @@ pub struct ScheduleAddArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ScheduleNameArgs {
+pub(crate) struct ScheduleNameArgs {
     pub name: String,
     /// Do not ask for confirmation (rm).
     #[arg(long)]
@@ -371,14 +371,14 @@ pub struct ScheduleNameArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ScheduleTickArgs {
+pub(crate) struct ScheduleTickArgs {
     /// Enqueue fire times up to this far ahead (workers start them on time).
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub horizon: Duration,
 }
 
 #[derive(Debug, Args)]
-pub struct PruneArgs {
+pub(crate) struct PruneArgs {
     /// Delete jobs that completed before now minus this (e.g. 30d).
     #[arg(long, value_parser = parse_duration)]
     pub older_than: Duration,
@@ -394,14 +394,14 @@ pub struct PruneArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FinalStatus {
+pub(crate) enum FinalStatus {
     Success,
     Failure,
     Canceled,
 }
 
 impl FinalStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FinalStatus::Success => "success",
             FinalStatus::Failure => "failure",
@@ -411,7 +411,7 @@ impl FinalStatus {
 }
 
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Jobs per measurement.
     #[arg(long, default_value_t = 2000)]
     pub jobs: u32,
@@ -424,20 +424,20 @@ pub struct BenchArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct GenerateDocsArgs {
+pub(crate) struct GenerateDocsArgs {
     /// Directory to write completions/ and man/ into.
     #[arg(long, default_value = ".")]
     pub out: PathBuf,
 }
 
 #[derive(Debug, Args)]
-pub struct SuperviseArgs {
+pub(crate) struct SuperviseArgs {
     /// The command to run under supervision.
     #[arg(trailing_var_arg = true, required = true)]
     pub command: Vec<String>,
 }
 
 /// Durations as operators write them: `30s`, `5m`, `2h`, `30d`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (examples: 30s, 5m, 2h, 30d)"))
 }

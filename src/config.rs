@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 /// Local state: embedded cluster, git mirrors, source store, worker scratch, secret.
-pub fn wf_home() -> Result<PathBuf> {
+pub(crate) fn wf_home() -> Result<PathBuf> {
     if let Some(home) = env_nonempty("WF_HOME") {
         return Ok(PathBuf::from(home));
     }
@@ -18,7 +18,7 @@ pub fn wf_home() -> Result<PathBuf> {
 }
 
 /// The source store: `<store>/<git_source_id>/<commit>/` trees, each with its marker.
-pub fn wf_store() -> Result<PathBuf> {
+pub(crate) fn wf_store() -> Result<PathBuf> {
     match env_nonempty("WF_STORE") {
         Some(store) => Ok(PathBuf::from(store)),
         None => Ok(wf_home()?.join("store")),
@@ -26,23 +26,23 @@ pub fn wf_store() -> Result<PathBuf> {
 }
 
 /// The bun executable: WF_BUN, else `bun` on PATH.
-pub fn bun_path() -> String {
+pub(crate) fn bun_path() -> String {
     env_nonempty("WF_BUN").unwrap_or_else(|| "bun".to_string())
 }
 
 /// The reaper window: a running job without a ping for this long is a zombie.
-pub fn zombie_timeout() -> Result<Duration> {
+pub(crate) fn zombie_timeout() -> Result<Duration> {
     Ok(Duration::from_secs(env_u64("WF_ZOMBIE_TIMEOUT_S", 60)?))
 }
 
 /// Restarts before a dying job completes as failure.
-pub fn restart_limit() -> Result<i32> {
+pub(crate) fn restart_limit() -> Result<i32> {
     let limit = env_u64("WF_RESTART_LIMIT", 3)?;
     i32::try_from(limit).context("WF_RESTART_LIMIT is too large")
 }
 
 /// The heartbeat period.
-pub fn heartbeat_period() -> Result<Duration> {
+pub(crate) fn heartbeat_period() -> Result<Duration> {
     Ok(Duration::from_secs(env_u64("WF_HEARTBEAT_S", 5)?))
 }
 
@@ -61,7 +61,7 @@ fn env_u64(name: &str, default: u64) -> Result<u64> {
 }
 
 /// This machine's host name.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buffer = [0u8; 256];
     // SAFETY: gethostname writes at most buffer.len() bytes into the buffer.
     let ok = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } == 0;
@@ -70,7 +70,7 @@ pub fn hostname() -> String {
 }
 
 /// Who is acting, for records such as `canceled_by`: `user@host`.
-pub fn operator() -> String {
+pub(crate) fn operator() -> String {
     let user = env_nonempty("USER").or_else(|| env_nonempty("LOGNAME")).unwrap_or_else(|| "unknown".to_string());
     format!("{user}@{}", hostname())
 }

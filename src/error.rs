@@ -3,15 +3,15 @@
 use std::fmt;
 
 /// Exit codes of `wf` (SPEC: Global conventions).
-pub const EXIT_OK: i32 = 0;
-pub const EXIT_ERROR: i32 = 1;
-pub const EXIT_USAGE: i32 = 2;
-pub const EXIT_REFUSED: i32 = 3;
-pub const EXIT_JOB_FAILED: i32 = 4;
+pub(crate) const EXIT_OK: i32 = 0;
+pub(crate) const EXIT_ERROR: i32 = 1;
+pub(crate) const EXIT_USAGE: i32 = 2;
+pub(crate) const EXIT_REFUSED: i32 = 3;
+pub(crate) const EXIT_JOB_FAILED: i32 = 4;
 
 /// What a command ends with when it did not fail: ok, refused/not finished, or the job failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Ok,
     /// Declined confirmation, a job not finished yet, a wait that timed out.
     NotFinished,
@@ -20,7 +20,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn code(self) -> i32 {
+    pub(crate) fn code(self) -> i32 {
         match self {
             Outcome::Ok => EXIT_OK,
             Outcome::NotFinished => EXIT_REFUSED,
@@ -31,7 +31,7 @@ impl Outcome {
 
 /// An error that means "refused" (exit 3) rather than "could not do it" (exit 1).
 #[derive(Debug)]
-pub struct Refused(pub String);
+pub(crate) struct Refused(pub String);
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -42,10 +42,6 @@ impl fmt::Display for Refused {
 impl std::error::Error for Refused {}
 
 /// The exit code for an error: 3 when anything in its chain is a refusal, else 1.
-pub fn exit_code_of(error: &anyhow::Error) -> i32 {
-    if error.chain().any(|cause| cause.is::<Refused>()) {
-        EXIT_REFUSED
-    } else {
-        EXIT_ERROR
-    }
+pub(crate) fn exit_code_of(error: &anyhow::Error) -> i32 {
+    if error.chain().any(|cause| cause.is::<Refused>()) { EXIT_REFUSED } else { EXIT_ERROR }
 }

@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 /// Whether the fault at `point` is switched on for this process.
-pub fn at(point: &str) -> bool {
+pub(crate) fn at(point: &str) -> bool {
     static FAULT: OnceLock<Option<String>> = OnceLock::new();
     FAULT.get_or_init(|| std::env::var("WF_FAULT").ok()).as_deref() == Some(point)
 }

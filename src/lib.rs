@@ -1,19 +1,19 @@
 //! windforce `wf`: the library behind the command-line tool. `main` is a thin shell around `run`.
 
-pub mod bench;
-pub mod cli;
-pub mod commands;
-pub mod config;
+pub(crate) mod bench;
+pub(crate) mod cli;
+pub(crate) mod commands;
+pub(crate) mod config;
 pub mod db;
-pub mod error;
-pub mod fault;
+pub(crate) mod error;
+pub(crate) mod fault;
 pub mod output;
 pub mod queue;
 pub mod runner;
-pub mod schedule;
+pub(crate) mod schedule;
 pub mod source;
 pub mod token;
-pub mod worker;
+pub(crate) mod worker;
 
 use clap::Parser;
 
@@ -44,8 +44,6 @@ pub fn run() -> i32 {
 /// A reader that went away (`wf jobs | head`) is not an error.
 fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        cause.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }

@@ -21,7 +21,7 @@ use crate::queue::enqueue::{self, Enqueued, Request, When};
 const MAX_FIRES_PER_TICK: usize = 1000;
 
 #[derive(Debug, Clone)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     pub name: String,
     pub app: String,
     pub action: String,
@@ -53,13 +53,13 @@ impl Schedule {
     }
 
     /// The next fire time after `now`, in UTC.
-    pub fn next_fire(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+    pub(crate) fn next_fire(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
         let (cron, tz) = parse(&self.cron, &self.tz)?;
         let next = cron.find_next_occurrence(&now.with_timezone(&tz), false).context("computing the next fire time")?;
         Ok(next.with_timezone(&Utc))
     }
 
-    pub fn to_json(&self, next_fire: Option<DateTime<Utc>>) -> Value {
+    pub(crate) fn to_json(&self, next_fire: Option<DateTime<Utc>>) -> Value {
         json!({
             "name": self.name, "app": self.app, "action": self.action, "cron": self.cron, "tz": self.tz,
             "input": self.input, "priority": self.priority, "tag": self.tag, "enabled": self.enabled,
@@ -69,18 +69,18 @@ impl Schedule {
     }
 }
 
-const COLUMNS: &str =
-    "name, app_key, action_key, cron, tz, input, priority, tag, enabled, last_fire_time, created_at";
+const COLUMNS: &str = "name, app_key, action_key, cron, tz, input, priority, tag, enabled, last_fire_time, created_at";
 
 fn parse(cron: &str, tz: &str) -> Result<(Cron, Tz)> {
     let parsed = Cron::from_str(cron).with_context(|| format!("{cron:?} is not a cron expression"))?;
-    let zone = Tz::from_str(tz).map_err(|_| anyhow::anyhow!("{tz:?} is not a time zone (an IANA name, e.g. Europe/Paris)"))?;
+    let zone =
+        Tz::from_str(tz).map_err(|_| anyhow::anyhow!("{tz:?} is not a time zone (an IANA name, e.g. Europe/Paris)"))?;
     Ok((parsed, zone))
 }
 
 /// What `wf schedule add` asks for.
 #[derive(Debug)]
-pub struct NewSchedule<'a> {
+pub(crate) struct NewSchedule<'a> {
     pub name: &'a str,
     pub app: &'a str,
     pub action: &'a str,
@@ -93,7 +93,7 @@ pub struct NewSchedule<'a> {
 
 /// Add a schedule after checking its name, cron, zone, action and input (against the action's
 /// current input schema; every fire is checked again by the enqueue path).
-pub fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<Schedule> {
+pub(crate) fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<Schedule> {
     if !crate::source::is_valid_key(new.name) {
         bail!("schedule name {:?} must match {}", new.name, crate::source::KEY_PATTERN);
     }
@@ -120,12 +120,12 @@ pub fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<Schedule> {
     Ok(Schedule::from_row(&row))
 }
 
-pub fn list(client: &mut Client) -> Result<Vec<Schedule>> {
+pub(crate) fn list(client: &mut Client) -> Result<Vec<Schedule>> {
     let rows = client.query(&format!("SELECT {COLUMNS} FROM schedule ORDER BY name"), &[])?;
     Ok(rows.iter().map(Schedule::from_row).collect())
 }
 
-pub fn remove(client: &mut Client, name: &str) -> Result<()> {
+pub(crate) fn remove(client: &mut Client, name: &str) -> Result<()> {
     if client.execute("DELETE FROM schedule WHERE name = $1", &[&name])? == 0 {
         bail!("no such schedule: {name}");
     }
@@ -134,7 +134,7 @@ pub fn remove(client: &mut Client, name: &str) -> Result<()> {
 
 /// Pause or resume. Resuming restarts the count from now: fire times missed while paused are not
 /// replayed.
-pub fn set_enabled(client: &mut Client, name: &str, enabled: bool) -> Result<()> {
+pub(crate) fn set_enabled(client: &mut Client, name: &str, enabled: bool) -> Result<()> {
     let changed = client.execute(
         "UPDATE schedule
             SET enabled = $2,
@@ -150,7 +150,7 @@ pub fn set_enabled(client: &mut Client, name: &str, enabled: bool) -> Result<()>
 
 /// What one tick did for one schedule.
 #[derive(Debug)]
-pub struct Fired {
+pub(crate) struct Fired {
     pub schedule: String,
     pub jobs: Vec<Enqueued>,
     /// Why this schedule enqueued nothing this time (its action is gone, its input no longer fits).
@@ -161,7 +161,7 @@ pub struct Fired {
 /// ticks may run at once (from cron on several hosts) and never enqueue one fire time twice; the
 /// unique index on (schedule_name, scheduled_for) backs that up. A schedule whose enqueue fails
 /// is reported and skipped (a savepoint), the others go on.
-pub fn tick(client: &mut Client, horizon: Duration) -> Result<Vec<Fired>> {
+pub(crate) fn tick(client: &mut Client, horizon: Duration) -> Result<Vec<Fired>> {
     let mut tx = client.transaction()?;
     let now: DateTime<Utc> = tx.query_one("SELECT now()", &[])?.get(0);
     let until = now + chrono::Duration::from_std(horizon).context("horizon too long")?;
@@ -175,7 +175,11 @@ pub fn tick(client: &mut Client, horizon: Duration) -> Result<Vec<Fired>> {
         let fires = match fire_times(&schedule, now, until) {
             Ok(fires) => fires,
             Err(error) => {
-                fired.push(Fired { schedule: schedule.name.clone(), jobs: Vec::new(), error: Some(format!("{error:#}")) });
+                fired.push(Fired {
+                    schedule: schedule.name.clone(),
+                    jobs: Vec::new(),
+                    error: Some(format!("{error:#}")),
+                });
                 continue;
             }
         };

@@ -65,7 +65,8 @@ pub fn verify(secret: &[u8], token: &str, now: DateTime<Utc>) -> Result<Claims> 
     let signature = URL_SAFE_NO_PAD.decode(signature).context("malformed token: signature is not base64url")?;
     let mut mac = mac(secret);
     mac.update(format!("{prefix}.{payload}").as_bytes());
-    mac.verify_slice(&signature).map_err(|_| anyhow::anyhow!("invalid token: the signature does not match (forged, or another WF_SECRET)"))?;
+    mac.verify_slice(&signature)
+        .map_err(|_| anyhow::anyhow!("invalid token: the signature does not match (forged, or another WF_SECRET)"))?;
     let bytes = URL_SAFE_NO_PAD.decode(payload).context("malformed token: payload is not base64url")?;
     let claims: Claims = serde_json::from_slice(&bytes).context("malformed token: payload is not valid claims")?;
     if now.timestamp() > claims.exp + LEEWAY_S {

@@ -8,7 +8,7 @@ use crate::cli::ActionsArgs;
 use crate::error::Outcome;
 use crate::source::{catalog, git_source, short_sha};
 
-pub fn run(ctx: &Ctx, args: ActionsArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: ActionsArgs) -> Result<Outcome> {
     let mut client = ctx.connect()?;
     if let Some(name) = &args.source {
         git_source::find(&mut client, name)?;

@@ -13,7 +13,7 @@ use crate::cli::BenchArgs;
 use crate::error::Outcome;
 use crate::output::Output;
 
-pub fn run(ctx: &Ctx, args: BenchArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> Result<Outcome> {
     let database = ctx.database()?;
     ctx.out.info(&format!(
         "wf bench on {}: {} jobs per measurement, {} workers{}",

@@ -10,7 +10,7 @@ use crate::output::confirm;
 use crate::queue::cancel::{self, CancelOutcome};
 use crate::queue::{inspect, reaper};
 
-pub fn cancel(ctx: &Ctx, args: CancelArgs) -> Result<Outcome> {
+pub(super) fn cancel(ctx: &Ctx, args: CancelArgs) -> Result<Outcome> {
     let ids = args.ids.iter().map(|id| inspect::parse_id(id)).collect::<Result<Vec<_>>>()?;
     if ids.len() > 1 {
         confirm(&format!("cancel {} jobs", ids.len()), args.yes)?;
@@ -36,7 +36,7 @@ pub fn cancel(ctx: &Ctx, args: CancelArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-pub fn reap(ctx: &Ctx, args: ReapArgs) -> Result<Outcome> {
+pub(super) fn reap(ctx: &Ctx, args: ReapArgs) -> Result<Outcome> {
     let zombie_timeout = match args.zombie_timeout {
         Some(timeout) => timeout,
         None => crate::config::zombie_timeout()?,

@@ -8,7 +8,7 @@ use crate::cli::DbCommand;
 use crate::db::{Database, embedded::Cluster, migrate};
 use crate::error::Outcome;
 
-pub fn run(ctx: &Ctx, command: DbCommand) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, command: DbCommand) -> Result<Outcome> {
     match command {
         DbCommand::Up => up(ctx),
         DbCommand::Down => down(ctx),

@@ -11,7 +11,7 @@ use crate::cli::EnqueueArgs;
 use crate::error::Outcome;
 use crate::queue::enqueue::{self, Request, When};
 
-pub fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
     let (app, action) = split_target(&args.target)?;
     let inputs = match &args.batch {
         Some(path) => read_batch(path)?,
@@ -66,7 +66,7 @@ pub fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-pub fn split_target(target: &str) -> Result<(&str, &str)> {
+pub(super) fn split_target(target: &str) -> Result<(&str, &str)> {
     match target.split_once('/') {
         Some((app, action)) if !app.is_empty() && !action.is_empty() && !action.contains('/') => Ok((app, action)),
         _ => bail!("{target:?} is not APP/ACTION (e.g. billing/charge)"),
@@ -74,7 +74,7 @@ pub fn split_target(target: &str) -> Result<(&str, &str)> {
 }
 
 /// `--input JSON`, `--input @FILE`, `--input -` (stdin); none is `{}`.
-pub fn read_input(input: Option<&str>) -> Result<Value> {
+pub(super) fn read_input(input: Option<&str>) -> Result<Value> {
     let (text, origin) = match input {
         None => return Ok(json!({})),
         Some("-") => {

@@ -16,7 +16,7 @@ use crate::error::Outcome;
 
 const BIN: &str = "wf";
 
-pub fn run(ctx: &Ctx, args: GenerateDocsArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: GenerateDocsArgs) -> Result<Outcome> {
     let completions = args.out.join("completions");
     let man = args.out.join("man");
     for dir in [&completions, &man] {

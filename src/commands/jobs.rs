@@ -15,7 +15,7 @@ use crate::output::{Output, time_cell};
 use crate::queue::CHANNEL_COMPLETED;
 use crate::queue::inspect::{self, JobView};
 
-pub fn jobs(ctx: &Ctx, args: JobsArgs) -> Result<Outcome> {
+pub(super) fn jobs(ctx: &Ctx, args: JobsArgs) -> Result<Outcome> {
     let mut client = ctx.connect()?;
     let status = args.status.map(|s| s.as_str());
     let jobs = inspect::list(&mut client, status, args.app.as_deref(), args.tag.as_deref(), args.limit)?;
@@ -42,7 +42,7 @@ pub fn jobs(ctx: &Ctx, args: JobsArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-pub fn show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome> {
+pub(super) fn show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome> {
     let id = inspect::parse_id(&args.id)?;
     let mut client = ctx.connect()?;
     let job = inspect::show_existing(&mut client, id)?;
@@ -76,7 +76,7 @@ pub fn show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-pub fn result(ctx: &Ctx, args: ResultArgs) -> Result<Outcome> {
+pub(super) fn result(ctx: &Ctx, args: ResultArgs) -> Result<Outcome> {
     let id = inspect::parse_id(&args.id)?;
     let mut client = ctx.connect()?;
     let job = if args.wait {
@@ -89,7 +89,7 @@ pub fn result(ctx: &Ctx, args: ResultArgs) -> Result<Outcome> {
 
 /// Wait until a job finishes (or the timeout passes). LISTEN comes before the look, so a
 /// completion between the two is not missed; a periodic look covers a dropped notification.
-pub fn wait_for_completion(client: &mut Client, id: Uuid, timeout: Option<Duration>) -> Result<JobView> {
+pub(super) fn wait_for_completion(client: &mut Client, id: Uuid, timeout: Option<Duration>) -> Result<JobView> {
     client.batch_execute(&format!("LISTEN {CHANNEL_COMPLETED}"))?;
     let deadline = timeout.map(|t| Instant::now() + t);
     loop {
@@ -116,7 +116,7 @@ pub fn wait_for_completion(client: &mut Client, id: Uuid, timeout: Option<Durati
 }
 
 /// Print a job's outcome as `wf result` does, and return the matching exit outcome.
-pub fn print_result(out: &Output, job: &JobView) -> Result<Outcome> {
+pub(super) fn print_result(out: &Output, job: &JobView) -> Result<Outcome> {
     let cancel = json!({"canceled_by": job.canceled_by, "canceled_reason": job.canceled_reason});
     let (document, outcome) = match job.status.as_str() {
         "success" => (job.result.clone().unwrap_or(Value::Null), Outcome::Ok),
@@ -141,7 +141,7 @@ pub fn print_result(out: &Output, job: &JobView) -> Result<Outcome> {
     Ok(outcome)
 }
 
-pub fn logs(ctx: &Ctx, args: LogsArgs) -> Result<Outcome> {
+pub(super) fn logs(ctx: &Ctx, args: LogsArgs) -> Result<Outcome> {
     let id = inspect::parse_id(&args.id)?;
     let mut client = ctx.connect()?;
     inspect::show_existing(&mut client, id)?;
@@ -181,7 +181,7 @@ pub fn logs(ctx: &Ctx, args: LogsArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-pub fn status(ctx: &Ctx) -> Result<Outcome> {
+pub(super) fn status(ctx: &Ctx) -> Result<Outcome> {
     let mut client = ctx.connect()?;
     let tags = inspect::status(&mut client, crate::config::zombie_timeout()?)?;
     if ctx.out.json {
@@ -204,7 +204,8 @@ pub fn status(ctx: &Ctx) -> Result<Outcome> {
                 t.scheduled.to_string(),
                 t.running.to_string(),
                 t.zombies.to_string(),
-                t.oldest_wait_s.map_or("-".to_string(), |s| humantime::format_duration(Duration::from_secs(s as u64)).to_string()),
+                t.oldest_wait_s
+                    .map_or("-".to_string(), |s| humantime::format_duration(Duration::from_secs(s as u64)).to_string()),
             ]
         })
         .collect();

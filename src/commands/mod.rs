@@ -23,28 +23,28 @@ use crate::error::Outcome;
 use crate::output::Output;
 
 /// What every command gets: how to render, and how to reach the database.
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub out: Output,
     database_url: Option<String>,
 }
 
 impl Ctx {
     /// The database, started and migrated (embedded) or checked (external).
-    pub fn database(&self) -> Result<Database> {
+    pub(crate) fn database(&self) -> Result<Database> {
         Database::open(self.database_url.as_deref(), &self.out)
     }
 
-    pub fn database_url(&self) -> Option<String> {
+    pub(crate) fn database_url(&self) -> Option<String> {
         self.database_url.clone()
     }
 
     /// A connection to the database, ready to use.
-    pub fn connect(&self) -> Result<postgres::Client> {
+    pub(crate) fn connect(&self) -> Result<postgres::Client> {
         self.database()?.connect()
     }
 }
 
-pub fn dispatch(cli: Cli) -> Result<Outcome> {
+pub(crate) fn dispatch(cli: Cli) -> Result<Outcome> {
     let json = cli.json || cli.output == OutputFormat::Json;
     let ctx = Ctx { out: Output::new(json, cli.quiet), database_url: cli.database_url };
     match cli.command {

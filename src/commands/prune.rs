@@ -9,7 +9,7 @@ use crate::error::Outcome;
 use crate::output::{confirm, time_cell};
 use crate::queue::prune;
 
-pub fn run(ctx: &Ctx, args: PruneArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> Result<Outcome> {
     let status = args.status.map(|s| s.as_str());
     let mut client = ctx.connect()?;
     let cutoff = prune::cutoff(&mut client, args.older_than)?;
@@ -18,12 +18,18 @@ pub fn run(ctx: &Ctx, args: PruneArgs) -> Result<Outcome> {
         if ctx.out.json {
             ctx.out.json(&json!({"deleted": 0, "would_delete": candidates}))?;
         } else {
-            ctx.out.info(&format!("would delete {candidates} completed job(s) finished before {}", time_cell(Some(cutoff))));
+            ctx.out.info(&format!(
+                "would delete {candidates} completed job(s) finished before {}",
+                time_cell(Some(cutoff))
+            ));
         }
         return Ok(Outcome::Ok);
     }
     if candidates > 0 {
-        confirm(&format!("delete {candidates} completed job(s) finished before {}", time_cell(Some(cutoff))), args.yes)?;
+        confirm(
+            &format!("delete {candidates} completed job(s) finished before {}", time_cell(Some(cutoff))),
+            args.yes,
+        )?;
     }
     let bar = ctx.out.progress(u64::try_from(candidates).unwrap_or(0), "pruning");
     let mut deleted = 0u64;

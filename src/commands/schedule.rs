@@ -10,7 +10,7 @@ use crate::error::Outcome;
 use crate::output::{confirm, time_cell};
 use crate::schedule::{self, NewSchedule};
 
-pub fn run(ctx: &Ctx, command: ScheduleCommand) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> Result<Outcome> {
     match command {
         ScheduleCommand::Add(args) => add(ctx, args),
         ScheduleCommand::List => list(ctx),
@@ -42,7 +42,10 @@ fn add(ctx: &Ctx, args: ScheduleAddArgs) -> Result<Outcome> {
     } else {
         ctx.out.info(&format!(
             "added schedule {} ({} in {}), next fire {}; run `wf schedule tick` from cron every minute",
-            added.name, added.cron, added.tz, time_cell(Some(next))
+            added.name,
+            added.cron,
+            added.tz,
+            time_cell(Some(next))
         ));
     }
     Ok(Outcome::Ok)

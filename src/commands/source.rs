@@ -11,7 +11,7 @@ use crate::output::{self, time_cell, time_json};
 use crate::source::git_source::{self, GitSource};
 use crate::source::{catalog, short_sha};
 
-pub fn run(ctx: &Ctx, command: SourceCommand) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, command: SourceCommand) -> Result<Outcome> {
     match command {
         SourceCommand::Add(args) => add(ctx, args),
         SourceCommand::List => list(ctx),

@@ -6,7 +6,7 @@ use crate::cli::SuperviseArgs;
 use crate::error::Outcome;
 use crate::runner::supervisor::{self, Supervision};
 
-pub fn run(args: SuperviseArgs) -> Result<Outcome> {
+pub(super) fn run(args: SuperviseArgs) -> Result<Outcome> {
     let plan = Supervision::from_args(&args.command)?;
     let code = supervisor::supervise(&plan)?;
     // The exit code is bun's (or 128 + a signal), which wf's own exit-code map cannot carry; every

@@ -10,7 +10,7 @@ use crate::error::Outcome;
 use crate::source::git::Target;
 use crate::source::{short_sha, sync};
 
-pub fn run(ctx: &Ctx, args: SyncArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> Result<Outcome> {
     let target = match (args.r#ref, args.commit) {
         (_, Some(commit)) => Target::Commit(commit),
         (Some(name), None) => Target::Ref(name),

@@ -9,7 +9,7 @@ use crate::cli::{TokenCommand, TokenVerifyArgs};
 use crate::error::Outcome;
 use crate::token;
 
-pub fn run(ctx: &Ctx, command: TokenCommand) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, command: TokenCommand) -> Result<Outcome> {
     match command {
         TokenCommand::Verify(args) => verify(ctx, args),
     }

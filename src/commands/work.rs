@@ -8,7 +8,7 @@ use crate::cli::WorkArgs;
 use crate::error::Outcome;
 use crate::worker::{self, Options, Until};
 
-pub fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
     let until = if args.drain {
         Until::Drained
     } else if args.once {

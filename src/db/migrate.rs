@@ -78,9 +78,9 @@ fn verify_applied(applied: &[(i32, String, String)]) -> Result<()> {
                  version {}): upgrade wf",
                 latest_version()
             ),
-            Some(&(_, _, sql)) if checksum(sql) != *sum => bail!(
-                "migration {name} was changed after it was applied to this database (checksum mismatch)"
-            ),
+            Some(&(_, _, sql)) if checksum(sql) != *sum => {
+                bail!("migration {name} was changed after it was applied to this database (checksum mismatch)")
+            }
             Some(_) => {}
         }
     }
@@ -89,8 +89,7 @@ fn verify_applied(applied: &[(i32, String, String)]) -> Result<()> {
 
 /// The applied schema version, or None when the database has no windforce schema.
 pub fn current_version(client: &mut Client) -> Result<Option<i32>> {
-    let exists: bool =
-        client.query_one("SELECT to_regclass('wf_migration') IS NOT NULL", &[])?.get(0);
+    let exists: bool = client.query_one("SELECT to_regclass('wf_migration') IS NOT NULL", &[])?.get(0);
     if !exists {
         return Ok(None);
     }
@@ -103,9 +102,9 @@ pub fn check_current(client: &mut Client) -> Result<()> {
     let latest = latest_version();
     match current_version(client)? {
         None => bail!("the database has no windforce schema: run `wf db migrate`"),
-        Some(v) if v < latest => bail!(
-            "the database schema is at version {v} and this wf needs version {latest}: run `wf db migrate`"
-        ),
+        Some(v) if v < latest => {
+            bail!("the database schema is at version {v} and this wf needs version {latest}: run `wf db migrate`")
+        }
         Some(v) if v > latest => {
             bail!("the database schema is at version {v}, newer than this wf ({latest}): upgrade wf")
         }

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::complete::{self, Status};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelOutcome {
+pub(crate) enum CancelOutcome {
     /// Completed as canceled (now, or earlier).
     Canceled,
     /// Running: the mark is set; its worker kills it and completes it as canceled.
@@ -18,7 +18,7 @@ pub enum CancelOutcome {
 }
 
 impl CancelOutcome {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CancelOutcome::Canceled => "canceled",
             CancelOutcome::CancelRequested => "cancel_requested",
@@ -28,7 +28,12 @@ impl CancelOutcome {
 }
 
 /// Cancel jobs in one transaction. An unknown id fails the whole call and changes nothing.
-pub fn cancel(client: &mut Client, ids: &[Uuid], by: &str, reason: Option<&str>) -> Result<Vec<(Uuid, CancelOutcome)>> {
+pub(crate) fn cancel(
+    client: &mut Client,
+    ids: &[Uuid],
+    by: &str,
+    reason: Option<&str>,
+) -> Result<Vec<(Uuid, CancelOutcome)>> {
     let mut tx = client.transaction()?;
     let known: Vec<Uuid> =
         tx.query("SELECT id FROM job WHERE id = ANY($1)", &[&ids])?.iter().map(|r| r.get(0)).collect();
@@ -38,10 +43,8 @@ pub fn cancel(client: &mut Client, ids: &[Uuid], by: &str, reason: Option<&str>)
     }
     // Lock every queue row, waiting (not skipping): a claim or reaper pass in flight finishes
     // first, and we decide on the row as it is after them. Sorted to avoid lock-order deadlocks.
-    let queued = tx.query(
-        "SELECT job_id, running FROM job_queue WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE",
-        &[&ids],
-    )?;
+    let queued =
+        tx.query("SELECT job_id, running FROM job_queue WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE", &[&ids])?;
     let mut waiting = Vec::new();
     let mut running = Vec::new();
     for row in &queued {

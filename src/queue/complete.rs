@@ -10,14 +10,14 @@ use super::logs::{self, LogLine};
 
 /// How a job ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     Success,
     Failure,
     Canceled,
 }
 
 impl Status {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Status::Success => "success",
             Status::Failure => "failure",
@@ -28,7 +28,7 @@ impl Status {
 
 /// A worker's completion of one attempt.
 #[derive(Debug, Clone)]
-pub struct Completion {
+pub(crate) struct Completion {
     pub job_id: Uuid,
     pub claim: String,
     pub attempt: i32,
@@ -41,7 +41,7 @@ pub struct Completion {
 
 /// Whether the completion was recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recorded {
+pub(crate) enum Recorded {
     Completed,
     /// The claim no longer owned the job (reaped, or completed elsewhere): nothing recorded.
     Fenced,
@@ -52,7 +52,7 @@ pub enum Recorded {
 /// knew (worker, started_at, restarts, cancel fields), the runtime row removed, and a notification
 /// for waiters. If a result is recorded, the queue row is gone; if the queue row remains, there is
 /// no result.
-pub fn complete(client: &mut Client, completion: &Completion) -> Result<Recorded> {
+pub(crate) fn complete(client: &mut Client, completion: &Completion) -> Result<Recorded> {
     let mut tx = client.transaction()?;
     logs::append(&mut tx, completion.job_id, &completion.claim, completion.attempt, &completion.logs)?;
     let recorded = tx.query_opt(
@@ -68,13 +68,7 @@ pub fn complete(client: &mut Client, completion: &Completion) -> Result<Recorded
          SELECT job_id, $3, $4, $5, worker, started_at, restarts, canceled_by, canceled_reason
            FROM gate
          RETURNING job_id",
-        &[
-            &completion.job_id,
-            &completion.claim,
-            &completion.status.as_str(),
-            &completion.result,
-            &completion.error,
-        ],
+        &[&completion.job_id, &completion.claim, &completion.status.as_str(), &completion.result, &completion.error],
     )?;
     if recorded.is_none() {
         tx.rollback()?;
@@ -87,17 +81,14 @@ pub fn complete(client: &mut Client, completion: &Completion) -> Result<Recorded
 
 /// After a completion whose commit acknowledgement was lost, the gate finds no row: the record
 /// tells whether our own commit landed.
-pub fn completed_by(client: &mut Client, job_id: Uuid, claim: &str) -> Result<bool> {
-    let row = client.query_opt(
-        "SELECT 1 FROM job_completed WHERE job_id = $1 AND worker = $2",
-        &[&job_id, &claim],
-    )?;
+pub(crate) fn completed_by(client: &mut Client, job_id: Uuid, claim: &str) -> Result<bool> {
+    let row = client.query_opt("SELECT 1 FROM job_completed WHERE job_id = $1 AND worker = $2", &[&job_id, &claim])?;
     Ok(row.is_some())
 }
 
 /// Complete queue rows the caller has already locked (cancel, reaper), keeping what each row
 /// knew; the cancel fields given are used where the row has none.
-pub fn finish_locked(
+pub(crate) fn finish_locked(
     tx: &mut Transaction<'_>,
     ids: &[Uuid],
     status: Status,
@@ -128,9 +119,6 @@ pub fn finish_locked(
 }
 
 fn notify_completed(tx: &mut Transaction<'_>, ids: &[Uuid]) -> Result<()> {
-    tx.execute(
-        "SELECT pg_notify($1, id::text) FROM unnest($2::uuid[]) AS id",
-        &[&CHANNEL_COMPLETED, &ids],
-    )?;
+    tx.execute("SELECT pg_notify($1, id::text) FROM unnest($2::uuid[]) AS id", &[&CHANNEL_COMPLETED, &ids])?;
     Ok(())
 }

@@ -11,7 +11,7 @@ use super::CHANNEL_ENQUEUED;
 
 /// When the jobs become due.
 #[derive(Debug, Clone, Copy)]
-pub enum When {
+pub(crate) enum When {
     Now,
     At(DateTime<Utc>),
     /// A delay measured from the database's clock.
@@ -20,7 +20,7 @@ pub enum When {
 
 /// One call of the enqueue path: one or more jobs of one action.
 #[derive(Debug)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     pub app: &'a str,
     pub action: &'a str,
     pub inputs: Vec<Value>,
@@ -34,7 +34,7 @@ pub struct Request<'a> {
 
 /// What the enqueue path created.
 #[derive(Debug, Clone)]
-pub struct Enqueued {
+pub(crate) struct Enqueued {
     pub id: Uuid,
     pub app: String,
     pub action: String,
@@ -46,7 +46,7 @@ pub struct Enqueued {
 }
 
 impl Enqueued {
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         serde_json::json!({
             "id": self.id, "app": self.app, "action": self.action, "tag": self.tag,
             "priority": self.priority, "commit_sha": self.commit_sha,
@@ -59,7 +59,7 @@ impl Enqueued {
 /// Enqueue inside the caller's transaction: read the catalog row, validate every input against
 /// its input schema, pin the execution metadata onto `job`, insert `job` and `job_queue`, and
 /// notify waiting workers (delivered when the transaction commits).
-pub fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result<Vec<Enqueued>> {
+pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result<Vec<Enqueued>> {
     // KEY SHARE keeps a concurrent sync from deleting the action until this enqueue commits; the
     // row read is one consistent version, so the job pins the catalog exactly as one sync left it.
     let action = tx
@@ -141,7 +141,7 @@ pub fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result<Vec<En
 }
 
 /// Validate inputs against a schema; the error names each input (for batches) and JSON path.
-pub fn validate_inputs(schema: &Value, inputs: &[Value]) -> Result<()> {
+pub(crate) fn validate_inputs(schema: &Value, inputs: &[Value]) -> Result<()> {
     let validator = jsonschema::validator_for(schema).context("the action's input schema is invalid")?;
     let mut problems = Vec::new();
     for (n, input) in inputs.iter().enumerate() {

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 /// What one heartbeat learned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Beat {
+pub(crate) enum Beat {
     /// Still ours; keep running.
     Owned,
     /// Still ours, and an operator asked to cancel it.
@@ -19,7 +19,7 @@ pub enum Beat {
 /// One statement: refresh ping only while this claim still owns the job, and return the cancel
 /// mark. The row is share-locked, so a concurrent reaper pass skips it rather than reaping a job
 /// whose worker is heartbeating right now.
-pub fn heartbeat(client: &mut Client, job_id: Uuid, claim: &str) -> Result<Beat> {
+pub(crate) fn heartbeat(client: &mut Client, job_id: Uuid, claim: &str) -> Result<Beat> {
     let row = client.query_opt(
         "WITH owned AS (
              SELECT job_id, canceled_by, canceled_reason

@@ -12,7 +12,7 @@ use crate::output::time_json;
 
 /// Everything about one job, whether waiting, running or completed.
 #[derive(Debug, Clone)]
-pub struct JobView {
+pub(crate) struct JobView {
     pub id: Uuid,
     pub status: String,
     pub app: String,
@@ -35,11 +35,11 @@ pub struct JobView {
 }
 
 impl JobView {
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         matches!(self.status.as_str(), "success" | "failure" | "canceled")
     }
 
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "id": self.id, "status": self.status, "app": self.app, "action": self.action,
             "commit_sha": self.commit_sha, "tag": self.tag, "priority": self.priority,
@@ -95,21 +95,21 @@ SELECT j.id, j.app_key, j.action_key, j.commit_sha, j.tag, j.priority, j.trigger
   LEFT JOIN job_completed c ON c.job_id = j.id";
 
 /// Parse a job id given on the command line.
-pub fn parse_id(text: &str) -> Result<Uuid> {
+pub(crate) fn parse_id(text: &str) -> Result<Uuid> {
     Uuid::parse_str(text.trim()).with_context(|| format!("{text:?} is not a job id (a UUID)"))
 }
 
-pub fn show(client: &mut Client, id: Uuid) -> Result<Option<JobView>> {
+pub(crate) fn show(client: &mut Client, id: Uuid) -> Result<Option<JobView>> {
     let row = client.query_opt(&format!("{JOB_VIEW} WHERE j.id = $1"), &[&id])?;
     Ok(row.as_ref().map(JobView::from_row))
 }
 
-pub fn show_existing(client: &mut Client, id: Uuid) -> Result<JobView> {
+pub(crate) fn show_existing(client: &mut Client, id: Uuid) -> Result<JobView> {
     show(client, id)?.with_context(|| format!("no such job: {id}"))
 }
 
 /// Jobs, newest first, with optional filters.
-pub fn list(
+pub(crate) fn list(
     client: &mut Client,
     status: Option<&str>,
     app: Option<&str>,
@@ -131,7 +131,7 @@ pub fn list(
 }
 
 #[derive(Debug, Clone)]
-pub struct LogEntry {
+pub(crate) struct LogEntry {
     pub id: i64,
     pub attempt: i32,
     pub stream: String,
@@ -140,7 +140,7 @@ pub struct LogEntry {
 }
 
 /// Log lines of a job after `after_id`, in order.
-pub fn logs(client: &mut Client, id: Uuid, after_id: i64) -> Result<Vec<LogEntry>> {
+pub(crate) fn logs(client: &mut Client, id: Uuid, after_id: i64) -> Result<Vec<LogEntry>> {
     let rows = client.query(
         "SELECT id, attempt, stream, line, created_at FROM job_logs
           WHERE job_id = $1 AND id > $2 ORDER BY id",
@@ -154,7 +154,7 @@ pub fn logs(client: &mut Client, id: Uuid, after_id: i64) -> Result<Vec<LogEntry
 
 /// The queue's state for one tag.
 #[derive(Debug, Clone)]
-pub struct TagStatus {
+pub(crate) struct TagStatus {
     pub tag: String,
     pub queued: i64,
     pub scheduled: i64,
@@ -163,7 +163,7 @@ pub struct TagStatus {
     pub oldest_wait_s: Option<f64>,
 }
 
-pub fn status(client: &mut Client, zombie_timeout: Duration) -> Result<Vec<TagStatus>> {
+pub(crate) fn status(client: &mut Client, zombie_timeout: Duration) -> Result<Vec<TagStatus>> {
     let rows = client.query(
         "SELECT q.tag,
                 count(*) FILTER (WHERE NOT q.running AND q.scheduled_for <= now()),

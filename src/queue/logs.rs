@@ -5,10 +5,10 @@ use postgres::GenericClient;
 use uuid::Uuid;
 
 /// Bytes of output kept per attempt; past it, one truncation mark and nothing more.
-pub const MAX_BYTES_PER_ATTEMPT: usize = 1024 * 1024;
+pub(crate) const MAX_BYTES_PER_ATTEMPT: usize = 1024 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogLine {
+pub(crate) struct LogLine {
     /// `stdout`, `stderr`, or `wf` (lines written by windforce itself).
     pub stream: &'static str,
     pub line: String,
@@ -16,14 +16,14 @@ pub struct LogLine {
 
 /// The lines of one attempt not yet written, with the per-attempt size cap.
 #[derive(Debug, Default)]
-pub struct LogBuffer {
+pub(crate) struct LogBuffer {
     pending: Vec<LogLine>,
     bytes: usize,
     truncated: bool,
 }
 
 impl LogBuffer {
-    pub fn push(&mut self, stream: &'static str, mut line: String) {
+    pub(crate) fn push(&mut self, stream: &'static str, mut line: String) {
         if self.truncated {
             return;
         }
@@ -44,27 +44,33 @@ impl LogBuffer {
         self.pending.push(LogLine { stream, line });
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.pending.is_empty()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.pending.len()
     }
 
     /// The pending lines; they stay pending until `written` is called.
-    pub fn pending(&self) -> &[LogLine] {
+    pub(crate) fn pending(&self) -> &[LogLine] {
         &self.pending
     }
 
-    pub fn written(&mut self) {
+    pub(crate) fn written(&mut self) {
         self.pending.clear();
     }
 }
 
 /// Append lines to an attempt's logs, only while `claim` still owns the job: a fenced worker
 /// cannot write into the logs of a later attempt.
-pub fn append(client: &mut impl GenericClient, job_id: Uuid, claim: &str, attempt: i32, lines: &[LogLine]) -> Result<u64> {
+pub(crate) fn append(
+    client: &mut impl GenericClient,
+    job_id: Uuid,
+    claim: &str,
+    attempt: i32,
+    lines: &[LogLine],
+) -> Result<u64> {
     if lines.is_empty() {
         return Ok(0);
     }
@@ -82,7 +88,7 @@ pub fn append(client: &mut impl GenericClient, job_id: Uuid, claim: &str, attemp
 }
 
 /// A line written by windforce itself (reaper, shutdown), outside any claim.
-pub fn note(client: &mut impl GenericClient, job_id: Uuid, attempt: i32, line: &str) -> Result<()> {
+pub(crate) fn note(client: &mut impl GenericClient, job_id: Uuid, attempt: i32, line: &str) -> Result<()> {
     client.execute(
         "INSERT INTO job_logs (job_id, attempt, stream, line) VALUES ($1, $2, 'wf', $3)",
         &[&job_id, &attempt, &line],

@@ -1,15 +1,15 @@
 //! The queue spine of the seed page, one file per concept. Every statement here is a named,
 //! readable unit next to the Rust that runs it.
 
-pub mod cancel;
+pub(crate) mod cancel;
 pub mod claim;
-pub mod complete;
-pub mod enqueue;
-pub mod heartbeat;
-pub mod inspect;
-pub mod logs;
-pub mod prune;
-pub mod reaper;
+pub(crate) mod complete;
+pub(crate) mod enqueue;
+pub(crate) mod heartbeat;
+pub(crate) mod inspect;
+pub(crate) mod logs;
+pub(crate) mod prune;
+pub(crate) mod reaper;
 
 /// Channel notified when jobs become claimable (enqueue, requeue); the payload is the tag.
 pub const CHANNEL_ENQUEUED: &str = "wf_enqueued";

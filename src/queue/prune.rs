@@ -9,15 +9,15 @@ use chrono::{DateTime, Utc};
 use postgres::Client;
 
 /// Jobs deleted per transaction.
-pub const BATCH: i64 = 1000;
+pub(crate) const BATCH: i64 = 1000;
 
 /// The cutoff on the database's clock: jobs completed before it are pruned.
-pub fn cutoff(client: &mut Client, older_than: Duration) -> Result<DateTime<Utc>> {
+pub(crate) fn cutoff(client: &mut Client, older_than: Duration) -> Result<DateTime<Utc>> {
     let row = client.query_one("SELECT now() - make_interval(secs => $1)", &[&older_than.as_secs_f64()])?;
     Ok(row.get(0))
 }
 
-pub fn count(client: &mut Client, cutoff: DateTime<Utc>, status: Option<&str>) -> Result<i64> {
+pub(crate) fn count(client: &mut Client, cutoff: DateTime<Utc>, status: Option<&str>) -> Result<i64> {
     let row = client.query_one(
         "SELECT count(*) FROM job_completed WHERE completed_at < $1 AND ($2::text IS NULL OR status = $2)",
         &[&cutoff, &status],
@@ -27,7 +27,7 @@ pub fn count(client: &mut Client, cutoff: DateTime<Utc>, status: Option<&str>) -
 
 /// Delete one batch (its own transaction); returns how many jobs went. Logs and completion
 /// records go with their job (ON DELETE CASCADE).
-pub fn prune_batch(client: &mut Client, cutoff: DateTime<Utc>, status: Option<&str>) -> Result<u64> {
+pub(crate) fn prune_batch(client: &mut Client, cutoff: DateTime<Utc>, status: Option<&str>) -> Result<u64> {
     let deleted = client.execute(
         "DELETE FROM job
           WHERE id IN (SELECT job_id FROM job_completed

@@ -13,7 +13,7 @@ use super::logs::LogLine;
 
 /// What one reaper pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Reaped {
+pub(crate) struct Reaped {
     pub requeued: u64,
     pub failed: u64,
     pub canceled: u64,
@@ -24,7 +24,7 @@ pub struct Reaped {
 /// database restart does not turn every running job into a zombie at once. SKIP LOCKED lets any
 /// number of reapers run at once without touching the same zombie twice, and skips jobs whose
 /// worker is heartbeating at this very moment (the heartbeat share-locks the row).
-pub fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_limit: i32) -> Result<Reaped> {
+pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_limit: i32) -> Result<Reaped> {
     let mut tx = client.transaction()?;
     let zombies = tx.query(
         "SELECT q.job_id, q.canceled_by IS NOT NULL AS cancel_marked, q.restarts, q.worker, r.ping
@@ -106,7 +106,7 @@ fn requeue(tx: &mut postgres::Transaction<'_>, ids: &[Uuid]) -> Result<()> {
 /// restarts unchanged), with the attempt's last log lines in the same transaction. Gated by
 /// ownership; a job with a cancel mark is completed as canceled instead. Returns false when the
 /// claim no longer owned the job (nothing is written then).
-pub fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i32, lines: &[LogLine]) -> Result<bool> {
+pub(crate) fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i32, lines: &[LogLine]) -> Result<bool> {
     let mut tx = client.transaction()?;
     super::logs::append(&mut tx, job_id, claim, attempt, lines)?;
     let row = tx.query_opt(

@@ -372,6 +372,7 @@ fn wait_reaping_under_lock(child: &mut Child, supervisor: &Supervisor) -> io::Re
     loop {
         // SAFETY: waitid with a zeroed siginfo_t we own; WNOWAIT leaves the child unreaped.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `info` outlives the call.
         let result = unsafe {
             libc::waitid(libc::P_PID, supervisor.pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT)
         };

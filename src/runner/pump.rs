@@ -17,7 +17,7 @@ const POLL_MS: libc::c_int = 200;
 /// Read `pipe` until EOF (or until `abandon` is set) and send each line as an event. Lines are sent
 /// without their newline; invalid UTF-8 is replaced. A gone receiver does not stop the reading: the
 /// pipe is still drained, so the action never blocks on a full pipe.
-pub fn pump(mut pipe: impl Read + AsRawFd, stream: Stream, events: SyncSender<Event>, abandon: &AtomicBool) {
+pub(super) fn pump(mut pipe: impl Read + AsRawFd, stream: Stream, events: SyncSender<Event>, abandon: &AtomicBool) {
     let mut lines = Lines::default();
     let mut buffer = vec![0u8; 16 * 1024];
     let mut send = |text: String| {
@@ -46,12 +46,12 @@ fn readable(fd: libc::c_int) -> bool {
 
 /// Splits a byte stream into lines of at most MAX_LINE bytes.
 #[derive(Default)]
-pub struct Lines {
+pub(super) struct Lines {
     pending: Vec<u8>,
 }
 
 impl Lines {
-    pub fn push(&mut self, bytes: &[u8], emit: &mut impl FnMut(String)) {
+    pub(super) fn push(&mut self, bytes: &[u8], emit: &mut impl FnMut(String)) {
         self.pending.extend_from_slice(bytes);
         let mut start = 0;
         loop {
@@ -72,7 +72,7 @@ impl Lines {
     }
 
     /// The last line, when the stream did not end with a newline.
-    pub fn finish(&mut self, emit: &mut impl FnMut(String)) {
+    pub(super) fn finish(&mut self, emit: &mut impl FnMut(String)) {
         if !self.pending.is_empty() {
             emit(String::from_utf8_lossy(&self.pending).into_owned());
             self.pending.clear();

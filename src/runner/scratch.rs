@@ -128,7 +128,7 @@ fn remove_stale_roots(parent: &Path, own: &str) {
 /// Remove a directory tree the action wrote into. An action may leave directories without write
 /// permission, which would stop a plain remove_dir_all of a non-root worker: those are opened up
 /// and the removal tried again.
-pub fn remove_tree(path: &Path) -> io::Result<()> {
+pub(super) fn remove_tree(path: &Path) -> io::Result<()> {
     match fs::remove_dir_all(path) {
         Ok(()) => Ok(()),
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),

@@ -36,7 +36,7 @@ const KILL_PATIENCE: Duration = Duration::from_secs(30);
 /// variables never go on the command line (it is readable by every user): `keep` names them, the
 /// values come from the supervisor's own environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Supervision {
+pub(crate) struct Supervision {
     /// The worker's pid: a supervisor whose parent is already another process exits at once.
     pub parent: i32,
     /// bun's working directory.
@@ -50,7 +50,7 @@ pub struct Supervision {
 }
 
 impl Supervision {
-    pub fn to_args(&self) -> Result<Vec<String>> {
+    pub(crate) fn to_args(&self) -> Result<Vec<String>> {
         let utf8 = |path: &PathBuf| {
             path.to_str().map(str::to_string).with_context(|| format!("{} is not valid UTF-8", path.display()))
         };
@@ -70,7 +70,7 @@ impl Supervision {
         Ok(args)
     }
 
-    pub fn from_args(args: &[String]) -> Result<Supervision> {
+    pub(crate) fn from_args(args: &[String]) -> Result<Supervision> {
         let mut words = args.iter();
         let (mut parent, mut cwd, mut status, mut keep) = (None, None, None, Vec::new());
         for word in words.by_ref() {
@@ -113,7 +113,7 @@ enum Ending {
 /// Run the command under supervision until it ends or is stopped; every descendant is dead and
 /// reaped when this returns. Returns the exit code for the supervisor: bun's code, or 128 + the
 /// signal that ended bun or stopped the job.
-pub fn supervise(plan: &Supervision) -> Result<i32> {
+pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
     let signals = take_signals()?;
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {

@@ -13,7 +13,7 @@ const SOURCE: &str = include_str!("wrapper.mjs");
 /// Write the wrapper (once: the name is its content hash) and return its path. Workers of different
 /// versions sharing one WF_HOME each find their own wrapper, and none ever sees a half-written one:
 /// it is written beside its final name and renamed into place.
-pub fn install(wf_home: &Path) -> Result<PathBuf> {
+pub(super) fn install(wf_home: &Path) -> Result<PathBuf> {
     let digest = Sha256::digest(SOURCE.as_bytes());
     let hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
     let dir = wf_home.join("runner");

@@ -12,7 +12,7 @@ use super::manifest::Manifest;
 
 /// One action as the catalog shows it.
 #[derive(Debug, Clone)]
-pub struct CatalogAction {
+pub(crate) struct CatalogAction {
     pub app: String,
     pub action: String,
     pub tag: String,
@@ -24,7 +24,10 @@ pub struct CatalogAction {
 
 /// Apps owned by sources other than `git_source_id`: app key -> owning source's name. A sync must
 /// not take them over.
-pub fn apps_of_other_sources(client: &mut impl GenericClient, git_source_id: Uuid) -> Result<BTreeMap<String, String>> {
+pub(crate) fn apps_of_other_sources(
+    client: &mut impl GenericClient,
+    git_source_id: Uuid,
+) -> Result<BTreeMap<String, String>> {
     let rows = client
         .query(
             "SELECT app.app_key, git_source.name FROM app JOIN git_source ON git_source.id = app.git_source_id
@@ -39,7 +42,7 @@ pub fn apps_of_other_sources(client: &mut impl GenericClient, git_source_id: Uui
 /// upsert its apps and actions, delete the ones the manifest no longer has, and move the source's
 /// commit. `expected` is the commit the caller checked the no-going-back rule against; the
 /// transaction refuses to proceed if the source moved meanwhile.
-pub fn replace(
+pub(crate) fn replace(
     client: &mut Client,
     source: &GitSource,
     expected: Option<&str>,
@@ -115,7 +118,7 @@ pub fn replace(
 }
 
 /// The catalog, by app and action; only `source`'s actions when given.
-pub fn list(client: &mut impl GenericClient, source: Option<&str>) -> Result<Vec<CatalogAction>> {
+pub(crate) fn list(client: &mut impl GenericClient, source: Option<&str>) -> Result<Vec<CatalogAction>> {
     let rows = client
         .query(
             "SELECT action.app_key, action.action_key, action.tag, action.timeout_s, action.commit_sha,

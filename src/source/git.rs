@@ -19,7 +19,7 @@ const REMOTE_HEAD: &str = "refs/remotes/origin/HEAD";
 
 /// Which commit of a source to sync.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// The source's branch, else the remote's HEAD.
     Default,
     /// Any revision git understands, resolved in the mirror after the fetch.
@@ -29,12 +29,12 @@ pub enum Target {
 }
 
 /// The mirror of one source.
-pub fn mirror_path(home: &Path, git_source_id: Uuid) -> PathBuf {
+pub(crate) fn mirror_path(home: &Path, git_source_id: Uuid) -> PathBuf {
     home.join("git").join(format!("{git_source_id}.git"))
 }
 
 /// Open the mirror, creating it (or recreating a broken one) as a bare repository.
-pub fn open_mirror(path: &Path) -> Result<Repository> {
+pub(crate) fn open_mirror(path: &Path) -> Result<Repository> {
     if path.exists() {
         match Repository::open_bare(path) {
             Ok(repo) => return Ok(repo),
@@ -47,7 +47,7 @@ pub fn open_mirror(path: &Path) -> Result<Repository> {
 }
 
 /// Fetch heads, tags and HEAD of `url` into the mirror. `progress` gets (received, total) objects.
-pub fn fetch(repo: &Repository, url: &str, mut progress: impl FnMut(usize, usize)) -> Result<()> {
+pub(crate) fn fetch(repo: &Repository, url: &str, mut progress: impl FnMut(usize, usize)) -> Result<()> {
     check_transport(url)?;
     let attempts = Cell::new(0u32);
     let mut callbacks = RemoteCallbacks::new();
@@ -100,7 +100,7 @@ fn check_transport(url: &str) -> Result<()> {
 }
 
 /// `git@host:owner/repo.git`: a colon before any slash.
-pub fn is_scp_like(url: &str) -> bool {
+pub(crate) fn is_scp_like(url: &str) -> bool {
     match (url.find(':'), url.find('/')) {
         (Some(colon), Some(slash)) => colon < slash && colon > 0,
         (Some(colon), None) => colon > 0,
@@ -110,7 +110,7 @@ pub fn is_scp_like(url: &str) -> bool {
 
 /// The commit to sync, resolved in the mirror: `--commit`, else `--ref`, else the source's branch,
 /// else the remote's HEAD.
-pub fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) -> Result<Oid> {
+pub(crate) fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) -> Result<Oid> {
     let (spec, what) = match target {
         Target::Commit(sha) => {
             if sha.len() < 4 || sha.len() > 40 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -133,7 +133,7 @@ pub fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) -> Resu
 
 /// Is `commit` a strict ancestor of `newer`? An unknown `newer` (a mirror rebuilt after a
 /// force-push dropped it) cannot be compared and is not treated as newer.
-pub fn is_strict_ancestor(repo: &Repository, commit: Oid, newer: &str) -> bool {
+pub(crate) fn is_strict_ancestor(repo: &Repository, commit: Oid, newer: &str) -> bool {
     match Oid::from_str(newer) {
         Ok(newer) if newer != commit => repo.graph_descendant_of(newer, commit).unwrap_or(false),
         _ => false,

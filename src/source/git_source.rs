@@ -14,7 +14,7 @@ use crate::output::Output;
 
 /// One registered repository. `commit_sha` is the commit the catalog currently shows.
 #[derive(Debug, Clone)]
-pub struct GitSource {
+pub(crate) struct GitSource {
     pub id: Uuid,
     pub name: String,
     pub url: String,
@@ -40,14 +40,14 @@ impl GitSource {
 
 /// What `remove` took out of the catalog.
 #[derive(Debug, Clone)]
-pub struct Removed {
+pub(crate) struct Removed {
     pub source: GitSource,
     pub apps: i64,
     pub actions: i64,
 }
 
 /// Register a source under a new id. A name already taken is refused.
-pub fn add(client: &mut impl GenericClient, name: &str, url: &str, branch: Option<&str>) -> Result<GitSource> {
+pub(crate) fn add(client: &mut impl GenericClient, name: &str, url: &str, branch: Option<&str>) -> Result<GitSource> {
     if !is_valid_key(name) {
         bail!("source name {name:?} must match {KEY_PATTERN}");
     }
@@ -81,14 +81,14 @@ pub fn add(client: &mut impl GenericClient, name: &str, url: &str, branch: Optio
 }
 
 /// Every source, by name.
-pub fn list(client: &mut impl GenericClient) -> Result<Vec<GitSource>> {
+pub(crate) fn list(client: &mut impl GenericClient) -> Result<Vec<GitSource>> {
     let rows =
         client.query(&format!("SELECT {COLUMNS} FROM git_source ORDER BY name"), &[]).context("listing sources")?;
     Ok(rows.iter().map(GitSource::from_row).collect())
 }
 
 /// The source named `name`, or an error that says how to find the right name.
-pub fn find(client: &mut impl GenericClient, name: &str) -> Result<GitSource> {
+pub(crate) fn find(client: &mut impl GenericClient, name: &str) -> Result<GitSource> {
     let row = client
         .query_opt(&format!("SELECT {COLUMNS} FROM git_source WHERE name = $1"), &[&name])
         .with_context(|| format!("looking up source {name}"))?;
@@ -101,7 +101,7 @@ pub fn find(client: &mut impl GenericClient, name: &str) -> Result<GitSource> {
 /// Remove a source and its catalog rows (apps and actions cascade), under the source's sync lock so
 /// that no sync of it is half-way, then its mirror. Jobs are not touched: they carry everything they
 /// need pinned on their own rows, and the store keeps the trees that queued jobs may still run.
-pub fn remove(client: &mut Client, name: &str, home: &Path, out: &Output) -> Result<Removed> {
+pub(crate) fn remove(client: &mut Client, name: &str, home: &Path, out: &Output) -> Result<Removed> {
     let source = find(client, name)?;
     let removed = with_source_lock(client, source.id, name, out, |client| {
         let mut tx = client.transaction()?;

@@ -20,7 +20,7 @@ fn lock_key(git_source_id: Uuid) -> i32 {
 }
 
 /// Run `body` holding the lock of source `name`, waiting for it if another process holds it.
-pub fn with_source_lock<T>(
+pub(crate) fn with_source_lock<T>(
     client: &mut Client,
     git_source_id: Uuid,
     name: &str,

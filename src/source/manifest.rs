@@ -12,11 +12,11 @@ use super::store::MARKER;
 use super::{KEY_PATTERN, is_valid_key};
 
 /// The manifest's name, at the repository root.
-pub const MANIFEST: &str = "windforce.json";
+pub(crate) const MANIFEST: &str = "windforce.json";
 /// Timeout of an action that does not set one, in seconds.
-pub const DEFAULT_TIMEOUT_S: i32 = 300;
+pub(crate) const DEFAULT_TIMEOUT_S: i32 = 300;
 /// The tag of an action when neither it nor its app sets one.
-pub const DEFAULT_TAG: &str = "default";
+pub(crate) const DEFAULT_TAG: &str = "default";
 /// Entrypoints bun runs as modules.
 const ENTRYPOINT_EXTENSIONS: [&str; 3] = [".ts", ".js", ".mjs"];
 
@@ -31,19 +31,19 @@ const MODE_SUBMODULE: i32 = 0o160000;
 
 /// A validated manifest: apps and actions in key order, schemas loaded, tags resolved.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Manifest {
+pub(crate) struct Manifest {
     pub apps: Vec<App>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct App {
+pub(crate) struct App {
     pub key: String,
     pub tag: Option<String>,
     pub actions: Vec<Action>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Action {
+pub(crate) struct Action {
     pub key: String,
     /// Relative to the repository root, normalized (no `.` or empty components).
     pub entrypoint: String,
@@ -55,15 +55,9 @@ pub struct Action {
     pub tag: String,
 }
 
-impl Manifest {
-    pub fn app_keys(&self) -> Vec<String> {
-        self.apps.iter().map(|app| app.key.clone()).collect()
-    }
-}
-
 /// Every problem found in a manifest, one line each.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
+pub(crate) struct Invalid {
     pub problems: Vec<String>,
 }
 
@@ -78,7 +72,7 @@ impl std::error::Error for Invalid {}
 
 /// Read and validate the manifest of the commit whose tree is `root`. `taken`: apps that belong to
 /// other sources (app key -> source name), which this manifest may not declare.
-pub fn read(repo: &Repository, root: &Tree, taken: &BTreeMap<String, String>) -> Result<Manifest, Invalid> {
+pub(crate) fn read(repo: &Repository, root: &Tree, taken: &BTreeMap<String, String>) -> Result<Manifest, Invalid> {
     let mut reader = Reader { repo, root, taken, problems: Vec::new() };
     let manifest = reader.manifest();
     match manifest {
@@ -333,7 +327,7 @@ impl Reader<'_> {
 /// Find the regular file at `path` in `root`, refusing every way out of the repository: absolute
 /// paths, `..`, and symlinks anywhere along the way (a symlink's target is only text, which could
 /// point anywhere once materialized). Returns the normalized path and the blob id.
-pub fn lookup_blob(repo: &Repository, root: &Tree, path: &str) -> Result<(String, Oid), String> {
+pub(crate) fn lookup_blob(repo: &Repository, root: &Tree, path: &str) -> Result<(String, Oid), String> {
     if path.starts_with('/') {
         return Err(format!("{path:?} is absolute; use a path relative to the repository root"));
     }

@@ -6,13 +6,13 @@
 //! materialized, the marker written last) -> `catalog` (one transaction). `sync` runs them in that
 //! order, and only in that order, under a per-source `lock`.
 
-pub mod catalog;
-pub mod git;
-pub mod git_source;
-pub mod lock;
-pub mod manifest;
+pub(crate) mod catalog;
+pub(crate) mod git;
+pub(crate) mod git_source;
+pub(crate) mod lock;
+pub(crate) mod manifest;
 pub mod store;
-pub mod sync;
+pub(crate) mod sync;
 
 /// The rule for app keys, action keys, tags and source names.
 pub const KEY_PATTERN: &str = "^[a-z0-9][a-z0-9_-]{0,62}$";

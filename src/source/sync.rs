@@ -25,7 +25,7 @@ use crate::output::Output;
 
 /// What a sync did.
 #[derive(Debug, Clone)]
-pub struct Report {
+pub(crate) struct Report {
     pub source: String,
     pub commit_sha: String,
     /// The catalog moved to another commit.
@@ -36,7 +36,7 @@ pub struct Report {
 }
 
 /// Sync source `name` to `target`. `home` holds the mirrors, `store` the materialized trees.
-pub fn sync(
+pub(crate) fn sync(
     client: &mut Client,
     name: &str,
     target: &Target,

@@ -6,7 +6,7 @@ use postgres::Client;
 use crate::db::Database;
 use crate::queue::is_connection_error;
 
-pub struct Connection {
+pub(super) struct Connection {
     database: Database,
     application_name: String,
     client: Option<Client>,
@@ -15,19 +15,24 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub fn new(database: &Database, application_name: &str) -> Connection {
-        Connection { database: database.clone(), application_name: application_name.to_string(), client: None, listen: Vec::new() }
+    pub(super) fn new(database: &Database, application_name: &str) -> Connection {
+        Connection {
+            database: database.clone(),
+            application_name: application_name.to_string(),
+            client: None,
+            listen: Vec::new(),
+        }
     }
 
     /// LISTEN on these channels now and after every reconnect.
-    pub fn listening(mut self, channels: &[&'static str]) -> Connection {
+    pub(super) fn listening(mut self, channels: &[&'static str]) -> Connection {
         self.listen = channels.to_vec();
         self
     }
 
     /// The connection, reconnecting when it is gone. A reconnect means notifications may have
     /// been missed: callers look at the queue after it anyway.
-    pub fn client(&mut self) -> Result<&mut Client> {
+    pub(super) fn client(&mut self) -> Result<&mut Client> {
         if self.client.as_ref().is_some_and(Client::is_closed) {
             self.client = None;
         }
@@ -42,14 +47,14 @@ impl Connection {
     }
 
     /// Drop the connection after an error that means it is gone.
-    pub fn reset_if_broken(&mut self, error: &anyhow::Error) {
+    pub(super) fn reset_if_broken(&mut self, error: &anyhow::Error) {
         if is_connection_error(error) {
             self.reset();
         }
     }
 
     /// Drop the connection; the next use makes a new one.
-    pub fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.client = None;
     }
 }

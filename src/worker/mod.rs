@@ -18,7 +18,7 @@ use crate::runner::ScratchRoot;
 
 /// When a worker stops on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Until {
+pub(crate) enum Until {
     /// Until SIGINT/SIGTERM.
     Stopped,
     /// When no due, unclaimed job is left for its tags and its slots are idle.
@@ -28,7 +28,7 @@ pub enum Until {
 }
 
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     pub tags: Vec<String>,
     pub concurrency: u32,
     pub until: Until,
@@ -46,7 +46,7 @@ pub struct Options {
 
 impl Options {
     /// Refuse settings that would make a healthy worker look dead to the reaper.
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         if self.heartbeat.is_zero() {
             bail!("the heartbeat period must be positive");
         }
@@ -64,7 +64,7 @@ impl Options {
 
 /// What a worker did, for its final message.
 #[derive(Debug, Default)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub succeeded: u64,
     pub failed: u64,
     pub canceled: u64,
@@ -120,7 +120,7 @@ impl Shared {
 }
 
 /// Run a worker until `options.until` says so or a signal stops it.
-pub fn run(database: Database, options: Options) -> Result<Summary> {
+pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
     options.check()?;
     let bun = crate::config::bun_path();
     let version = crate::runner::check_bun(&bun)?;
@@ -148,9 +148,9 @@ pub fn run(database: Database, options: Options) -> Result<Summary> {
     if !shared.options.quiet {
         eprintln!(
             "worker {} started: tags {}, concurrency {}, bun {}",
-        shared.options.name,
-        shared.options.tags.join(","),
-        shared.options.concurrency,
+            shared.options.name,
+            shared.options.tags.join(","),
+            shared.options.concurrency,
             version.trim()
         );
     }
@@ -202,7 +202,11 @@ pub fn run(database: Database, options: Options) -> Result<Summary> {
 
 /// Wait for the slots to end; on the first SIGINT/SIGTERM stop claiming and give running jobs
 /// the grace; when it is over (or on a second signal), have the slots stop and release them.
-fn supervise_shutdown(shared: &Shared, mut signals: signal_hook::iterator::Signals, slots: &[std::thread::JoinHandle<Result<()>>]) {
+fn supervise_shutdown(
+    shared: &Shared,
+    mut signals: signal_hook::iterator::Signals,
+    slots: &[std::thread::JoinHandle<Result<()>>],
+) {
     let mut deadline: Option<Instant> = None;
     while !slots.iter().all(|slot| slot.is_finished()) {
         for signal in signals.pending() {

@@ -21,14 +21,14 @@ use crate::source::store;
 use crate::token;
 
 /// The largest result recorded; a larger one completes the job as failure.
-pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+pub(super) const MAX_RESULT_BYTES: usize = 1024 * 1024;
 /// How often buffered log lines are written while a job runs.
 const LOG_FLUSH_PERIOD: Duration = Duration::from_secs(1);
 const LOG_FLUSH_LINES: usize = 500;
 /// How long to back off after the database went away.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
-pub fn run(shared: &Shared, index: u32) -> Result<()> {
+pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
     let name = &shared.options.name;
     let mut connection =
         Connection::new(&shared.database, &format!("wf work {name} slot {index}")).listening(&[CHANNEL_ENQUEUED]);
@@ -191,7 +191,13 @@ fn run_job(shared: &Shared, connection: &mut Connection, job: Claimed) {
 
 /// While the action runs: pump its output, heartbeat, enforce the timeout, honour a shutdown.
 /// Returns why the worker stopped it, if it did; returns once the supervisor is gone.
-fn watch(shared: &Shared, connection: &mut Connection, job: &Claimed, running: &Running, logs: &mut LogBuffer) -> Option<StopReason> {
+fn watch(
+    shared: &Shared,
+    connection: &mut Connection,
+    job: &Claimed,
+    running: &Running,
+    logs: &mut LogBuffer,
+) -> Option<StopReason> {
     let period = shared.options.heartbeat;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(u64::try_from(job.timeout_s).unwrap_or(0));
@@ -282,7 +288,9 @@ fn check_result(value: &Value, output_schema: Option<&Value>) -> Result<(), Valu
     let validator = match jsonschema::validator_for(schema) {
         Ok(validator) => validator,
         Err(error) => {
-            return Err(json!({"name": "OutputSchemaError", "message": format!("the output schema is invalid: {error}"), "stack": null}));
+            return Err(
+                json!({"name": "OutputSchemaError", "message": format!("the output schema is invalid: {error}"), "stack": null}),
+            );
         }
     };
     let problems: Vec<String> = validator
@@ -404,7 +412,10 @@ fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, logs: Lo
                 pause_after(shared, connection, &error, &format!("releasing job {}", job.id));
             }
             Err(error) => {
-                eprintln!("worker {}: could not release job {}: {error:#} (the reaper will)", shared.options.name, job.id);
+                eprintln!(
+                    "worker {}: could not release job {}: {error:#} (the reaper will)",
+                    shared.options.name, job.id
+                );
                 return;
             }
         }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::checks::{
-    assert_no_job_processes, assert_queue_empty, completed, counts, kill, make_zombies, ping_age, reap, stop_worker, uuid,
-    wait_completed, wait_server_up_longer_than,
+    assert_no_job_processes, assert_queue_empty, completed, counts, kill, make_zombies, ping_age, reap, stop_worker,
+    uuid, wait_completed, wait_server_up_longer_than,
 };
 use crate::fixtures::{all_gone, enqueue, executions, path, spawned_pids, synced};
 use crate::harness::{Run, TestEnv, wait_for};
@@ -59,7 +59,8 @@ fn a_job_canceled_while_queued_never_runs() {
         assert_eq!(done.status, "canceled");
         assert!(done.canceled_by.is_some());
         assert_eq!(done.canceled_reason.as_deref(), Some("not needed"));
-        let queued: i64 = env.db().query_one("SELECT count(*) FROM job_queue WHERE job_id = $1", &[&uuid(job)]).unwrap().get(0);
+        let queued: i64 =
+            env.db().query_one("SELECT count(*) FROM job_queue WHERE job_id = $1", &[&uuid(job)]).unwrap().get(0);
         assert_eq!(queued, 0);
     }
     let (code, again) = cancel(&env, &[&canceled], None);
@@ -111,7 +112,9 @@ fn a_canceled_job_whose_worker_died_is_completed_as_canceled_by_the_reaper_and_n
     let log = path(&env, "executions.log");
     let job = enqueue(&env, "t/sleep", json!({"ms": 600000, "log": log}));
     let mut w = crate::fixtures::worker(&env, "w", &["--heartbeat", "3s", "--no-reap"]);
-    wait_for(Duration::from_secs(30), "the job to start", || executions(&log).contains(&(job.clone(), 1)).then_some(()));
+    wait_for(Duration::from_secs(30), "the job to start", || {
+        executions(&log).contains(&(job.clone(), 1)).then_some(())
+    });
     let mut db = env.db();
     // Right after a heartbeat, so that the next one (3 s later) never comes.
     wait_for(Duration::from_secs(10), "a heartbeat", || {
@@ -127,7 +130,10 @@ fn a_canceled_job_whose_worker_died_is_completed_as_canceled_by_the_reaper_and_n
     kill(&mut w);
     assert_eq!((code, one(&out, &job).as_str()), (0, "cancel_requested"));
     let row = db
-        .query_one("SELECT running, canceled_by IS NOT NULL, started_at FROM job_queue WHERE job_id = $1", &[&uuid(&job)])
+        .query_one(
+            "SELECT running, canceled_by IS NOT NULL, started_at FROM job_queue WHERE job_id = $1",
+            &[&uuid(&job)],
+        )
         .unwrap();
     assert!(row.get::<_, bool>(0) && row.get::<_, bool>(1), "the dead worker never acted on the mark");
     let started_at: chrono::DateTime<chrono::Utc> = row.get(2);
@@ -238,12 +244,13 @@ fn a_cancel_racing_a_reapers_requeue_ends_canceled() {
     let batch = path(&env, "batch.jsonl");
     let lines: Vec<String> = (0..ROUNDS * PER_ROUND).map(|n| json!({"log": log, "n": n}).to_string()).collect();
     std::fs::write(&batch, lines.join("\n") + "\n").unwrap();
-    let ids: Vec<String> = env.wf(["enqueue", "t/echo", "--batch", batch.to_str().unwrap(), "--json"]).ok().json()["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|id| id.as_str().unwrap().to_string())
-        .collect();
+    let ids: Vec<String> =
+        env.wf(["enqueue", "t/echo", "--batch", batch.to_str().unwrap(), "--json"]).ok().json()["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|id| id.as_str().unwrap().to_string())
+            .collect();
     let mut db = env.db();
     wait_server_up_longer_than(&env, 3.0);
     let mut rng = fastrand::Rng::with_seed(8);
@@ -290,7 +297,10 @@ fn a_cancel_racing_a_reapers_requeue_ends_canceled() {
                 // The reaper skipped the row the cancel held: a marked zombie, still running.
                 ("cancel_requested", None) => {
                     let row = db
-                        .query_one("SELECT running, canceled_by IS NOT NULL FROM job_queue WHERE job_id = $1", &[&uuid(job)])
+                        .query_one(
+                            "SELECT running, canceled_by IS NOT NULL FROM job_queue WHERE job_id = $1",
+                            &[&uuid(job)],
+                        )
                         .unwrap();
                     assert!(row.get::<_, bool>(0) && row.get::<_, bool>(1), "{job}: a marked job must be running");
                     *tally.entry("marked, reaper skipped it").or_default() += 1;
@@ -308,7 +318,8 @@ fn a_cancel_racing_a_reapers_requeue_ends_canceled() {
     let (code, out) = cancel(&env, &ids.iter().map(String::as_str).collect::<Vec<_>>(), None);
     assert_eq!(code, 0);
     assert!(out.values().all(|outcome| outcome == "canceled"), "{out:?}");
-    let canceled: i64 = env.scalar("SELECT count(*) FROM job_completed WHERE status = 'canceled' AND canceled_by IS NOT NULL");
+    let canceled: i64 =
+        env.scalar("SELECT count(*) FROM job_completed WHERE status = 'canceled' AND canceled_by IS NOT NULL");
     assert_eq!(canceled, ids.len() as i64);
     assert_queue_empty(&env);
     env.wf(["work", "--drain", "--heartbeat", "1s", "--no-reap"]).ok();

@@ -14,7 +14,7 @@ use crate::harness::{Process, TestEnv, wait_for};
 
 /// A job's row in job_completed.
 #[derive(Debug, Clone)]
-pub struct Completed {
+pub(crate) struct Completed {
     pub status: String,
     pub result: Option<Value>,
     pub worker: Option<String>,
@@ -24,7 +24,7 @@ pub struct Completed {
 }
 
 /// The completion record of one job, if it has one.
-pub fn completed(env: &TestEnv, job: &str) -> Option<Completed> {
+pub(crate) fn completed(env: &TestEnv, job: &str) -> Option<Completed> {
     let id: uuid::Uuid = job.parse().unwrap();
     env.db()
         .query_opt(
@@ -44,12 +44,12 @@ pub fn completed(env: &TestEnv, job: &str) -> Option<Completed> {
 }
 
 /// Wait until the job has its completion record.
-pub fn wait_completed(env: &TestEnv, job: &str, timeout: Duration) -> Completed {
+pub(crate) fn wait_completed(env: &TestEnv, job: &str, timeout: Duration) -> Completed {
     wait_for(timeout, &format!("job {job} to complete"), || completed(env, job))
 }
 
 /// Nothing waits or runs any more: job_queue and job_runtime are empty.
-pub fn assert_queue_empty(env: &TestEnv) {
+pub(crate) fn assert_queue_empty(env: &TestEnv) {
     let queued: i64 = env.scalar("SELECT count(*) FROM job_queue");
     let runtime: i64 = env.scalar("SELECT count(*) FROM job_runtime");
     assert_eq!((queued, runtime), (0, 0), "job_queue and job_runtime must be empty at the end");
@@ -60,7 +60,7 @@ pub fn assert_queue_empty(env: &TestEnv) {
 /// equal to the job's input; per job, each attempt recorded at most once in the action's log,
 /// the completing attempt (restarts + 1) among them, and executions <= 1 + restarts.
 /// Returns the total number of restarts.
-pub fn assert_each_succeeded_once(env: &TestEnv, ids: &[String], log: &Path, context: &str) -> i64 {
+pub(crate) fn assert_each_succeeded_once(env: &TestEnv, ids: &[String], log: &Path, context: &str) -> i64 {
     let mut db = env.db();
     let jobs: i64 = db.query_one("SELECT count(*) FROM job", &[]).unwrap().get(0);
     assert_eq!(jobs, ids.len() as i64, "{context}: the test enqueued {} jobs", ids.len());
@@ -106,7 +106,7 @@ pub fn assert_each_succeeded_once(env: &TestEnv, ids: &[String], log: &Path, con
 
 /// Processes whose environment names one of these jobs (WF_JOB_ID), with the job and attempt:
 /// the supervisor, bun, and anything the action started.
-pub fn job_processes(jobs: &HashSet<String>) -> Vec<(i32, String, i32)> {
+pub(crate) fn job_processes(jobs: &HashSet<String>) -> Vec<(i32, String, i32)> {
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else { return found };
     for entry in entries.flatten() {
@@ -131,7 +131,7 @@ pub fn job_processes(jobs: &HashSet<String>) -> Vec<(i32, String, i32)> {
 }
 
 /// Wait until no process runs any of these jobs any more.
-pub fn assert_no_job_processes(ids: &[String], what: &str) {
+pub(crate) fn assert_no_job_processes(ids: &[String], what: &str) {
     let jobs: HashSet<String> = ids.iter().cloned().collect();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -145,18 +145,18 @@ pub fn assert_no_job_processes(ids: &[String], what: &str) {
 }
 
 /// SIGKILL a child and reap it.
-pub fn kill(child: &mut Child) {
+pub(crate) fn kill(child: &mut Child) {
     child.kill().unwrap();
     child.wait().unwrap();
 }
 
 /// Wait for a child to exit by itself; panics after `timeout`.
-pub fn wait_exit(child: &mut Child, timeout: Duration, what: &str) -> std::process::ExitStatus {
+pub(crate) fn wait_exit(child: &mut Child, timeout: Duration, what: &str) -> std::process::ExitStatus {
     wait_for(timeout, &format!("{what} to exit"), || child.try_wait().unwrap())
 }
 
 /// SIGTERM a worker and expect a clean exit.
-pub fn stop_worker(child: &mut Child, what: &str) {
+pub(crate) fn stop_worker(child: &mut Child, what: &str) {
     crate::fixtures::signal(child, libc::SIGTERM);
     let status = wait_exit(child, Duration::from_secs(30), what);
     assert!(status.success(), "{what} exited with {status}");
@@ -164,7 +164,7 @@ pub fn stop_worker(child: &mut Child, what: &str) {
 
 /// Start `wf ARGS` in the background with its stdout (a JSON summary) and stderr in files
 /// `<name>.out` and `<name>.log`.
-pub fn spawn_capturing(env: &TestEnv, name: &str, args: &[&str]) -> Process {
+pub(crate) fn spawn_capturing(env: &TestEnv, name: &str, args: &[&str]) -> Process {
     let mut wf = env.wf(args);
     let out = std::fs::File::create(env.dir.path().join(format!("{name}.out"))).unwrap();
     let err = std::fs::File::create(env.dir.path().join(format!("{name}.log"))).unwrap();
@@ -173,27 +173,27 @@ pub fn spawn_capturing(env: &TestEnv, name: &str, args: &[&str]) -> Process {
 }
 
 /// What `spawn_capturing` wrote to stdout, as JSON.
-pub fn captured_json(env: &TestEnv, name: &str) -> Value {
+pub(crate) fn captured_json(env: &TestEnv, name: &str) -> Value {
     let text = std::fs::read_to_string(env.dir.path().join(format!("{name}.out"))).unwrap();
     let log = std::fs::read_to_string(env.dir.path().join(format!("{name}.log"))).unwrap_or_default();
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name} printed no JSON ({e}): {text:?}; stderr: {log}"))
 }
 
 /// Run `wf reap --json` with these extra arguments; returns (requeued, failed, canceled).
-pub fn reap(env: &TestEnv, args: &[&str]) -> (u64, u64, u64) {
+pub(crate) fn reap(env: &TestEnv, args: &[&str]) -> (u64, u64, u64) {
     let mut all = vec!["reap", "--json"];
     all.extend_from_slice(args);
     counts(&env.wf(all).ok().json())
 }
 
 /// (requeued, failed, canceled) of a `wf reap --json` document.
-pub fn counts(reaped: &Value) -> (u64, u64, u64) {
+pub(crate) fn counts(reaped: &Value) -> (u64, u64, u64) {
     let n = |key: &str| reaped[key].as_u64().unwrap_or_else(|| panic!("no {key} in {reaped}"));
     (n("requeued"), n("failed"), n("canceled"))
 }
 
 /// Seconds since the job's last ping, by the database's clock.
-pub fn ping_age(env: &TestEnv, job: &str) -> Option<f64> {
+pub(crate) fn ping_age(env: &TestEnv, job: &str) -> Option<f64> {
     let id: uuid::Uuid = job.parse().unwrap();
     env.db()
         .query_opt("SELECT extract(epoch FROM now() - ping)::float8 FROM job_runtime WHERE job_id = $1", &[&id])
@@ -201,11 +201,10 @@ pub fn ping_age(env: &TestEnv, job: &str) -> Option<f64> {
         .map(|row| row.get(0))
 }
 
-
 /// Wait until the database server has been up longer than `window` seconds: before that, the
 /// reaper counts every older ping from the server's start (a restart does not make zombies), so
 /// zombies made by hand with old pings are not zombies yet.
-pub fn wait_server_up_longer_than(env: &TestEnv, window: f64) {
+pub(crate) fn wait_server_up_longer_than(env: &TestEnv, window: f64) {
     wait_for(Duration::from_secs(30), "the database server to be up longer than the reaper window", || {
         let up: f64 = env.scalar("SELECT extract(epoch FROM now() - pg_postmaster_start_time())::float8");
         (up > window).then_some(())
@@ -213,12 +212,12 @@ pub fn wait_server_up_longer_than(env: &TestEnv, window: f64) {
 }
 
 /// A job id as given on the command line, as a UUID for SQL parameters.
-pub fn uuid(job: &str) -> uuid::Uuid {
+pub(crate) fn uuid(job: &str) -> uuid::Uuid {
     job.parse().unwrap()
 }
 
 /// Make these queue rows zombies: running for a worker that stopped pinging an hour ago.
-pub fn make_zombies(db: &mut postgres::Client, ids: &[uuid::Uuid]) {
+pub(crate) fn make_zombies(db: &mut postgres::Client, ids: &[uuid::Uuid]) {
     db.execute(
         "UPDATE job_queue SET running = true, worker = 'ghost#' || job_id, started_at = now() - interval '1 hour'
           WHERE job_id = ANY($1)",

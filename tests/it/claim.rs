@@ -113,10 +113,8 @@ fn claim_takes_the_best_due_job_across_tags() {
     let tags = vec!["a".to_string(), "b".to_string()];
     let mut priorities = Vec::new();
     while let Some(job) = wf::queue::claim::claim(&mut client, &tags, "w#1").unwrap() {
-        let priority: i32 = client
-            .query_one("SELECT priority FROM job_queue WHERE job_id = $1", &[&job.id])
-            .unwrap()
-            .get(0);
+        let priority: i32 =
+            client.query_one("SELECT priority FROM job_queue WHERE job_id = $1", &[&job.id]).unwrap().get(0);
         priorities.push(priority);
     }
     // Ten of priority 2 (tag b) first, then ten of priority 1 (tag a); never tag c, never the
@@ -124,6 +122,7 @@ fn claim_takes_the_best_due_job_across_tags() {
     assert_eq!(priorities, [vec![2; 10], vec![1; 10]].concat());
     let running: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE running");
     assert_eq!(running, 20);
-    let stamped: i64 = env.scalar("SELECT count(*) FROM job_runtime r JOIN job_queue q USING (job_id) WHERE r.ping = q.started_at");
+    let stamped: i64 =
+        env.scalar("SELECT count(*) FROM job_runtime r JOIN job_queue q USING (job_id) WHERE r.ping = q.started_at");
     assert_eq!(stamped, 20, "ping is stamped at claim");
 }

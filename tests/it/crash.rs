@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::checks::{
-    assert_each_succeeded_once, assert_no_job_processes, assert_queue_empty, captured_json, completed,
-    kill, ping_age, reap, spawn_capturing, stop_worker, uuid, wait_completed, wait_exit,
+    assert_each_succeeded_once, assert_no_job_processes, assert_queue_empty, captured_json, completed, kill, ping_age,
+    reap, spawn_capturing, stop_worker, uuid, wait_completed, wait_exit,
 };
 use crate::fixtures::{enqueue, executions, path, signal, synced};
 use crate::harness::{Process, TestEnv, wait_for};
@@ -40,8 +40,7 @@ fn chaos(seed: u64) {
     synced(&env);
     let log = path(&env, "executions.log");
     let mut rng = fastrand::Rng::with_seed(seed);
-    let inputs: Vec<Value> =
-        (0..CHAOS_JOBS).map(|n| json!({"n": n, "ms": rng.u32(100..=1000), "log": log})).collect();
+    let inputs: Vec<Value> = (0..CHAOS_JOBS).map(|n| json!({"n": n, "ms": rng.u32(100..=1000), "log": log})).collect();
     let ids = enqueue_batch(&env, "t/sleep", &inputs);
     assert_eq!(ids.len(), CHAOS_JOBS);
 
@@ -140,9 +139,8 @@ fn a_worker_killed_before_its_first_heartbeat_has_its_job_recovered_after_the_wi
         ping_age(&env, &job).is_some_and(|age| age > 4.0).then_some(())
     });
     assert_eq!(reap(&env, &[]), (1, 0, 0), "the next reap after the window requeues the job");
-    let row = db
-        .query_one("SELECT running, worker, restarts FROM job_queue WHERE job_id = $1", &[&uuid(&job)])
-        .unwrap();
+    let row =
+        db.query_one("SELECT running, worker, restarts FROM job_queue WHERE job_id = $1", &[&uuid(&job)]).unwrap();
     assert!(!row.get::<_, bool>(0));
     assert_eq!(row.get::<_, Option<String>>(1), None);
     assert_eq!(row.get::<_, i32>(2), 1);
@@ -173,7 +171,9 @@ fn resumed_after_reap(resume_early: bool) {
     let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 60000, "2": second_ms}, "log": log}));
     let mut first =
         spawn_capturing(&env, "first", &["work", "--name", "first", "--heartbeat", "1s", "--no-reap", "--json"]);
-    wait_for(Duration::from_secs(30), "attempt 1 to start", || executions(&log).contains(&(job.clone(), 1)).then_some(()));
+    wait_for(Duration::from_secs(30), "attempt 1 to start", || {
+        executions(&log).contains(&(job.clone(), 1)).then_some(())
+    });
     let jobs = [job.clone()].into_iter().collect();
     let attempt_1: Vec<i32> = crate::checks::job_processes(&jobs).iter().map(|(pid, _, _)| *pid).collect();
     assert!(!attempt_1.is_empty(), "the processes of attempt 1 must be visible");
@@ -185,7 +185,9 @@ fn resumed_after_reap(resume_early: bool) {
     assert_eq!(reap(&env, &["--zombie-timeout", "3s"]), (1, 0, 0));
     let mut second = crate::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
     if resume_early {
-        wait_for(Duration::from_secs(30), "attempt 2 to start", || executions(&log).contains(&(job.clone(), 2)).then_some(()));
+        wait_for(Duration::from_secs(30), "attempt 2 to start", || {
+            executions(&log).contains(&(job.clone(), 2)).then_some(())
+        });
     } else {
         wait_completed(&env, &job, Duration::from_secs(30));
     }
@@ -236,7 +238,9 @@ fn a_worker_resumed_with_a_finished_result_for_a_reaped_job_records_nothing() {
     let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 1500, "2": 4000}, "log": log}));
     let mut first =
         spawn_capturing(&env, "first", &["work", "--name", "first", "--heartbeat", "1s", "--no-reap", "--json"]);
-    wait_for(Duration::from_secs(30), "attempt 1 to start", || executions(&log).contains(&(job.clone(), 1)).then_some(()));
+    wait_for(Duration::from_secs(30), "attempt 1 to start", || {
+        executions(&log).contains(&(job.clone(), 1)).then_some(())
+    });
     signal(&first, libc::SIGSTOP);
     assert_no_job_processes(std::slice::from_ref(&job), "attempt 1 to finish while its worker is stopped");
     wait_for(Duration::from_secs(15), "the stopped worker's ping to leave the window", || {
@@ -244,7 +248,9 @@ fn a_worker_resumed_with_a_finished_result_for_a_reaped_job_records_nothing() {
     });
     assert_eq!(reap(&env, &["--zombie-timeout", "3s"]), (1, 0, 0));
     let mut second = crate::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
-    wait_for(Duration::from_secs(30), "attempt 2 to start", || executions(&log).contains(&(job.clone(), 2)).then_some(()));
+    wait_for(Duration::from_secs(30), "attempt 2 to start", || {
+        executions(&log).contains(&(job.clone(), 2)).then_some(())
+    });
 
     signal(&first, libc::SIGCONT);
     assert!(wait_exit(&mut second, Duration::from_secs(30), "the second worker").success());
@@ -275,7 +281,11 @@ fn a_poison_job_ends_as_failure_after_the_restart_limit() {
         assert!(Instant::now() < deadline, "the poison job never completed");
         match current.as_mut().map(|child| child.try_wait().unwrap()) {
             None => {
-                current = Some(crate::fixtures::worker(&env, &format!("w{generation}"), &["--once", "--heartbeat", "1s", "--no-reap"]));
+                current = Some(crate::fixtures::worker(
+                    &env,
+                    &format!("w{generation}"),
+                    &["--once", "--heartbeat", "1s", "--no-reap"],
+                ));
                 generation += 1;
             }
             Some(Some(status)) => {
@@ -316,8 +326,9 @@ fn workers_carry_on_across_a_postgres_restart_and_nothing_is_lost_or_done_twice(
     let mut rng = fastrand::Rng::with_seed(7);
     let inputs: Vec<Value> = (0..150).map(|n| json!({"n": n, "ms": rng.u32(200..=600), "log": log})).collect();
     let ids = enqueue_batch(&env, "t/sleep", &inputs);
-    let mut workers: Vec<Process> =
-        (0..3).map(|n| crate::fixtures::worker(&env, &format!("w{n}"), &["--concurrency", "2", "--heartbeat", "1s"])).collect();
+    let mut workers: Vec<Process> = (0..3)
+        .map(|n| crate::fixtures::worker(&env, &format!("w{n}"), &["--concurrency", "2", "--heartbeat", "1s"]))
+        .collect();
     let at_least = |n: i64| {
         wait_for(Duration::from_secs(60), &format!("{n} completions"), || (completed_count(&env) >= n).then_some(()))
     };

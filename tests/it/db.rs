@@ -57,10 +57,13 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
     assert_eq!(migrated["applied"], serde_json::json!([2]));
     env.wf(["actions"]).ok();
-    let indexes: i64 = env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");
+    let indexes: i64 =
+        env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");
     assert_eq!(indexes, 2);
 
-    env.db().execute("INSERT INTO wf_migration (version, name, checksum) VALUES (99, '0099_future.sql', 'x')", &[]).unwrap();
+    env.db()
+        .execute("INSERT INTO wf_migration (version, name, checksum) VALUES (99, '0099_future.sql', 'x')", &[])
+        .unwrap();
     let ahead = env.wf(["actions"]).run();
     assert_eq!(ahead.code, 1, "{ahead:?}");
     assert!(ahead.stderr.contains("newer than this wf"), "{ahead:?}");

@@ -10,7 +10,7 @@ use crate::harness::{GitRepo, Process, TestEnv, wait_for};
 
 /// The test actions. Those that record executions append `<job id> <attempt>` to the file named
 /// by `input.log`, so a test can count how often each job really ran.
-pub fn actions_repo() -> GitRepo {
+pub(crate) fn actions_repo() -> GitRepo {
     let repo = GitRepo::new();
     repo.manifest(&json!({
         "apps": {
@@ -42,20 +42,28 @@ pub fn actions_repo() -> GitRepo {
             "other": {"tag": "other", "actions": {"echo": {"entrypoint": "t/echo.ts"}}}
         }
     }));
-    repo.file("t/record.ts", r#"
+    repo.file(
+        "t/record.ts",
+        r#"
 import { appendFileSync } from "node:fs";
 export function record(input: any) {
   if (input && input.log) appendFileSync(input.log, `${process.env.WF_JOB_ID} ${process.env.WF_ATTEMPT}\n`);
 }
-"#);
-    repo.file("t/echo.ts", r#"
+"#,
+    );
+    repo.file(
+        "t/echo.ts",
+        r#"
 import { record } from "./record.ts";
 export async function main(input: any) {
   record(input);
   return { input, attempt: Number(process.env.WF_ATTEMPT), version: 1 };
 }
-"#);
-    repo.file("t/sleep.ts", r#"
+"#,
+    );
+    repo.file(
+        "t/sleep.ts",
+        r#"
 import { record } from "./record.ts";
 export async function main(input: any) {
   record(input);
@@ -63,27 +71,36 @@ export async function main(input: any) {
   await new Promise((resolve) => setTimeout(resolve, ms));
   return { input, slept: ms };
 }
-"#);
+"#,
+    );
     repo.file("t/fail.ts", "export function main() { throw new TypeError('this action fails'); }\n");
     repo.file("t/exit.js", "export function main(input) { process.exit(input.code ?? 3); }\n");
     repo.file("t/env.ts", "export function main() { return process.env; }\n");
-    repo.file("t/chatty.ts", r#"
+    repo.file(
+        "t/chatty.ts",
+        r#"
 export function main(input: any) {
   for (let i = 0; i < (input.lines ?? 10); i++) { console.log(`out ${i}`); console.error(`err ${i}`); }
   return { lines: input.lines ?? 10 };
 }
-"#);
+"#,
+    );
     // NUL, which PostgreSQL's text and jsonb cannot hold: in a log line, and in the result when asked.
-    repo.file("t/nul.ts", r#"
+    repo.file(
+        "t/nul.ts",
+        r#"
 export function main(input: any) {
   console.log("before\0after");
   return input.in_result ? { s: "a\u0000b" } : { ok: true };
 }
-"#);
+"#,
+    );
     repo.file("t/big.ts", "export function main(input: any) { return { blob: 'x'.repeat(input.bytes) }; }\n");
     // Starts a child, and a grandchild that detaches into its own session, writes their pids to
     // input.pids, then never returns.
-    repo.file("t/spawn.ts", r#"
+    repo.file(
+        "t/spawn.ts",
+        r#"
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 // A pid is known before its process has called setsid() and exec'd: wait until it runs `sleep`.
@@ -100,9 +117,12 @@ export async function main(input: any) {
   writeFileSync(input.pids, `${process.pid} ${child.pid} ${detached.pid}\n`);
   await new Promise(() => {});
 }
-"#);
+"#,
+    );
     // Kills the worker running it: bun's parent is the supervisor, whose parent is the worker.
-    repo.file("t/killer.ts", r#"
+    repo.file(
+        "t/killer.ts",
+        r#"
 import { readFileSync } from "node:fs";
 import { record } from "./record.ts";
 export function main(input: any) {
@@ -112,13 +132,14 @@ export function main(input: any) {
   process.kill(worker, "SIGKILL");
   return new Promise(() => {});
 }
-"#);
+"#,
+    );
     repo.commit("test actions");
     repo
 }
 
 /// Register and sync the test actions into this test's catalog; returns the repository.
-pub fn synced(env: &TestEnv) -> GitRepo {
+pub(crate) fn synced(env: &TestEnv) -> GitRepo {
     let repo = actions_repo();
     env.wf(["source", "add", "tests", &repo.url()]).ok();
     env.wf(["sync", "tests"]).ok();
@@ -126,14 +147,14 @@ pub fn synced(env: &TestEnv) -> GitRepo {
 }
 
 /// Enqueue one job; returns its id.
-pub fn enqueue(env: &TestEnv, target: &str, input: serde_json::Value) -> String {
+pub(crate) fn enqueue(env: &TestEnv, target: &str, input: serde_json::Value) -> String {
     let run = env.wf(["enqueue", target, "--input", &input.to_string()]).ok();
     run.stdout.trim().to_string()
 }
 
 /// Start `wf work --name NAME ARGS`; its stderr goes to `NAME.log` in the test's folder; killed
 /// when dropped, so a failing test leaves no worker behind.
-pub fn worker(env: &TestEnv, name: &str, args: &[&str]) -> Process {
+pub(crate) fn worker(env: &TestEnv, name: &str, args: &[&str]) -> Process {
     let mut all = vec!["work", "--name", name];
     all.extend_from_slice(args);
     env.wf(all).spawn(&env.dir.path().join(format!("{name}.log")))
@@ -141,7 +162,7 @@ pub fn worker(env: &TestEnv, name: &str, args: &[&str]) -> Process {
 
 /// The pids a `t/spawn` action wrote (bun, its child, its detached child), once it wrote them,
 /// checked to be alive and the detached one to be in a session of its own.
-pub fn spawned_pids(path: &Path) -> Vec<i32> {
+pub(crate) fn spawned_pids(path: &Path) -> Vec<i32> {
     let text = wait_for(Duration::from_secs(30), "the action to write its pids", || {
         std::fs::read_to_string(path).ok().filter(|t| t.ends_with('\n'))
     });
@@ -159,7 +180,7 @@ fn session_of(pid: i32) -> i32 {
 }
 
 /// Whether a process exists (and is not a zombie).
-pub fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => !stat[stat.rfind(')').unwrap() + 2..].starts_with('Z'),
         Err(_) => false,
@@ -167,12 +188,12 @@ pub fn alive(pid: i32) -> bool {
 }
 
 /// Wait until none of these processes is alive.
-pub fn all_gone(pids: &[i32], what: &str) {
+pub(crate) fn all_gone(pids: &[i32], what: &str) {
     wait_for(Duration::from_secs(15), what, || pids.iter().all(|&pid| !alive(pid)).then_some(()));
 }
 
 /// Executions recorded by actions in the file `log`: (job id, attempt) per line.
-pub fn executions(log: &Path) -> Vec<(String, i32)> {
+pub(crate) fn executions(log: &Path) -> Vec<(String, i32)> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
@@ -184,12 +205,12 @@ pub fn executions(log: &Path) -> Vec<(String, i32)> {
 }
 
 /// A path inside the test's folder.
-pub fn path(env: &TestEnv, name: &str) -> PathBuf {
+pub(crate) fn path(env: &TestEnv, name: &str) -> PathBuf {
     env.dir.path().join(name)
 }
 
 /// Send a signal to a child process.
-pub fn signal(child: &Child, signal: i32) {
+pub(crate) fn signal(child: &Child, signal: i32) {
     // SAFETY: kill on a pid we spawned and have not reaped.
     unsafe { libc::kill(child.id() as i32, signal) };
 }

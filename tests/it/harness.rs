@@ -131,7 +131,7 @@ impl TestCluster {
 }
 
 /// The bun executable the tests run actions with: WF_BUN, the project's `.tools`, or PATH.
-pub fn bun() -> PathBuf {
+pub(crate) fn bun() -> PathBuf {
     if let Some(path) = std::env::var_os("WF_BUN") {
         return PathBuf::from(path);
     }
@@ -150,7 +150,7 @@ pub fn bun() -> PathBuf {
 }
 
 /// One test's world: its own database, its own WF_HOME, and a way to run `wf` against them.
-pub struct TestEnv {
+pub(crate) struct TestEnv {
     pub url: String,
     pub dbname: String,
     pub dir: tempfile::TempDir,
@@ -158,7 +158,7 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
-    pub fn new() -> TestEnv {
+    pub(crate) fn new() -> TestEnv {
         let cluster = cluster();
         let n = NEXT_DB.fetch_add(1, Ordering::SeqCst);
         let dbname = format!("t{}_{n}", std::process::id());
@@ -172,37 +172,37 @@ impl TestEnv {
     }
 
     /// WF_HOME of this test.
-    pub fn home(&self) -> PathBuf {
+    pub(crate) fn home(&self) -> PathBuf {
         self.dir.path().join("home")
     }
 
     /// The source store of this test.
-    pub fn store(&self) -> PathBuf {
+    pub(crate) fn store(&self) -> PathBuf {
         self.home().join("store")
     }
 
     /// A new connection to this test's database.
-    pub fn db(&self) -> postgres::Client {
+    pub(crate) fn db(&self) -> postgres::Client {
         postgres::Client::connect(&self.url, postgres::NoTls).unwrap()
     }
 
     /// The URL of the cluster's database `name` (for tests that need a second database).
-    pub fn cluster_url(dbname: &str) -> String {
+    pub(crate) fn cluster_url(dbname: &str) -> String {
         cluster().url(dbname)
     }
 
     /// Run a query and return the first column of the single row.
-    pub fn scalar<T: for<'a> postgres::types::FromSql<'a>>(&self, sql: &str) -> T {
+    pub(crate) fn scalar<T: for<'a> postgres::types::FromSql<'a>>(&self, sql: &str) -> T {
         self.db().query_one(sql, &[]).unwrap().get(0)
     }
 
-    pub fn env(mut self, key: &str, value: &str) -> TestEnv {
+    pub(crate) fn env(mut self, key: &str, value: &str) -> TestEnv {
         self.extra_env.insert(key.to_string(), value.to_string());
         self
     }
 
     /// A `wf` command set up for this test.
-    pub fn wf<I, S>(&self, args: I) -> Wf
+    pub(crate) fn wf<I, S>(&self, args: I) -> Wf
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
@@ -226,30 +226,30 @@ impl TestEnv {
 }
 
 /// A `wf` invocation: `.run()` it, or `.spawn()` it for a long-running worker.
-pub struct Wf {
+pub(crate) struct Wf {
     pub command: Command,
 }
 
 /// What a finished `wf` printed and returned.
 #[derive(Debug)]
-pub struct Run {
+pub(crate) struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl Wf {
-    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Wf {
+    pub(crate) fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Wf {
         self.command.env(key, value);
         self
     }
 
-    pub fn env_remove(mut self, key: &str) -> Wf {
+    pub(crate) fn env_remove(mut self, key: &str) -> Wf {
         self.command.env_remove(key);
         self
     }
 
-    pub fn stdin_bytes(self, input: &[u8]) -> Run {
+    pub(crate) fn stdin_bytes(self, input: &[u8]) -> Run {
         let mut command = self.command;
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawning wf");
@@ -261,12 +261,12 @@ impl Wf {
         Run::from(child.wait_with_output().unwrap())
     }
 
-    pub fn run(mut self) -> Run {
+    pub(crate) fn run(mut self) -> Run {
         Run::from(self.command.output().expect("running wf"))
     }
 
     /// Run and expect exit 0.
-    pub fn ok(self) -> Run {
+    pub(crate) fn ok(self) -> Run {
         let run = self.run();
         assert_eq!(run.code, 0, "wf failed: {run:?}");
         run
@@ -274,7 +274,7 @@ impl Wf {
 
     /// Start in the background (a worker), stdout to nowhere and stderr to `log`; killed when
     /// dropped.
-    pub fn spawn(mut self, log: &Path) -> Process {
+    pub(crate) fn spawn(mut self, log: &Path) -> Process {
         let file = std::fs::File::create(log).unwrap();
         self.command.stdout(Stdio::null()).stderr(file);
         Process(self.command.spawn().expect("spawning wf"))
@@ -292,25 +292,24 @@ impl From<Output> for Run {
 }
 
 impl Run {
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {self:?}"))
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {self:?}"))
     }
 
-    pub fn expect_code(self, code: i32) -> Run {
+    pub(crate) fn expect_code(self, code: i32) -> Run {
         assert_eq!(self.code, code, "unexpected exit code: {self:?}");
         self
     }
 }
 
 /// A git repository for tests, built file by file and committed with git2.
-pub struct GitRepo {
+pub(crate) struct GitRepo {
     pub dir: tempfile::TempDir,
     pub repo: git2::Repository,
 }
 
 impl GitRepo {
-    pub fn new() -> GitRepo {
+    pub(crate) fn new() -> GitRepo {
         let dir = tempfile::Builder::new().prefix("wf-repo-").tempdir().unwrap();
         let mut options = git2::RepositoryInitOptions::new();
         options.initial_head("main");
@@ -318,16 +317,16 @@ impl GitRepo {
         GitRepo { dir, repo }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.dir.path().display().to_string()
     }
 
     /// Write a file (creating folders).
-    pub fn file(&self, path: &str, content: &str) -> &GitRepo {
+    pub(crate) fn file(&self, path: &str, content: &str) -> &GitRepo {
         let full = self.dir.path().join(path);
         std::fs::create_dir_all(full.parent().unwrap()).unwrap();
         std::fs::write(full, content).unwrap();
@@ -335,17 +334,17 @@ impl GitRepo {
     }
 
     /// Write `windforce.json`.
-    pub fn manifest(&self, manifest: &Value) -> &GitRepo {
+    pub(crate) fn manifest(&self, manifest: &Value) -> &GitRepo {
         self.file("windforce.json", &serde_json::to_string_pretty(manifest).unwrap())
     }
 
-    pub fn remove(&self, path: &str) -> &GitRepo {
+    pub(crate) fn remove(&self, path: &str) -> &GitRepo {
         std::fs::remove_file(self.dir.path().join(path)).unwrap();
         self
     }
 
     /// Commit everything in the work tree; returns the commit id.
-    pub fn commit(&self, message: &str) -> String {
+    pub(crate) fn commit(&self, message: &str) -> String {
         let mut index = self.repo.index().unwrap();
         index.add_all(["*"], git2::IndexAddOption::DEFAULT, None).unwrap();
         index.update_all(["*"], None).unwrap();
@@ -360,7 +359,7 @@ impl GitRepo {
 }
 
 /// Poll until `check` returns Some, or panic after `timeout` with `what`.
-pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(value) = check() {
@@ -373,12 +372,12 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Opt
 
 /// A PostgreSQL cluster of one test's own, for tests that restart or stop the server (the shared
 /// cluster serves other tests in parallel). One migrated database `wf`; stopped when dropped.
-pub struct PrivateCluster {
+pub(crate) struct PrivateCluster {
     dir: tempfile::TempDir,
 }
 
 impl PrivateCluster {
-    pub fn start() -> PrivateCluster {
+    pub(crate) fn start() -> PrivateCluster {
         let dir = tempfile::Builder::new().prefix("wf-pg-").tempdir().unwrap();
         wf::db::embedded::chown_to_postgres(dir.path()).unwrap();
         let cluster = PrivateCluster { dir };
@@ -405,12 +404,12 @@ impl PrivateCluster {
     }
 
     /// The URL of its database `wf`.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.url_of("wf")
     }
 
     /// A test world on this cluster's database (its own WF_HOME).
-    pub fn env(&self) -> TestEnv {
+    pub(crate) fn env(&self) -> TestEnv {
         let dir = tempfile::Builder::new().prefix("wf-env-").tempdir().unwrap();
         TestEnv { url: self.url(), dbname: "wf".to_string(), dir, extra_env: BTreeMap::new() }
     }
@@ -425,18 +424,18 @@ impl PrivateCluster {
     }
 
     /// Start the server and wait until it accepts connections.
-    pub fn start_server(&self) {
+    pub(crate) fn start_server(&self) {
         let options = format!("-k {} -c listen_addresses= -c fsync=off", self.dir.path().display());
         self.pg_ctl(&["start", "-w", "-o", &options]);
     }
 
     /// Stop the server (fast: clients are disconnected) and wait until it is down.
-    pub fn stop_server(&self) {
+    pub(crate) fn stop_server(&self) {
         self.pg_ctl(&["stop", "-m", "fast", "-w"]);
     }
 
     /// `pg_ctl restart -m fast -w`: clients are disconnected, the server comes back.
-    pub fn restart(&self) {
+    pub(crate) fn restart(&self) {
         self.pg_ctl(&["restart", "-m", "fast", "-w"]);
     }
 }
@@ -454,10 +453,10 @@ impl Drop for PrivateCluster {
 
 /// A child process killed and reaped when dropped, so that a failing test leaves no worker
 /// behind.
-pub struct Process(Child);
+pub(crate) struct Process(Child);
 
 impl Process {
-    pub fn new(child: Child) -> Process {
+    pub(crate) fn new(child: Child) -> Process {
         Process(child)
     }
 }

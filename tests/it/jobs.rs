@@ -24,7 +24,8 @@ fn enqueue_pins_the_catalog_and_reports_the_job() {
     assert_eq!(job["tag"], "default");
     assert_eq!(job["priority"], 7);
     assert_eq!(job["trigger_kind"], "manual");
-    let catalog_commit: String = env.scalar("SELECT commit_sha FROM action WHERE app_key = 't' AND action_key = 'echo'");
+    let catalog_commit: String =
+        env.scalar("SELECT commit_sha FROM action WHERE app_key = 't' AND action_key = 'echo'");
     assert_eq!(job["commit_sha"], catalog_commit.as_str());
     let pinned = env
         .db()
@@ -163,9 +164,25 @@ fn results_and_exit_codes_follow_the_outcome() {
 
     let shown = env.wf(["show", &ok, "--json"]).ok().json();
     for field in [
-        "id", "status", "app", "action", "commit_sha", "tag", "priority", "trigger_kind", "input", "result",
-        "error", "worker", "restarts", "created_at", "scheduled_for", "started_at", "completed_at",
-        "canceled_by", "canceled_reason",
+        "id",
+        "status",
+        "app",
+        "action",
+        "commit_sha",
+        "tag",
+        "priority",
+        "trigger_kind",
+        "input",
+        "result",
+        "error",
+        "worker",
+        "restarts",
+        "created_at",
+        "scheduled_for",
+        "started_at",
+        "completed_at",
+        "canceled_by",
+        "canceled_reason",
     ] {
         assert!(shown.get(field).is_some(), "wf show --json lacks {field}: {shown}");
     }
@@ -274,7 +291,8 @@ fn a_job_runs_the_commit_it_pinned_not_the_catalogs_newest() {
     let before = enqueue(&env, "t/echo", json!({"log": log}));
     // A new commit changes the code, the timeout and the input schema of t/echo.
     repo.file("t/echo.ts", "export function main(input: any) { return { input, version: 2 }; }\n");
-    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(repo.path().join("windforce.json")).unwrap()).unwrap();
+    let mut manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo.path().join("windforce.json")).unwrap()).unwrap();
     manifest["apps"]["t"]["actions"]["echo"]["timeout"] = json!(5);
     manifest["apps"]["t"]["actions"]["echo"]["input_schema"] = json!({"type": "object", "required": ["must"]});
     repo.manifest(&manifest);
@@ -308,7 +326,8 @@ fn priority_then_scheduled_time_decide_the_order() {
     let high_first = enqueue_raw(&env, &["--priority", "9"]);
     let mid = enqueue_raw(&env, &["--priority", "5"]);
     let high_second = enqueue_raw(&env, &["--priority", "9"]);
-    let earlier = env.wf(["enqueue", "t/echo", "--priority", "5", "--at", "2000-01-01T00:00:00Z"]).ok().stdout.trim().to_string();
+    let earlier =
+        env.wf(["enqueue", "t/echo", "--priority", "5", "--at", "2000-01-01T00:00:00Z"]).ok().stdout.trim().to_string();
     env.wf(["work", "--drain", "--concurrency", "1"]).ok();
     let order: Vec<String> = env
         .db()
@@ -377,7 +396,8 @@ fn the_action_sees_its_environment_and_a_token_that_verifies() {
     let expired = wf::token::issue(secret, &wf::token::Claims::for_claim(uuid::Uuid::new_v4(), "w#1", old, 60));
     let run = env.wf(["token", "verify", &expired]).run().expect_code(1);
     assert!(run.stderr.contains("expired"), "{run:?}");
-    let fresh = wf::token::issue(secret, &wf::token::Claims::for_claim(uuid::Uuid::new_v4(), "w#1", chrono::Utc::now(), 60));
+    let fresh =
+        wf::token::issue(secret, &wf::token::Claims::for_claim(uuid::Uuid::new_v4(), "w#1", chrono::Utc::now(), 60));
     env.wf(["token", "verify", &fresh]).ok();
 }
 

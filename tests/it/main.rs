@@ -2,19 +2,19 @@
 
 mod harness;
 
-mod db;
-mod fixtures;
+mod bench;
+mod cancel;
+mod checks;
 mod claim;
-mod jobs;
-mod prune;
-mod schedule;
-mod work;
+mod crash;
+mod db;
 mod docs;
 mod embedded;
-mod runner;
-mod sync;
-mod checks;
-mod crash;
-mod cancel;
+mod fixtures;
+mod jobs;
+mod prune;
 mod reaper;
-mod bench;
+mod runner;
+mod schedule;
+mod sync;
+mod work;

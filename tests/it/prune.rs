@@ -23,9 +23,7 @@ fn prune_deletes_only_old_completed_jobs_with_their_logs() {
     let failed = enqueue(&env, "t/fail", json!({}));
     env.wf(["work", "--drain"]).ok();
     // Everything completed so far is old; then a recent job, a queued one, a running one.
-    env.db()
-        .batch_execute("UPDATE job_completed SET completed_at = now() - interval '40 days'")
-        .unwrap();
+    env.db().batch_execute("UPDATE job_completed SET completed_at = now() - interval '40 days'").unwrap();
     let recent = enqueue(&env, "t/echo", json!({}));
     env.wf(["work", "--drain"]).ok();
     let queued = env.wf(["enqueue", "t/echo", "--in", "1h"]).ok().stdout.trim().to_string();

@@ -14,7 +14,6 @@ const MARKED: usize = 40;
 const AT_LIMIT: usize = 40;
 const REAPERS: usize = 4;
 
-
 /// Start REAPERS `wf reap --json` at once and add up what they report.
 fn reap_concurrently(env: &TestEnv) -> (u64, u64, u64) {
     let children: Vec<_> = (0..REAPERS)

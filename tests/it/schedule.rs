@@ -56,7 +56,10 @@ fn a_tick_enqueues_every_fire_time_in_the_horizon_once() {
     env.wf(["schedule", "tick", "--horizon", "3m"]).ok();
     let fires = scheduled_jobs(&env, "minutely");
     assert_eq!(fires.len(), 3, "{fires:?}");
-    assert!(fires.iter().all(|f| f.second() == 0 && f.nanosecond() == 0), "fire times are minute boundaries: {fires:?}");
+    assert!(
+        fires.iter().all(|f| f.second() == 0 && f.nanosecond() == 0),
+        "fire times are minute boundaries: {fires:?}"
+    );
     // Ticking again, and four ticks at once, never enqueue a fire time twice.
     env.wf(["schedule", "tick", "--horizon", "3m"]).ok();
     let ticks: Vec<_> = (0..4)
@@ -74,8 +77,7 @@ fn a_tick_enqueues_every_fire_time_in_the_horizon_once() {
     distinct.dedup();
     assert_eq!(fires, distinct, "a fire time was enqueued twice");
     assert_eq!(fires.len(), 5, "{fires:?}");
-    let inputs: Vec<Value> =
-        env.db().query("SELECT input FROM job", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let inputs: Vec<Value> = env.db().query("SELECT input FROM job", &[]).unwrap().iter().map(|r| r.get(0)).collect();
     assert!(inputs.iter().all(|i| i["k"] == 1));
 }
 

@@ -17,17 +17,13 @@ fn four_workers_drain_a_thousand_jobs_each_exactly_once() {
     let lines: String = (0..1000).map(|n| format!("{}\n", json!({"n": n, "log": log}))).collect();
     std::fs::write(&batch, lines).unwrap();
     env.wf(["enqueue", "t/echo", "--batch", batch.to_str().unwrap()]).ok();
-    let workers: Vec<_> =
-        (0..4).map(|i| worker(&env, &format!("w{i}"), &["--drain", "--concurrency", "2"])).collect();
+    let workers: Vec<_> = (0..4).map(|i| worker(&env, &format!("w{i}"), &["--drain", "--concurrency", "2"])).collect();
     for mut worker in workers {
         assert!(worker.wait().unwrap().success());
     }
     let rows = env
         .db()
-        .query(
-            "SELECT j.id::text, j.input, c.status, c.result FROM job j JOIN job_completed c ON c.job_id = j.id",
-            &[],
-        )
+        .query("SELECT j.id::text, j.input, c.status, c.result FROM job j JOIN job_completed c ON c.job_id = j.id", &[])
         .unwrap();
     assert_eq!(rows.len(), 1000, "every job completed");
     for row in &rows {
