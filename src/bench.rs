@@ -27,7 +27,7 @@ use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded, Status};
 use crate::queue::enqueue::{self, Request, When};
 use crate::source::store::{self, MARKER};
-use crate::worker::{self, Options, Until};
+use crate::worker::{self, Isolation, Options, Until};
 
 /// The one action of the bench's app.
 const ACTION: &str = "noop";
@@ -516,6 +516,7 @@ fn bun_end_to_end(
         restart_limit: 3,
         poll: Duration::from_secs(1),
         quiet: true,
+        isolation: Isolation::Sandbox { allow_write: Vec::new() },
     };
     let started = Instant::now();
     let (ran, watched) = std::thread::scope(|scope| {

@@ -230,6 +230,23 @@ pub(crate) struct WorkArgs {
     /// Do not run periodic reaper passes.
     #[arg(long)]
     pub no_reap: bool,
+    /// How actions are isolated. `sandbox`: every attempt in its own user, PID and mount
+    /// namespaces, as an unprivileged user (nobody for a root worker), seeing only the system's
+    /// read-only /usr, its pinned commit (read-only), a private work folder and /tmp, with the
+    /// manifest's memory and process limits; the worker refuses to start where the kernel does not
+    /// allow it. `none`: as the worker's own user on its file system, without limits.
+    #[arg(long, value_enum, env = "WF_ISOLATION", default_value_t = Isolation::Sandbox)]
+    pub isolation: Isolation,
+    /// A host folder bound read-write into every sandbox at the same path (repeatable; WF_ALLOW_WRITE
+    /// takes a colon-separated list). The sandbox user must be allowed to write it.
+    #[arg(long = "allow-write", value_name = "DIR", env = "WF_ALLOW_WRITE", value_delimiter = ':')]
+    pub allow_write: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Isolation {
+    Sandbox,
+    None,
 }
 
 #[derive(Debug, Args)]
@@ -432,9 +449,8 @@ pub(crate) struct GenerateDocsArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct SuperviseArgs {
-    /// The command to run under supervision.
-    #[arg(trailing_var_arg = true, required = true)]
-    pub command: Vec<String>,
+    /// The supervision plan (JSON), as the worker writes it.
+    pub plan: String,
 }
 
 /// Durations as operators write them: `30s`, `5m`, `2h`, `30d`.

@@ -1,12 +1,14 @@
 //! `wf work`: run a worker.
 
-use anyhow::Result;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use super::Ctx;
-use crate::cli::WorkArgs;
+use crate::cli::{self, WorkArgs};
 use crate::error::Outcome;
-use crate::worker::{self, Options, Until};
+use crate::worker::{self, Isolation, Options, Until};
 
 pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
     let until = if args.drain {
@@ -33,6 +35,11 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
         restart_limit: crate::config::restart_limit()?,
         poll: std::time::Duration::from_secs(5),
         quiet: ctx.out.quiet,
+        isolation: match args.isolation {
+            cli::Isolation::Sandbox => Isolation::Sandbox { allow_write: allow_write(args.allow_write)? },
+            // Without a sandbox every folder the worker may write is the action's too.
+            cli::Isolation::None => Isolation::None,
+        },
     };
     options.check()?;
     let summary = worker::run(ctx.database()?, options)?;
@@ -48,4 +55,22 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
         ));
     }
     Ok(Outcome::Ok)
+}
+
+/// `--allow-write` folders: existing directories, by their real path (a sandbox binds what the
+/// path names now, so a symlink is resolved once, here).
+fn allow_write(dirs: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
+    dirs.into_iter()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| {
+            let real = dir.canonicalize().with_context(|| format!("--allow-write {}", dir.display()))?;
+            if !real.is_dir() {
+                bail!("--allow-write {}: not a directory", dir.display());
+            }
+            if real == std::path::Path::new("/") {
+                bail!("--allow-write /: the whole file system cannot be bound into the sandbox");
+            }
+            Ok(real)
+        })
+        .collect()
 }

@@ -44,6 +44,10 @@ pub struct Claimed {
     /// The database's time of the claim.
     pub started_at: DateTime<Utc>,
     pub restarts: i32,
+    /// The sandbox settings pinned from the manifest; None: the worker's default.
+    pub network: Option<bool>,
+    pub memory_mb: Option<i32>,
+    pub max_processes: Option<i32>,
 }
 
 impl Claimed {
@@ -103,7 +107,7 @@ stamped AS (
 )
 SELECT j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoint,
        j.output_schema, j.timeout_s, j.tag, j.input, j.trigger_kind, j.scheduled_for,
-       c.started_at, c.restarts
+       c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes
   FROM claimed c JOIN job j ON j.id = c.job_id";
 
 /// Claim the best due job of `tags` for this claim id, if any.
@@ -125,6 +129,9 @@ pub fn claim(client: &mut Client, tags: &[String], claim: &str) -> Result<Option
         scheduled_for: row.get(11),
         started_at: row.get(12),
         restarts: row.get(13),
+        network: row.get(14),
+        memory_mb: row.get(15),
+        max_processes: row.get(16),
     }))
 }
 

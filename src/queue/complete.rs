@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use postgres::{Client, Transaction};
+use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -23,6 +24,25 @@ impl Status {
             Status::Failure => "failure",
             Status::Canceled => "canceled",
         }
+    }
+}
+
+/// A failed job's error as recorded, and as `wf result` prints it: `{"name","message","stack"}`.
+/// Errors the action threw are recorded as the wrapper wrote them; this is wf's own diagnosis.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct JobError {
+    pub name: String,
+    pub message: String,
+    pub stack: Option<String>,
+}
+
+impl JobError {
+    pub(crate) fn new(name: &str, message: impl Into<String>) -> JobError {
+        JobError { name: name.to_string(), message: message.into(), stack: None }
+    }
+
+    pub(crate) fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a JobError is plain JSON")
     }
 }
 

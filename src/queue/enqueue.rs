@@ -64,7 +64,8 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
     // row read is one consistent version, so the job pins the catalog exactly as one sync left it.
     let action = tx
         .query_opt(
-            "SELECT git_source_id, commit_sha, entrypoint, input_schema, output_schema, timeout_s, tag
+            "SELECT git_source_id, commit_sha, entrypoint, input_schema, output_schema, timeout_s, tag,
+                    network, memory_mb, max_processes
                FROM action
               WHERE app_key = $1 AND action_key = $2
                 FOR KEY SHARE",
@@ -89,8 +90,10 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
          pinned AS (
              INSERT INTO job (id, app_key, action_key, git_source_id, commit_sha, entrypoint,
                               input_schema, output_schema, timeout_s, tag, priority, input,
-                              trigger_kind, schedule_name, scheduled_for)
-             SELECT i.id, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, i.input, $11, $14, due.at
+                              trigger_kind, schedule_name, scheduled_for,
+                              network, memory_mb, max_processes)
+             SELECT i.id, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, i.input, $11, $14, due.at,
+                    $17, $18, $19
                FROM unnest($15::uuid[], $16::jsonb[]) WITH ORDINALITY AS i(id, input, n), due
               ORDER BY i.n
              RETURNING id, scheduled_for
@@ -117,6 +120,9 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
             &request.schedule_name,
             &ids,
             &request.inputs,
+            &action.get::<_, Option<bool>>("network"),
+            &action.get::<_, Option<i32>>("memory_mb"),
+            &action.get::<_, Option<i32>>("max_processes"),
         ],
     )?;
     tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &tag])?;

@@ -4,11 +4,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 use postgres::Client;
-use serde_json::json;
 use uuid::Uuid;
 
 use super::CHANNEL_ENQUEUED;
-use super::complete::{self, Status};
+use super::complete::{self, JobError, Status};
 use super::logs::LogLine;
 
 /// What one reaper pass did.
@@ -52,15 +51,14 @@ pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_l
     }
     // A canceled job is not run again even though its worker died: cancel is terminal.
     complete::finish_locked(&mut tx, &canceled, Status::Canceled, None, None, None)?;
-    let error = json!({
-        "name": "RestartLimitExceeded",
-        "message": format!(
+    let error = JobError::new(
+        "RestartLimitExceeded",
+        format!(
             "the job kept dying: its worker stopped sending heartbeats {} times (restart limit {restart_limit})",
             restart_limit + 1
         ),
-        "stack": null,
-    });
-    complete::finish_locked(&mut tx, &failed, Status::Failure, Some(&error), None, None)?;
+    );
+    complete::finish_locked(&mut tx, &failed, Status::Failure, Some(&error.to_value()), None, None)?;
     requeue(&mut tx, &requeued)?;
     tx.commit()?;
     Ok(Reaped { requeued: requeued.len() as u64, failed: failed.len() as u64, canceled: canceled.len() as u64 })

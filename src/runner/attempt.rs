@@ -1,16 +1,16 @@
 //! One attempt of one job: start the supervisor, pump its output, stop it on demand, read the
 //! result, clean up.
 
-use std::fs;
-use std::io;
-use std::os::fd::AsRawFd;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -18,12 +18,13 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::sandbox::{self, Limits};
 use super::scratch::{ScratchRoot, remove_tree};
-use super::supervisor::Supervision;
+use super::supervisor::{Status, Supervision};
 use super::{pump, resolve_bun};
 
 /// Variables of the worker's own environment that an action gets (SPEC: Action contract), besides
-/// the WF_* variables the worker gives it.
+/// the WF_* variables the worker gives it. Inside a sandbox PATH and HOME are the sandbox's.
 const INHERITED: [&str; 3] = ["PATH", "HOME", "TZ"];
 
 /// Lines buffered between the pipes and the worker. When the worker falls behind, the action
@@ -31,9 +32,38 @@ const INHERITED: [&str; 3] = ["PATH", "HOME", "TZ"];
 const EVENT_BUFFER: usize = 4096;
 
 /// After the supervisor exited, how long its pipes may stay open. They close at once unless a
-/// process outside the supervisor's reach (the supervisor itself was SIGKILLed) still holds them;
-/// the attempt must still end.
+/// process outside the supervisor's reach (the supervisor itself was SIGKILLed, without a sandbox)
+/// still holds them; the attempt must still end.
 const PIPE_GRACE: Duration = Duration::from_secs(5);
+
+/// The largest result recorded; a larger one completes the job as failure (`ResultTooLarge`).
+pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+/// What the result file may hold beyond the result: the wrapper's `{"ok":true,"result":...}`.
+const RESULT_ENVELOPE: usize = 64;
+
+/// How an attempt is isolated from the worker and from other attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Isolation {
+    /// Its own namespaces, user and root (see `sandbox`).
+    Sandbox(SandboxOptions),
+    /// The worker's own user and file system; only the environment is cleaned.
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxOptions {
+    /// Host folders bound read-write at the same path (`--allow-write`).
+    pub allow_write: Vec<PathBuf>,
+    /// False: the sandbox has its own network namespace, loopback only.
+    pub network: bool,
+    pub limits: Limits,
+}
+
+impl Default for SandboxOptions {
+    fn default() -> SandboxOptions {
+        SandboxOptions { allow_write: Vec::new(), network: true, limits: Limits::default() }
+    }
+}
 
 /// Everything needed to run one attempt.
 #[derive(Debug, Clone)]
@@ -44,35 +74,42 @@ pub struct Spec {
     pub wf_exe: PathBuf,
     /// The action wrapper (`ScratchRoot::wrapper`).
     pub wrapper: PathBuf,
-    /// Absolute path of the action's module inside the source store (a read-only tree).
-    pub entrypoint: PathBuf,
+    /// The pinned commit's tree in the source store (read-only to the action).
+    pub source: PathBuf,
+    /// The action's module, relative to `source`.
+    pub entrypoint: String,
     pub input: Value,
     /// WF_JOB_ID, WF_TOKEN, WF_APP, ... as the worker gives them.
     pub env: Vec<(String, String)>,
     /// A directory for this attempt that does not exist yet, inside a ScratchRoot.
     pub scratch: PathBuf,
+    pub isolation: Isolation,
 }
 
 impl Spec {
-    /// A spec for attempt `attempt` of job `job_id`, running under this worker's scratch root.
+    /// A spec for attempt `attempt` of job `job_id`, running under this worker's scratch root, in
+    /// a sandbox with the default settings.
     pub fn new(
         root: &ScratchRoot,
         job_id: &Uuid,
         attempt: i32,
-        entrypoint: PathBuf,
+        source: PathBuf,
+        entrypoint: &str,
         input: Value,
         env: Vec<(String, String)>,
     ) -> Spec {
         Spec {
-            bun: crate::config::bun_path(),
+            bun: "bun".to_string(),
             // The worker's own binary, even after an upgrade replaced or deleted the file on disk:
             // its supervisor then speaks the same protocol.
             wf_exe: PathBuf::from("/proc/self/exe"),
             wrapper: root.wrapper().to_path_buf(),
-            entrypoint,
+            source,
+            entrypoint: entrypoint.to_string(),
             input,
             env,
             scratch: root.attempt_dir(job_id, attempt),
+            isolation: Isolation::Sandbox(SandboxOptions::default()),
         }
     }
 }
@@ -98,18 +135,25 @@ pub enum Outcome {
     Returned(Value),
     /// main() threw, or the module could not be loaded: `{"name","message","stack"}`.
     Threw(Value),
-    /// No result: bun exited or was killed before main() settled; says how.
-    Died(String),
+    /// No usable result, and why, as a job error's name and message: `ProcessError` (bun ended or
+    /// was killed before main() settled), `MemoryLimit`, `ProcessLimit`, `ResultTooLarge`,
+    /// `ResultUnreadable`.
+    Failed { name: String, message: String },
     /// stop() was called before the action finished.
     Stopped,
 }
 
+impl Outcome {
+    fn failed(name: &str, message: impl Into<String>) -> Outcome {
+        Outcome::Failed { name: name.to_string(), message: message.into() }
+    }
+}
+
 /// The supervisor process as shared between the Running handle and its waiter thread.
 struct Supervisor {
-    pid: i32,
-    /// Set once the waiter reaped the supervisor: from then on its pid may belong to another
-    /// process, so stop() must not signal it.
-    reaped: Mutex<bool>,
+    /// Signals go through the pidfd: it names this process even after it was reaped and its pid
+    /// reused, so stop() can never hit another process.
+    pidfd: OwnedFd,
     stop_requested: AtomicBool,
     /// Tells the pipe readers to give up on pipes that never close.
     abandon_pipes: AtomicBool,
@@ -133,7 +177,11 @@ impl Running {
     pub fn start(spec: Spec) -> Result<Running> {
         let bun = resolve_bun(&spec.bun)?;
         let paths = Paths::new(&spec.scratch);
-        prepare_scratch(&paths, &spec.input)
+        let owner = match spec.isolation {
+            Isolation::Sandbox(_) => Some(sandbox::User::for_this_worker()),
+            Isolation::None => None,
+        };
+        prepare_scratch(&paths, &spec.input, owner)
             .with_context(|| format!("preparing the scratch directory {}", spec.scratch.display()))?;
         match spawn(&spec, &bun, &paths) {
             Ok(running) => Ok(running),
@@ -147,11 +195,7 @@ impl Running {
     /// Ask the supervisor to kill the whole tree now. Idempotent; harmless after the end.
     pub fn stop(&self) {
         self.supervisor.stop_requested.store(true, Ordering::SeqCst);
-        let reaped = self.supervisor.reaped.lock().unwrap_or_else(PoisonError::into_inner);
-        if !*reaped {
-            // SAFETY: the pid is our unreaped child (checked under the lock the waiter reaps with).
-            unsafe { libc::kill(self.supervisor.pid, libc::SIGTERM) };
-        }
+        let _ = rustix::process::pidfd_send_signal(&self.supervisor.pidfd, rustix::process::Signal::TERM);
     }
 
     /// The outcome, once the attempt is over: call after `Event::Done` (events still unread are
@@ -160,6 +204,7 @@ impl Running {
     ///
     /// A result the action produced wins over stop(): an action that finished just before it was
     /// stopped reports its real outcome (SPEC: a finished job completes with its real outcome).
+    /// A result counts only when the wrapper itself ended bun: code 0 with `ok`, 1 without.
     pub fn finish(mut self) -> Outcome {
         while let Ok(event) = self.events.recv() {
             if event == Event::Done {
@@ -171,10 +216,11 @@ impl Running {
             _ => None,
         };
         let paths = Paths::new(&self.scratch);
-        let outcome = match read_result(&paths.result) {
+        let outcome = match status.and_then(|status| status.code()).and_then(|code| read_result(&paths.result, code))
+        {
             Some(outcome) => outcome,
             None if self.supervisor.stop_requested.load(Ordering::SeqCst) => Outcome::Stopped,
-            None => Outcome::Died(how_it_died(&paths.status, status)),
+            None => how_it_ended(&paths.status, status),
         };
         // A directory that cannot be removed now goes with the scratch root (dropped at the
         // worker's exit, or swept by the next worker).
@@ -193,11 +239,14 @@ impl Drop for Running {
     }
 }
 
-/// The layout of an attempt's scratch directory. `cwd` is the action's; `io` is outside it so the
-/// action's own files never collide with the runner's.
+/// The layout of an attempt's scratch directory: `work` is the action's working directory, `io`
+/// holds its input and result (apart, so the action's own files never collide with them), `root`
+/// is where a sandbox mounts its root, and `status` (the supervisor's account) is outside all
+/// that the action can reach.
 struct Paths {
-    cwd: PathBuf,
+    work: PathBuf,
     io: PathBuf,
+    root: PathBuf,
     input: PathBuf,
     result: PathBuf,
     status: PathBuf,
@@ -207,17 +256,19 @@ impl Paths {
     fn new(scratch: &Path) -> Paths {
         let io = scratch.join("io");
         Paths {
-            cwd: scratch.join("cwd"),
+            work: scratch.join("work"),
+            root: scratch.join("root"),
             input: io.join("input.json"),
             result: io.join("result.json"),
-            status: io.join("status"),
+            status: scratch.join("status"),
             io,
         }
     }
 }
 
-fn prepare_scratch(paths: &Paths, input: &Value) -> io::Result<()> {
-    let scratch = paths.cwd.parent().expect("cwd is inside the scratch directory");
+/// Make the attempt's folders; in a sandbox, `work` and `io` belong to the sandbox user.
+fn prepare_scratch(paths: &Paths, input: &Value, owner: Option<sandbox::User>) -> io::Result<()> {
+    let scratch = paths.work.parent().expect("work is inside the scratch directory");
     let mut builder = fs::DirBuilder::new();
     builder.mode(0o700);
     if let Err(error) = builder.create(scratch) {
@@ -228,9 +279,16 @@ fn prepare_scratch(paths: &Paths, input: &Value) -> io::Result<()> {
         remove_tree(scratch)?;
         builder.create(scratch)?;
     }
-    builder.create(&paths.cwd)?;
+    builder.create(&paths.work)?;
     builder.create(&paths.io)?;
-    fs::write(&paths.input, serde_json::to_vec(input)?)
+    builder.create(&paths.root)?;
+    fs::write(&paths.input, serde_json::to_vec(input)?)?;
+    if let Some(user) = owner {
+        for path in [&paths.work, &paths.io, &paths.input] {
+            std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))?;
+        }
+    }
+    Ok(())
 }
 
 fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
@@ -245,31 +303,61 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
             env.push((name.to_string(), value));
         }
     }
-    let plan = Supervision {
+    let mut plan = Supervision {
         parent: std::process::id() as i32,
-        cwd: paths.cwd.clone(),
+        cwd: paths.work.clone(),
         status: paths.status.clone(),
         keep: env.iter().map(|(key, _)| key.clone()).collect(),
-        command: vec![
-            utf8(bun)?,
-            "run".to_string(),
-            utf8(&spec.wrapper)?,
-            utf8(&spec.entrypoint)?,
-            utf8(&paths.input)?,
-            utf8(&paths.result)?,
-        ],
+        set: Vec::new(),
+        command: Vec::new(),
+        sandbox: None,
     };
+    match &spec.isolation {
+        Isolation::Sandbox(options) => {
+            plan.set = vec![("PATH".to_string(), sandbox::PATH.to_string()), ("HOME".to_string(), sandbox::HOME.to_string())];
+            plan.command = vec![
+                sandbox::BUN.to_string(),
+                "run".to_string(),
+                sandbox::WRAPPER.to_string(),
+                format!("{}/{}", sandbox::SOURCE, spec.entrypoint),
+                format!("{}/input.json", sandbox::IO),
+                format!("{}/result.json", sandbox::IO),
+            ];
+            plan.sandbox = Some(sandbox::Plan {
+                source: spec.source.clone(),
+                wrapper: spec.wrapper.clone(),
+                bun: bun.to_path_buf(),
+                io: paths.io.clone(),
+                work: paths.work.clone(),
+                root: paths.root.clone(),
+                allow_write: options.allow_write.clone(),
+                network: options.network,
+                limits: options.limits,
+                user: sandbox::User::for_this_worker(),
+            });
+        }
+        Isolation::None => {
+            plan.command = vec![
+                utf8(bun)?,
+                "run".to_string(),
+                utf8(&spec.wrapper)?,
+                utf8(&spec.source.join(&spec.entrypoint))?,
+                utf8(&paths.input)?,
+                utf8(&paths.result)?,
+            ];
+        }
+    }
 
     let mut command = Command::new(&spec.wf_exe);
     command
         .arg0("wf")
         .arg("__supervise")
-        .args(plan.to_args()?)
+        .arg(plan.to_arg()?)
         // The supervisor gets exactly the action's environment: the worker's own (WF_SECRET,
         // DATABASE_URL, ...) stays with the worker.
         .env_clear()
         .envs(env)
-        .current_dir(paths.cwd.parent().expect("cwd is inside the scratch directory"))
+        .current_dir(paths.work.parent().expect("work is inside the scratch directory"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -291,36 +379,30 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
     let mut child = command
         .spawn()
         .with_context(|| format!("starting the action supervisor {} __supervise", spec.wf_exe.display()))?;
-
-    let supervisor = Arc::new(Supervisor {
-        pid: child.id() as i32,
-        reaped: Mutex::new(false),
-        stop_requested: AtomicBool::new(false),
-        abandon_pipes: AtomicBool::new(false),
-    });
+    // Not reaped yet, so the pid is still the supervisor's.
+    let pidfd = match rustix::process::Pid::from_raw(child.id() as i32)
+        .ok_or(rustix::io::Errno::SRCH)
+        .and_then(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()))
+    {
+        Ok(pidfd) => pidfd,
+        Err(error) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::from(error)).context("opening a pidfd for the action supervisor");
+        }
+    };
+    let supervisor =
+        Arc::new(Supervisor { pidfd, stop_requested: AtomicBool::new(false), abandon_pipes: AtomicBool::new(false) });
     let (events_tx, events) = mpsc::sync_channel(EVENT_BUFFER);
     let (closed_tx, closed_rx) = mpsc::channel::<()>();
     let readers = [
-        spawn_reader(
-            child.stdout.take().expect("stdout is piped"),
-            Stream::Stdout,
-            &events_tx,
-            &closed_tx,
-            &supervisor,
-        ),
-        spawn_reader(
-            child.stderr.take().expect("stderr is piped"),
-            Stream::Stderr,
-            &events_tx,
-            &closed_tx,
-            &supervisor,
-        ),
+        spawn_reader(child.stdout.take().expect("stdout is piped"), Stream::Stdout, &events_tx, &closed_tx, &supervisor),
+        spawn_reader(child.stderr.take().expect("stderr is piped"), Stream::Stderr, &events_tx, &closed_tx, &supervisor),
     ];
     let readers = match readers {
         [Ok(stdout), Ok(stderr)] => [stdout, stderr],
         [Err(error), _] | [_, Err(error)] => {
-            // SAFETY: our unreaped child.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.kill();
             let _ = child.wait();
             return Err(error);
         }
@@ -329,7 +411,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
     let waiter = std::thread::Builder::new()
         .name("wf-action-waiter".to_string())
         .spawn(move || {
-            let status = wait_reaping_under_lock(&mut child, &waiter_supervisor);
+            let status = child.wait();
             let deadline = Instant::now() + PIPE_GRACE;
             for _ in 0..readers.len() {
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -366,52 +448,50 @@ fn spawn_reader(
         .context("starting an output reader thread")
 }
 
-/// Wait for the supervisor to exit without reaping it, then reap it under the lock that stop()
-/// takes, so stop() never signals a pid that was reaped and may have been reused.
-fn wait_reaping_under_lock(child: &mut Child, supervisor: &Supervisor) -> io::Result<ExitStatus> {
-    loop {
-        // SAFETY: waitid with a zeroed siginfo_t we own; WNOWAIT leaves the child unreaped.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above; `info` outlives the call.
-        let result = unsafe {
-            libc::waitid(libc::P_PID, supervisor.pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT)
-        };
-        if result == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            break;
-        }
+/// The outcome the wrapper wrote, if the wrapper ended bun (`code` 0 for a returned value, 1 for
+/// a thrown error) and wrote one. The file is read up to the cap, never parsed beyond it.
+fn read_result(path: &Path, code: i32) -> Option<Outcome> {
+    if code != 0 && code != 1 {
+        return None;
     }
-    let mut reaped = supervisor.reaped.lock().unwrap_or_else(PoisonError::into_inner);
-    let status = child.wait();
-    *reaped = true;
-    status
-}
-
-/// The outcome the wrapper wrote, if it wrote a well-formed one.
-fn read_result(path: &Path) -> Option<Outcome> {
-    let document: Value = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
-    match document.get("ok")?.as_bool()? {
-        true => Some(Outcome::Returned(document.get("result").cloned().unwrap_or(Value::Null))),
-        false => {
+    let limit = MAX_RESULT_BYTES + RESULT_ENVELOPE;
+    let mut bytes = Vec::new();
+    File::open(path).ok()?.take(limit as u64 + 1).read_to_end(&mut bytes).ok()?;
+    if bytes.len() > limit {
+        return Some(Outcome::failed(
+            "ResultTooLarge",
+            format!("the result is more than the {MAX_RESULT_BYTES} bytes allowed"),
+        ));
+    }
+    let document: Value = match serde_json::from_slice(&bytes) {
+        Ok(document) => document,
+        Err(error) => return Some(Outcome::failed("ResultUnreadable", format!("the result cannot be read: {error}"))),
+    };
+    match (document.get("ok")?.as_bool()?, code) {
+        (true, 0) => Some(Outcome::Returned(document.get("result").cloned().unwrap_or(Value::Null))),
+        (false, 1) => {
             let error = document.get("error")?;
             error.is_object().then(|| Outcome::Threw(error.clone()))
         }
+        _ => None,
     }
 }
 
-/// Why there is no result: the supervisor's account of how bun ended, or else how the supervisor
-/// itself ended.
-fn how_it_died(status_file: &Path, supervisor: Option<ExitStatus>) -> String {
-    if let Ok(text) = fs::read_to_string(status_file)
-        && !text.trim().is_empty()
+/// Why there is no result: the supervisor's account of how the attempt ended, or else how the
+/// supervisor itself ended.
+fn how_it_ended(status_file: &Path, supervisor: Option<ExitStatus>) -> Outcome {
+    if let Ok(bytes) = fs::read(status_file)
+        && let Ok(status) = serde_json::from_slice::<Status>(&bytes)
     {
-        return text.trim().to_string();
+        return Outcome::Failed { name: status.name, message: status.message };
     }
-    match supervisor {
+    let message = match supervisor {
         Some(status) => match (status.code(), status.signal()) {
             (Some(code), _) => format!("the action supervisor exited with code {code} before bun finished"),
             (None, Some(signal)) => format!("the action supervisor was killed by signal {signal}"),
             (None, None) => format!("the action supervisor ended: {status}"),
         },
         None => "the action supervisor could not be waited for".to_string(),
-    }
+    };
+    Outcome::failed("ProcessError", message)
 }

@@ -14,6 +14,7 @@
 
 mod attempt;
 mod pump;
+pub(crate) mod sandbox;
 mod scratch;
 pub(crate) mod supervisor;
 mod wrapper;
@@ -23,7 +24,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-pub use attempt::{Event, Outcome, Running, Spec, Stream};
+pub use attempt::{Event, Isolation, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Spec, Stream};
+pub use sandbox::Limits;
 pub use pump::MAX_LINE;
 pub use scratch::ScratchRoot;
 
@@ -64,6 +66,38 @@ pub fn resolve_bun(bun: &str) -> Result<PathBuf> {
         .and_then(|found| std::path::absolute(found).ok())
         .with_context(|| format!("bun not found: no {bun:?} on PATH ({hint})"))
 }
+
+/// Run a trivial action exactly as jobs run, before the worker claims anything: a sandbox the
+/// kernel refuses, or a bun that cannot run in it, is one clear error at start instead of a
+/// failure per job. Returns bun's version as the action saw it.
+pub fn probe(root: &ScratchRoot, bun: &str, isolation: Isolation) -> Result<String> {
+    let source = root.probe_source()?;
+    let mut spec = Spec::new(root, &uuid::Uuid::nil(), 0, source, PROBE, serde_json::Value::Null, Vec::new());
+    spec.bun = bun.to_string();
+    spec.isolation = isolation;
+    let running = Running::start(spec)?;
+    let deadline = std::time::Instant::now() + PROBE_PATIENCE;
+    let mut output = Vec::new();
+    loop {
+        match running.events.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+            Ok(Event::Line { text, .. }) => output.push(text),
+            Ok(Event::Done) => break,
+            Err(_) => {
+                running.stop();
+                bail!("a trivial action did not finish within {PROBE_PATIENCE:?}");
+            }
+        }
+    }
+    match running.finish() {
+        Outcome::Returned(serde_json::Value::String(version)) => Ok(version),
+        outcome => bail!("a trivial action failed: {outcome:?}; its output: {}", output.join(" / ")),
+    }
+}
+
+/// The probe's action, and how long it may take (bun's first start on a cold machine is slow).
+pub(crate) const PROBE: &str = "probe.mjs";
+pub(crate) const PROBE_SOURCE: &str = "export function main() { return Bun.version; }\n";
+const PROBE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;

@@ -62,6 +62,14 @@ impl ScratchRoot {
         &self.dir
     }
 
+    /// A source tree holding only the probe's action (see `runner::probe`).
+    pub(crate) fn probe_source(&self) -> Result<PathBuf> {
+        let dir = self.dir.join("probe");
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        fs::write(dir.join(super::PROBE), super::PROBE_SOURCE).with_context(|| format!("writing into {}", dir.display()))?;
+        Ok(dir)
+    }
+
     /// The action wrapper written for this worker (see `wrapper.mjs`).
     pub fn wrapper(&self) -> &Path {
         &self.wrapper
@@ -84,8 +92,17 @@ fn lock_new(path: &Path) -> Result<Option<File>> {
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => return Ok(None),
         Err(error) => return Err(error).with_context(|| format!("creating lock file {}", path.display())),
     };
-    if file.try_lock().is_err() {
-        return Ok(None);
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+        // Not "someone else holds it" but "locks do not work here" (ENOLCK on some NFS mounts):
+        // trying another name would fail the same way, forever.
+        Err(std::fs::TryLockError::Error(error)) => {
+            let _ = fs::remove_file(path);
+            return Err(error).with_context(|| {
+                format!("locking {} (WF_HOME must be on a file system with working flock)", path.display())
+            });
+        }
     }
     let held = file.metadata().with_context(|| format!("reading lock file {}", path.display()))?;
     match fs::metadata(path) {

@@ -1,13 +1,16 @@
 //! The supervisor: the small process between a worker and bun that owns the action's whole process
-//! tree (ADR-0011), run as `wf __supervise`.
+//! tree (ADR-0011), run as `wf __supervise`. The worker starts it with a parent-death signal, so a
+//! worker that dies, even by SIGKILL, takes the job with it. It is not dumpable and holds nothing
+//! but the action's own environment.
 //!
-//! cgroups may not be writable on the machines wf runs on, and a process group does not hold a
-//! descendant that calls setsid() or setpgid(). So the supervisor marks itself child subreaper:
-//! every descendant whose parent dies is reparented to it instead of to PID 1, which keeps the whole
-//! tree reachable through parent links in /proc. To stop the job it kills every descendant it finds
-//! there, again and again until none is left, and reaps them all (PID 1 here may not reap zombies).
-//! The worker starts it with a parent-death signal, so a worker that dies, even by SIGKILL, takes
-//! the job with it.
+//! - In a sandbox (the default, see `sandbox`): bun runs under the sandbox's init, PID 1 of its own
+//!   namespaces; stopping the job is killing init, after which the kernel kills the rest.
+//! - Without (`--isolation none`): cgroups may not be writable on the machines wf runs on, and a
+//!   process group does not hold a descendant that calls setsid() or setpgid(). So the supervisor
+//!   marks itself child subreaper: every descendant whose parent dies is reparented to it instead
+//!   of to PID 1, which keeps the whole tree reachable through parent links in /proc. To stop the
+//!   job it kills every descendant it finds there, again and again until none is left, and reaps
+//!   them all (PID 1 here may not reap zombies). A supervisor killed by SIGKILL cannot do this.
 
 use std::collections::HashMap;
 use std::fs;
@@ -17,7 +20,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::sandbox;
 
 /// Signals that stop the job: the worker's stop() and the parent-death signal send SIGTERM; INT and
 /// HUP come from an operator or a terminal.
@@ -31,73 +37,56 @@ const PARENT_CHECK: Duration = Duration::from_secs(1);
 /// supervisor then says so and exits rather than hold the worker's slot forever.
 const KILL_PATIENCE: Duration = Duration::from_secs(30);
 
-/// What to supervise. Travels on the command line as `key=value` words, then `--` and the command,
-/// so the worker can start `wf __supervise` without any other channel. Values of environment
-/// variables never go on the command line (it is readable by every user): `keep` names them, the
-/// values come from the supervisor's own environment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What to supervise. Travels as one JSON argument, so the worker can start `wf __supervise`
+/// without any other channel. Values of environment variables never go on the command line (it is
+/// readable by every user): `keep` names them, the values come from the supervisor's own
+/// environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Supervision {
     /// The worker's pid: a supervisor whose parent is already another process exits at once.
     pub parent: i32,
-    /// bun's working directory.
+    /// bun's working directory (without a sandbox).
     pub cwd: PathBuf,
-    /// Where the supervisor writes one line saying how bun ended, for the worker's Outcome.
+    /// Where the supervisor writes how bun ended (`{"name","message"}`), for the worker's Outcome.
     pub status: PathBuf,
     /// The environment variables passed to bun; nothing else of the supervisor's environment is.
     pub keep: Vec<String>,
+    /// Set for the values of these variables instead of the supervisor's own (inside a sandbox,
+    /// PATH and HOME name the sandbox's folders).
+    pub set: Vec<(String, String)>,
     /// bun and its arguments.
     pub command: Vec<String>,
+    /// The sandbox to run bun in; None for `--isolation none`.
+    pub sandbox: Option<sandbox::Plan>,
 }
 
 impl Supervision {
-    pub(crate) fn to_args(&self) -> Result<Vec<String>> {
-        let utf8 = |path: &PathBuf| {
-            path.to_str().map(str::to_string).with_context(|| format!("{} is not valid UTF-8", path.display()))
-        };
-        let mut args = vec![
-            format!("parent={}", self.parent),
-            format!("cwd={}", utf8(&self.cwd)?),
-            format!("status={}", utf8(&self.status)?),
-        ];
-        for name in &self.keep {
-            if name.is_empty() || name.contains(['=', '\0']) {
-                bail!("{name:?} is not a valid environment variable name");
-            }
-            args.push(format!("keep={name}"));
-        }
-        args.push("--".to_string());
-        args.extend(self.command.iter().cloned());
-        Ok(args)
+    pub(crate) fn to_arg(&self) -> Result<String> {
+        serde_json::to_string(self).context("encoding the supervision plan")
     }
 
-    pub(crate) fn from_args(args: &[String]) -> Result<Supervision> {
-        let mut words = args.iter();
-        let (mut parent, mut cwd, mut status, mut keep) = (None, None, None, Vec::new());
-        for word in words.by_ref() {
-            if word == "--" {
-                break;
-            }
-            let Some((key, value)) = word.split_once('=') else { bail!("unexpected argument {word:?}") };
-            match key {
-                "parent" => parent = Some(value.parse::<i32>().with_context(|| format!("bad parent pid {value:?}"))?),
-                "cwd" => cwd = Some(PathBuf::from(value)),
-                "status" => status = Some(PathBuf::from(value)),
-                "keep" => keep.push(value.to_string()),
-                _ => bail!("unknown setting {key:?}"),
-            }
-        }
-        let command: Vec<String> = words.cloned().collect();
-        if command.is_empty() {
-            bail!("no command to supervise (expected `-- COMMAND...`)");
-        }
-        Ok(Supervision {
-            parent: parent.context("parent=PID is required")?,
-            cwd: cwd.context("cwd=DIR is required")?,
-            status: status.context("status=FILE is required")?,
-            keep,
-            command,
-        })
+    pub(crate) fn from_arg(arg: &str) -> Result<Supervision> {
+        serde_json::from_str(arg).context("reading the supervision plan (wf __supervise is internal to wf work)")
     }
+
+    /// bun's environment: the kept variables with the supervisor's values, then the set ones.
+    fn environment(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = self
+            .keep
+            .iter()
+            .filter(|name| !self.set.iter().any(|(key, _)| key == *name))
+            .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
+            .collect();
+        env.extend(self.set.iter().cloned());
+        env
+    }
+}
+
+/// How the attempt ended, as written to the status file: a JobError's name and message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Status {
+    pub name: String,
+    pub message: String,
 }
 
 /// How the supervised command came to an end.
@@ -108,69 +97,125 @@ enum Ending {
     Stopped(libc::c_int),
     /// The worker that started us is gone.
     Orphaned,
+    /// The sandbox's init ended the attempt for exceeding a limit.
+    Limit(Status),
+    /// bun could not be started (or its sandbox not built).
+    NotStarted(String),
+    /// The sandbox's init died without a report (killed from outside, e.g. by the OOM killer).
+    InitDied(libc::c_int),
 }
 
-/// Run the command under supervision until it ends or is stopped; every descendant is dead and
-/// reaped when this returns. Returns the exit code for the supervisor: bun's code, or 128 + the
-/// signal that ended bun or stopped the job.
+/// Run the command under supervision until it ends or is stopped; every process of the attempt is
+/// dead and reaped when this returns. Returns the exit code for the supervisor: bun's code, or
+/// 128 + the signal that ended bun or stopped the job, or 127 when bun could not be started.
 pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
     let signals = take_signals()?;
-    // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(io::Error::last_os_error()).context("marking the supervisor child subreaper");
-    }
     // The parent-death signal is only sent if the worker dies after it was armed (in the forked
     // child, before exec). Had the worker died earlier, we were already adopted by someone else.
-    // SAFETY: getppid cannot fail.
-    if unsafe { libc::getppid() } != plan.parent {
-        write_status(plan, "stopped: the worker was gone before the action started");
+    if rustix::process::getppid().map(|pid| pid.as_raw_nonzero().get()) != Some(plan.parent) {
+        write_status(plan, "ProcessError", "stopped: the worker was gone before the action started");
         return Ok(128 + libc::SIGTERM);
     }
-
-    let bun = match spawn(plan) {
-        Ok(pid) => pid,
-        Err(error) => {
-            let message = format!("could not start {}: {error}", plan.command[0]);
+    let ending = match &plan.sandbox {
+        Some(sandbox) => run_sandboxed(plan, sandbox, &signals),
+        None => run_plain(plan, &signals)?,
+    };
+    let (name, message, code) = match ending {
+        Ending::Finished(status) if libc::WIFEXITED(status) => {
+            let code = libc::WEXITSTATUS(status);
+            ("ProcessError", format!("bun exited with code {code}"), code)
+        }
+        Ending::Finished(status) => {
+            let signal = libc::WTERMSIG(status);
+            ("ProcessError", format!("bun was killed by signal {signal}"), 128 + signal)
+        }
+        Ending::Stopped(signal) => ("ProcessError", format!("stopped by signal {signal} before bun finished"), 128 + signal),
+        Ending::Orphaned => ("ProcessError", "stopped: the worker is gone".to_string(), 128 + libc::SIGTERM),
+        Ending::Limit(status) => {
+            write_status(plan, &status.name, &status.message);
+            return Ok(128 + libc::SIGKILL);
+        }
+        Ending::NotStarted(message) => {
             say(&message);
-            write_status(plan, &message);
-            return Ok(127);
+            ("ProcessError", message, 127)
+        }
+        Ending::InitDied(status) => {
+            let how = if libc::WIFSIGNALED(status) {
+                format!("was killed by signal {}", libc::WTERMSIG(status))
+            } else {
+                format!("exited with code {}", libc::WEXITSTATUS(status))
+            };
+            ("ProcessError", format!("the sandbox's init {how}: every process of the action was killed"), 128 + libc::SIGKILL)
         }
     };
+    write_status(plan, name, &message);
+    Ok(code)
+}
 
+/// Without a sandbox: bun is our child, and we are the child subreaper of everything it starts.
+fn run_plain(plan: &Supervision, signals: &libc::sigset_t) -> Result<Ending> {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .context("marking the supervisor child subreaper")?;
+    let bun = match spawn(plan) {
+        Ok(pid) => pid,
+        Err(error) => return Ok(Ending::NotStarted(format!("could not start {}: {error}", plan.command[0]))),
+    };
     let ending = loop {
-        let signal = wait_signal(&signals, PARENT_CHECK);
+        let signal = wait_signal(signals, PARENT_CHECK);
         if let Some(status) = reap_exited(bun) {
             break Ending::Finished(status);
         }
         if STOP_SIGNALS.contains(&signal) {
             break Ending::Stopped(signal);
         }
-        // SAFETY: getppid cannot fail.
-        if unsafe { libc::getppid() } != plan.parent {
+        if worker_gone(plan) {
             break Ending::Orphaned;
         }
     };
-
     // The job is over either way: whatever it left running goes with it.
     let survivors = kill_tree();
     if survivors > 0 {
         say(&format!("{survivors} process(es) of the action did not die within {KILL_PATIENCE:?} of SIGKILL"));
     }
+    Ok(ending)
+}
 
-    let (message, code) = match ending {
-        Ending::Finished(status) if libc::WIFEXITED(status) => {
-            let code = libc::WEXITSTATUS(status);
-            (format!("bun exited with code {code}"), code)
-        }
-        Ending::Finished(status) => {
-            let signal = libc::WTERMSIG(status);
-            (format!("bun was killed by signal {signal}"), 128 + signal)
-        }
-        Ending::Stopped(signal) => (format!("stopped by signal {signal} before bun finished"), 128 + signal),
-        Ending::Orphaned => ("stopped: the worker is gone".to_string(), 128 + libc::SIGTERM),
+/// In a sandbox: init is our only child; killing it kills every process of the attempt.
+fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &libc::sigset_t) -> Ending {
+    let init = match sandbox::start(sandbox, &plan.command, &plan.environment()) {
+        Ok(init) => init,
+        Err(error) => return Ending::NotStarted(format!("the sandbox could not be set up: {error:#}")),
     };
-    write_status(plan, &message);
-    Ok(code)
+    let stopped = loop {
+        let signal = wait_signal(signals, PARENT_CHECK);
+        if let Some(status) = reap_exited(init.pid) {
+            return match init.report() {
+                Some(sandbox::Report::Ended(status)) => Ending::Finished(status),
+                Some(sandbox::Report::Limit { name, message }) => Ending::Limit(Status { name, message }),
+                Some(sandbox::Report::Setup(message)) => {
+                    Ending::NotStarted(format!("the sandbox could not be set up: {message}"))
+                }
+                None => Ending::InitDied(status),
+            };
+        }
+        if STOP_SIGNALS.contains(&signal) {
+            break Ending::Stopped(signal);
+        }
+        if worker_gone(plan) {
+            break Ending::Orphaned;
+        }
+    };
+    // SAFETY: init is our unreaped child; SIGKILL to a namespace's init from outside kills it,
+    // and the kernel then kills every process in its namespace before init is reaped.
+    unsafe { libc::kill(init.pid, libc::SIGKILL) };
+    while reap_exited(init.pid).is_none() {
+        wait_signal(signals, PARENT_CHECK);
+    }
+    stopped
+}
+
+fn worker_gone(plan: &Supervision) -> bool {
+    rustix::process::getppid().map(|pid| pid.as_raw_nonzero().get()) != Some(plan.parent)
 }
 
 /// Block the stop signals and SIGCHLD so that they queue up for sigtimedwait instead of running
@@ -205,12 +250,7 @@ fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> libc::c_int {
 /// stdout/stderr (the worker's pipes). Returns its pid; it is reaped by `reap_exited`.
 fn spawn(plan: &Supervision) -> io::Result<i32> {
     let mut command = Command::new(&plan.command[0]);
-    command.args(&plan.command[1..]).current_dir(&plan.cwd).env_clear().stdin(Stdio::null());
-    for name in &plan.keep {
-        if let Some(value) = std::env::var_os(name) {
-            command.env(name, value);
-        }
-    }
+    command.args(&plan.command[1..]).current_dir(&plan.cwd).env_clear().envs(plan.environment()).stdin(Stdio::null());
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         command.pre_exec(|| {
@@ -304,8 +344,9 @@ fn parent_of(pid: i32) -> Option<i32> {
     fields.next()?.parse().ok()
 }
 
-fn write_status(plan: &Supervision, message: &str) {
-    if let Err(error) = fs::write(&plan.status, message) {
+fn write_status(plan: &Supervision, name: &str, message: &str) {
+    let status = Status { name: name.to_string(), message: message.to_string() };
+    if let Err(error) = serde_json::to_vec(&status).map_err(io::Error::from).and_then(|bytes| fs::write(&plan.status, bytes)) {
         say(&format!("cannot write {}: {error}", plan.status.display()));
     }
 }

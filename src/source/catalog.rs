@@ -83,13 +83,15 @@ pub(crate) fn replace(
         for action in &app.actions {
             tx.execute(
                 "INSERT INTO action (app_key, action_key, git_source_id, commit_sha, entrypoint,
-                                     input_schema, output_schema, timeout_s, tag)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                                     input_schema, output_schema, timeout_s, tag,
+                                     network, memory_mb, max_processes)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
                  ON CONFLICT (app_key, action_key) DO UPDATE SET
                      git_source_id = EXCLUDED.git_source_id, commit_sha = EXCLUDED.commit_sha,
                      entrypoint = EXCLUDED.entrypoint, input_schema = EXCLUDED.input_schema,
                      output_schema = EXCLUDED.output_schema, timeout_s = EXCLUDED.timeout_s,
-                     tag = EXCLUDED.tag, updated_at = now()",
+                     tag = EXCLUDED.tag, network = EXCLUDED.network, memory_mb = EXCLUDED.memory_mb,
+                     max_processes = EXCLUDED.max_processes, updated_at = now()",
                 &[
                     &app.key,
                     &action.key,
@@ -100,6 +102,9 @@ pub(crate) fn replace(
                     &action.output_schema,
                     &action.timeout_s,
                     &action.tag,
+                    &action.sandbox.network,
+                    &action.sandbox.memory_mb,
+                    &action.sandbox.max_processes,
                 ],
             )?;
             action_apps.push(app.key.clone());

@@ -21,8 +21,12 @@ pub(crate) const DEFAULT_TAG: &str = "default";
 const ENTRYPOINT_EXTENSIONS: [&str; 3] = [".ts", ".js", ".mjs"];
 
 const TOP_FIELDS: [&str; 1] = ["apps"];
-const APP_FIELDS: [&str; 2] = ["tag", "actions"];
-const ACTION_FIELDS: [&str; 5] = ["entrypoint", "input_schema", "output_schema", "timeout", "tag"];
+const APP_FIELDS: [&str; 5] = ["tag", "actions", "network", "memory_mb", "max_processes"];
+const ACTION_FIELDS: [&str; 8] =
+    ["entrypoint", "input_schema", "output_schema", "timeout", "tag", "network", "memory_mb", "max_processes"];
+/// Upper bounds of the sandbox limits: far above any real need, low enough to catch a typo.
+const MAX_MEMORY_MB: u64 = 1 << 20;
+const MAX_PROCESSES: u64 = 1 << 16;
 
 // Git tree entry modes.
 const MODE_TREE: i32 = 0o040000;
@@ -42,6 +46,25 @@ pub(crate) struct App {
     pub actions: Vec<Action>,
 }
 
+/// How an action's sandbox is set up (an app's settings are its actions' defaults). None: the
+/// worker's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Sandbox {
+    pub network: Option<bool>,
+    pub memory_mb: Option<i32>,
+    pub max_processes: Option<i32>,
+}
+
+impl Sandbox {
+    fn or(self, app: Sandbox) -> Sandbox {
+        Sandbox {
+            network: self.network.or(app.network),
+            memory_mb: self.memory_mb.or(app.memory_mb),
+            max_processes: self.max_processes.or(app.max_processes),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Action {
     pub key: String,
@@ -53,6 +76,8 @@ pub(crate) struct Action {
     pub timeout_s: i32,
     /// The effective tag: the action's, else the app's, else `default`.
     pub tag: String,
+    /// The action's own settings, else its app's.
+    pub sandbox: Sandbox,
 }
 
 /// Every problem found in a manifest, one line each.
@@ -155,6 +180,7 @@ impl Reader<'_> {
         };
         self.unknown_fields(&path, fields, &APP_FIELDS);
         let tag = self.tag(&path, fields);
+        let sandbox = self.sandbox(&path, fields);
         let actions_path = format!("{path}.actions");
         let actions = match fields.get("actions") {
             Some(Value::Object(actions)) => actions,
@@ -169,12 +195,19 @@ impl Reader<'_> {
         };
         let actions: Vec<Action> = actions
             .iter()
-            .filter_map(|(action_key, value)| self.action(&actions_path, action_key, value, tag.as_deref()))
+            .filter_map(|(action_key, value)| self.action(&actions_path, action_key, value, tag.as_deref(), sandbox))
             .collect();
         key_ok.then(|| App { key: key.to_string(), tag, actions })
     }
 
-    fn action(&mut self, parent: &str, key: &str, value: &Value, app_tag: Option<&str>) -> Option<Action> {
+    fn action(
+        &mut self,
+        parent: &str,
+        key: &str,
+        value: &Value,
+        app_tag: Option<&str>,
+        app_sandbox: Sandbox,
+    ) -> Option<Action> {
         let path = join(parent, key);
         let key_ok = is_valid_key(key);
         if !key_ok {
@@ -191,6 +224,7 @@ impl Reader<'_> {
         let timeout_s = self.timeout(&path, fields);
         let tag = self.tag(&path, fields);
         let tag = tag.or(app_tag.map(str::to_string)).unwrap_or_else(|| DEFAULT_TAG.to_string());
+        let sandbox = self.sandbox(&path, fields).or(app_sandbox);
         if !key_ok {
             return None;
         }
@@ -201,7 +235,39 @@ impl Reader<'_> {
             output_schema: output_schema?,
             timeout_s: timeout_s?,
             tag,
+            sandbox,
         })
+    }
+
+    /// `network`, `memory_mb` and `max_processes`, where given (problems recorded, values dropped).
+    fn sandbox(&mut self, path: &str, fields: &Map<String, Value>) -> Sandbox {
+        let network = match fields.get("network") {
+            None => None,
+            Some(Value::Bool(network)) => Some(*network),
+            Some(other) => {
+                self.problem(&format!("{path}.network"), format_args!("must be true or false, not {other}"));
+                None
+            }
+        };
+        Sandbox {
+            network,
+            memory_mb: self.bounded(path, fields, "memory_mb", MAX_MEMORY_MB, "MiB"),
+            max_processes: self.bounded(path, fields, "max_processes", MAX_PROCESSES, "processes"),
+        }
+    }
+
+    fn bounded(&mut self, path: &str, fields: &Map<String, Value>, name: &str, max: u64, unit: &str) -> Option<i32> {
+        let value = fields.get(name)?;
+        match value.as_u64().filter(|&n| (1..=max).contains(&n)) {
+            Some(n) => i32::try_from(n).ok(),
+            None => {
+                self.problem(
+                    &format!("{path}.{name}"),
+                    format_args!("must be a whole number of {unit} from 1 to {max}, not {value}"),
+                );
+                None
+            }
+        }
     }
 
     fn unknown_fields(&mut self, path: &str, fields: &Map<String, Value>, known: &[&str]) {

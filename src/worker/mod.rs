@@ -27,6 +27,16 @@ pub(crate) enum Until {
     Jobs(u64),
 }
 
+/// How a worker isolates the actions it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Isolation {
+    /// Every attempt in a sandbox of its own (`runner::sandbox`), with these host folders bound
+    /// read-write.
+    Sandbox { allow_write: Vec<PathBuf> },
+    /// As the worker's own user, on the worker's file system.
+    None,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
     pub tags: Vec<String>,
@@ -42,6 +52,7 @@ pub(crate) struct Options {
     pub poll: Duration,
     /// Say nothing when all is well (problems are still reported on stderr).
     pub quiet: bool,
+    pub isolation: Isolation,
 }
 
 impl Options {
@@ -122,8 +133,31 @@ impl Shared {
 /// Run a worker until `options.until` says so or a signal stops it.
 pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
     options.check()?;
+    // Nothing of this process (its environment with DATABASE_URL and WF_SECRET, its memory) may be
+    // read through /proc or ptrace by another process of its user: the sandbox keeps actions away
+    // from the worker, this keeps the rest of the machine's processes of that user away too.
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .context("making the worker not dumpable")?;
     let bun = crate::config::bun_path();
-    let version = crate::runner::check_bun(&bun)?;
+    let mut version = crate::runner::check_bun(&bun)?;
+    let scratch = ScratchRoot::create()?;
+    if let Isolation::Sandbox { allow_write } = &options.isolation {
+        let probe = crate::runner::Isolation::Sandbox(crate::runner::SandboxOptions {
+            allow_write: allow_write.clone(),
+            ..Default::default()
+        });
+        version = crate::runner::probe(&scratch, &bun, probe).context(
+            "the action sandbox cannot be set up here (it needs user, PID and mount namespaces, which \
+             the kernel or a container runtime may refuse); run `wf work --isolation none` to run actions \
+             without it",
+        )?;
+    } else if !options.quiet {
+        eprintln!(
+            "worker {}: --isolation none: actions run as this worker's user, can read what it can read, \
+             and have no memory or process limits",
+            options.name
+        );
+    }
     let shared = Arc::new(Shared {
         budget: AtomicI64::new(match options.until {
             Until::Jobs(n) => i64::try_from(n).unwrap_or(i64::MAX),
@@ -131,7 +165,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         }),
         secret: crate::token::load_secret()?,
         store: crate::config::wf_store()?,
-        scratch: ScratchRoot::create()?,
+        scratch,
         bun,
         database,
         options,

@@ -6,22 +6,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use postgres::fallible_iterator::FallibleIterator;
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::connection::Connection;
-use super::{Shared, Until};
+use super::{Isolation, Shared, Until};
 use crate::queue::claim::{self, Claimed};
-use crate::queue::complete::{self, Completion, Recorded, Status};
+use crate::queue::complete::{self, Completion, JobError, Recorded, Status};
 use crate::queue::heartbeat::{self, Beat};
 use crate::queue::logs::{self, LogBuffer};
 use crate::queue::{CHANNEL_ENQUEUED, is_connection_error, reaper};
-use crate::runner::{self, Event, Outcome, Running, Stream};
+use crate::runner::{self, Event, Limits, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Stream};
 use crate::source::store;
 use crate::token;
 
-/// The largest result recorded; a larger one completes the job as failure.
-pub(super) const MAX_RESULT_BYTES: usize = 1024 * 1024;
 /// How often buffered log lines are written while a job runs.
 const LOG_FLUSH_PERIOD: Duration = Duration::from_secs(1);
 const LOG_FLUSH_LINES: usize = 500;
@@ -119,16 +117,17 @@ fn run_job(shared: &Shared, connection: &mut Connection, job: Claimed) {
     let name = &shared.options.name;
     let tree = store::commit_dir(&shared.store, job.git_source_id, &job.commit_sha);
     if !is_prepared(shared, &tree) {
-        let error = json!({
-            "name": "SourceNotMaterialized",
-            "message": format!(
+        let error = JobError::new(
+            "SourceNotMaterialized",
+            format!(
                 "commit {} is not materialized in the store: {} has no marker {} (the store must be \
                  shared by every host that runs workers; `wf sync` materializes it)",
-                job.commit_sha, tree.display(), store::MARKER
+                job.commit_sha,
+                tree.display(),
+                store::MARKER
             ),
-            "stack": null,
-        });
-        return record(shared, connection, &job, Status::Failure, None, Some(error), LogBuffer::default());
+        );
+        return record(shared, connection, &job, Status::Failure, None, Some(error.to_value()), LogBuffer::default());
     }
     let claims = token::Claims::for_claim(job.id, &job.claim, job.started_at, job.timeout_s);
     let env = vec![
@@ -141,19 +140,28 @@ fn run_job(shared: &Shared, connection: &mut Connection, job: Claimed) {
         ("WF_SCHEDULED_FOR".to_string(), job.scheduled_for.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
         ("WF_ATTEMPT".to_string(), job.attempt().to_string()),
     ];
-    let mut spec =
-        runner::Spec::new(&shared.scratch, &job.id, job.attempt(), tree.join(&job.entrypoint), job.input.clone(), env);
+    let mut spec = runner::Spec::new(
+        &shared.scratch,
+        &job.id,
+        job.attempt(),
+        tree,
+        &job.entrypoint,
+        job.input.clone(),
+        env,
+    );
     spec.bun = shared.bun.clone();
+    spec.isolation = isolation_of(&shared.options.isolation, &job);
     let running = match Running::start(spec) {
         Ok(running) => running,
         Err(error) => {
-            let error = json!({"name": "StartError", "message": format!("{error:#}"), "stack": null});
-            return record(shared, connection, &job, Status::Failure, None, Some(error), LogBuffer::default());
+            let error = JobError::new("StartError", format!("{error:#}"));
+            return record(shared, connection, &job, Status::Failure, None, Some(error.to_value()), LogBuffer::default());
         }
     };
     let mut logs = LogBuffer::default();
     let stop = watch(shared, connection, &job, &running, &mut logs);
     let outcome = running.finish();
+    let failure = |error: JobError| (Status::Failure, None, Some(error.to_value()));
     let (status, result, error) = match (stop, outcome) {
         (Some(StopReason::Lost), _) => {
             eprintln!("worker {name}: job {} is no longer ours (reaped?): killed it, recorded nothing", job.id);
@@ -162,31 +170,39 @@ fn run_job(shared: &Shared, connection: &mut Connection, job: Claimed) {
         }
         (Some(StopReason::Shutdown), Outcome::Stopped) => return release(shared, connection, &job, logs),
         (Some(StopReason::Canceled), Outcome::Stopped) => (Status::Canceled, None, None),
-        (Some(StopReason::TimedOut), Outcome::Stopped) => (
-            Status::Failure,
-            None,
-            Some(json!({
-                "name": "TimeoutError",
-                "message": format!("the job ran longer than its timeout of {} s and was killed", job.timeout_s),
-                "stack": null,
-            })),
-        ),
+        (Some(StopReason::TimedOut), Outcome::Stopped) => failure(JobError::new(
+            "Timeout",
+            format!("the job ran longer than its timeout of {} s and was killed", job.timeout_s),
+        )),
         // Finished before the stop landed: the real outcome counts (a cancel request stays on record).
         (_, Outcome::Returned(value)) => match check_result(&value, job.output_schema.as_ref()) {
             Ok(()) => (Status::Success, Some(value), None),
-            Err(error) => (Status::Failure, None, Some(error)),
+            Err(error) => failure(error),
         },
         (_, Outcome::Threw(error)) => (Status::Failure, None, Some(error)),
-        (_, Outcome::Died(description)) => {
-            (Status::Failure, None, Some(json!({"name": "ProcessError", "message": description, "stack": null})))
-        }
-        (None, Outcome::Stopped) => (
-            Status::Failure,
-            None,
-            Some(json!({"name": "ProcessError", "message": "the action's process was stopped", "stack": null})),
-        ),
+        (_, Outcome::Failed { name, message }) => failure(JobError::new(&name, message)),
+        (None, Outcome::Stopped) => failure(JobError::new("ProcessError", "the action's process was stopped")),
     };
     record(shared, connection, &job, status, result, error, logs);
+}
+
+/// The attempt's isolation: the worker's mode, with the sandbox settings the job pinned.
+fn isolation_of(mode: &Isolation, job: &Claimed) -> runner::Isolation {
+    match mode {
+        Isolation::None => runner::Isolation::None,
+        Isolation::Sandbox { allow_write } => {
+            let default = Limits::default();
+            let positive = |value: Option<i32>, default: u32| value.and_then(|v| u32::try_from(v).ok()).unwrap_or(default);
+            runner::Isolation::Sandbox(SandboxOptions {
+                allow_write: allow_write.clone(),
+                network: job.network.unwrap_or(true),
+                limits: Limits {
+                    memory_mb: positive(job.memory_mb, default.memory_mb),
+                    max_processes: positive(job.max_processes, default.max_processes),
+                },
+            })
+        }
+    }
 }
 
 /// While the action runs: pump its output, heartbeat, enforce the timeout, honour a shutdown.
@@ -275,24 +291,17 @@ fn is_prepared(shared: &Shared, tree: &std::path::Path) -> bool {
 }
 
 /// The result must match the pinned output schema and fit the size cap.
-fn check_result(value: &Value, output_schema: Option<&Value>) -> Result<(), Value> {
+fn check_result(value: &Value, output_schema: Option<&Value>) -> Result<(), JobError> {
     let size = serde_json::to_vec(value).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
     if size > MAX_RESULT_BYTES {
-        return Err(json!({
-            "name": "ResultTooLarge",
-            "message": format!("the result is {size} bytes, more than the {MAX_RESULT_BYTES} allowed"),
-            "stack": null,
-        }));
+        return Err(JobError::new(
+            "ResultTooLarge",
+            format!("the result is {size} bytes, more than the {MAX_RESULT_BYTES} allowed"),
+        ));
     }
     let Some(schema) = output_schema else { return Ok(()) };
-    let validator = match jsonschema::validator_for(schema) {
-        Ok(validator) => validator,
-        Err(error) => {
-            return Err(
-                json!({"name": "OutputSchemaError", "message": format!("the output schema is invalid: {error}"), "stack": null}),
-            );
-        }
-    };
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|error| JobError::new("OutputSchemaError", format!("the output schema is invalid: {error}")))?;
     let problems: Vec<String> = validator
         .iter_errors(value)
         .map(|error| {
@@ -303,11 +312,10 @@ fn check_result(value: &Value, output_schema: Option<&Value>) -> Result<(), Valu
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(json!({
-            "name": "OutputSchemaError",
-            "message": format!("the result does not match the output schema: {}", problems.join("; ")),
-            "stack": null,
-        }))
+        Err(JobError::new(
+            "OutputSchemaError",
+            format!("the result does not match the output schema: {}", problems.join("; ")),
+        ))
     }
 }
 
@@ -369,11 +377,8 @@ fn record(
                 rewritten = true;
                 completion.status = Status::Failure;
                 completion.result = None;
-                completion.error = Some(json!({
-                    "name": "CompletionError",
-                    "message": format!("recording the job's outcome failed: {error:#}"),
-                    "stack": null,
-                }));
+                completion.error =
+                    Some(JobError::new("CompletionError", format!("recording the job's outcome failed: {error:#}")).to_value());
             }
             Err(error) => {
                 eprintln!("worker {name}: giving up completing job {}: {error:#} (the reaper will recover it)", job.id);

@@ -86,8 +86,7 @@ fn a_job_canceled_while_running_has_its_process_tree_killed_and_completes_as_can
     let pids_file = path(&env, "pids");
     let job = enqueue(&env, "t/spawn_long", json!({"pids": pids_file}));
     let mut w = crate::fixtures::worker(&env, "w", &["--heartbeat", "1s", "--no-reap"]);
-    let pids = spawned_pids(&pids_file);
-    assert_eq!(pids.len(), 3);
+    let pids = spawned_pids(&job, &pids_file);
     let (code, out) = cancel(&env, &[&job], Some("stop it"));
     assert_eq!((code, one(&out, &job).as_str()), (0, "cancel_requested"));
     all_gone(&pids, "the canceled job's process tree to die");

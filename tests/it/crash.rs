@@ -267,6 +267,9 @@ fn a_worker_resumed_with_a_finished_result_for_a_reaped_job_records_nothing() {
 
 /// A job that SIGKILLs its own worker every time is retried up to the restart limit, then
 /// completed as failure saying it kept dying: 1 + limit executions, restarts visible in `wf show`.
+/// Without a sandbox, so that the action can reach its worker: a job whose worker keeps dying for
+/// any reason (the OOM killer, a bug) is what is tested here; the sandbox tests show that an action
+/// in a sandbox cannot do this.
 #[test]
 fn a_poison_job_ends_as_failure_after_the_restart_limit() {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3").env("WF_RESTART_LIMIT", "2");
@@ -284,7 +287,7 @@ fn a_poison_job_ends_as_failure_after_the_restart_limit() {
                 current = Some(crate::fixtures::worker(
                     &env,
                     &format!("w{generation}"),
-                    &["--once", "--heartbeat", "1s", "--no-reap"],
+                    &["--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"],
                 ));
                 generation += 1;
             }

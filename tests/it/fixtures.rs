@@ -96,8 +96,9 @@ export function main(input: any) {
 "#,
     );
     repo.file("t/big.ts", "export function main(input: any) { return { blob: 'x'.repeat(input.bytes) }; }\n");
-    // Starts a child, and a grandchild that detaches into its own session, writes their pids to
-    // input.pids, then never returns.
+    // Starts a child, and a grandchild that detaches into its own session, writes their pids (as
+    // the action sees them) and whether the detached one has a session of its own to input.pids,
+    // then never returns.
     repo.file(
         "t/spawn.ts",
         r#"
@@ -107,6 +108,10 @@ import { readFileSync, writeFileSync } from "node:fs";
 async function execed(pid: number) {
   while (readFileSync(`/proc/${pid}/comm`, "utf8").trim() !== "sleep") await Bun.sleep(5);
 }
+function session(pid: number) {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[3];
+}
 export async function main(input: any) {
   const child = spawn("sleep", ["1000"], { stdio: "ignore" });
   // detached: the child calls setsid() and so lives in its own session and process group.
@@ -114,7 +119,8 @@ export async function main(input: any) {
   detached.unref();
   await execed(child.pid!);
   await execed(detached.pid!);
-  writeFileSync(input.pids, `${process.pid} ${child.pid} ${detached.pid}\n`);
+  const pids = [process.pid, child.pid, detached.pid];
+  writeFileSync(input.pids, JSON.stringify({ pids, own_session: session(detached.pid!) !== session(process.pid) }));
   await new Promise(() => {});
 }
 "#,
@@ -160,23 +166,19 @@ pub(crate) fn worker(env: &TestEnv, name: &str, args: &[&str]) -> Process {
     env.wf(all).spawn(&env.dir.path().join(format!("{name}.log")))
 }
 
-/// The pids a `t/spawn` action wrote (bun, its child, its detached child), once it wrote them,
-/// checked to be alive and the detached one to be in a session of its own.
-pub(crate) fn spawned_pids(path: &Path) -> Vec<i32> {
-    let text = wait_for(Duration::from_secs(30), "the action to write its pids", || {
-        std::fs::read_to_string(path).ok().filter(|t| t.ends_with('\n'))
+/// The processes of a `t/spawn` job (as the host sees them: supervisor, bun, its child, its
+/// detached child, and in a sandbox its init), once the action wrote its report: found by their
+/// WF_JOB_ID, which works whatever namespaces they run in.
+pub(crate) fn spawned_pids(job: &str, path: &Path) -> Vec<i32> {
+    let report: serde_json::Value = wait_for(Duration::from_secs(30), "the action to write its pids", || {
+        std::fs::read_to_string(path).ok().and_then(|text| serde_json::from_str(&text).ok())
     });
-    let pids: Vec<i32> = text.split_whitespace().map(|p| p.parse().unwrap()).collect();
-    assert_eq!(pids.len(), 3);
+    assert_eq!(report["own_session"], true, "the detached child left the action's session: {report}");
+    let jobs = [job.to_string()].into_iter().collect();
+    let pids: Vec<i32> = crate::checks::job_processes(&jobs).iter().map(|(pid, _, _)| *pid).collect();
+    assert!(pids.len() >= 4, "the supervisor, bun and two sleeps run: {pids:?}");
     assert!(pids.iter().all(|&pid| alive(pid)), "the action's processes run: {pids:?}");
-    assert_ne!(session_of(pids[2]), session_of(pids[0]), "the detached child left the action's session");
     pids
-}
-
-/// The session id of a process (field 6 of /proc/PID/stat).
-fn session_of(pid: i32) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(3).unwrap().parse().unwrap()
 }
 
 /// Whether a process exists (and is not a zombie).
@@ -204,9 +206,9 @@ pub(crate) fn executions(log: &Path) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// A path inside the test's folder.
+/// A path inside the test's folder that actions may write too.
 pub(crate) fn path(env: &TestEnv, name: &str) -> PathBuf {
-    env.dir.path().join(name)
+    env.shared().join(name)
 }
 
 /// Send a signal to a child process.

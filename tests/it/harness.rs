@@ -167,8 +167,22 @@ impl TestEnv {
             let mut admin = postgres::Client::connect(&cluster.url("postgres"), postgres::NoTls).unwrap();
             admin.batch_execute(&format!("CREATE DATABASE {dbname} TEMPLATE wf_template")).unwrap();
         }
+        TestEnv::with(cluster.url(&dbname), dbname)
+    }
+
+    fn with(url: String, dbname: String) -> TestEnv {
         let dir = tempfile::Builder::new().prefix("wf-env-").tempdir().unwrap();
-        TestEnv { url: cluster.url(&dbname), dbname, dir, extra_env: BTreeMap::new() }
+        let env = TestEnv { url, dbname, dir, extra_env: BTreeMap::new() };
+        std::fs::create_dir(env.shared()).unwrap();
+        std::fs::set_permissions(env.shared(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        env
+    }
+
+    /// A folder of the test's that actions may write (their execution logs, pid files): bound
+    /// read-write into every sandbox at the same path (WF_ALLOW_WRITE) and writable by the
+    /// sandbox's user.
+    pub(crate) fn shared(&self) -> PathBuf {
+        self.dir.path().join("shared")
     }
 
     /// WF_HOME of this test.
@@ -216,6 +230,7 @@ impl TestEnv {
             .env("DATABASE_URL", &self.url)
             .env("WF_HOME", self.home())
             .env("WF_BUN", bun())
+            .env("WF_ALLOW_WRITE", self.shared())
             .env("NO_COLOR", "1")
             .stdin(Stdio::null());
         for (key, value) in &self.extra_env {
@@ -410,8 +425,7 @@ impl PrivateCluster {
 
     /// A test world on this cluster's database (its own WF_HOME).
     pub(crate) fn env(&self) -> TestEnv {
-        let dir = tempfile::Builder::new().prefix("wf-env-").tempdir().unwrap();
-        TestEnv { url: self.url(), dbname: "wf".to_string(), dir, extra_env: BTreeMap::new() }
+        TestEnv::with(self.url(), "wf".to_string())
     }
 
     fn pg_ctl(&self, args: &[&str]) {

@@ -1,5 +1,6 @@
 //! Running one action attempt (`wf::runner`): results, errors, output, environment, scratch space,
-//! and the guarantee that stopping a job, or killing its worker, leaves none of its processes.
+//! and the guarantee that stopping a job, or killing its worker, leaves none of its processes, in
+//! a sandbox (the default) and without one (`--isolation none`).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -9,14 +10,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use uuid::Uuid;
-use wf::runner::{Event, MAX_LINE, Outcome, Running, ScratchRoot, Spec, Stream, check_bun};
+use wf::runner::{
+    Event, Isolation, Limits, MAX_LINE, Outcome, Running, SandboxOptions, ScratchRoot, Spec, Stream, check_bun,
+};
 
+use crate::checks::job_processes;
 use crate::harness::{bun, wait_for};
 
 /// A worker's local world: WF_HOME with its scratch root, and a "store" holding action files.
 struct World {
     dir: tempfile::TempDir,
     root: ScratchRoot,
+    isolation: Isolation,
 }
 
 /// What a finished attempt produced.
@@ -26,29 +31,49 @@ struct Finished {
 }
 
 impl World {
+    /// Attempts in a sandbox, as workers run them by default.
     fn new() -> World {
+        World::with(Isolation::Sandbox(SandboxOptions::default()))
+    }
+
+    /// Attempts without a sandbox (`--isolation none`).
+    fn plain() -> World {
+        World::with(Isolation::None)
+    }
+
+    /// One world of each kind, for what must hold in both.
+    fn both() -> [World; 2] {
+        [World::new(), World::plain()]
+    }
+
+    fn with(isolation: Isolation) -> World {
         let dir = tempfile::Builder::new().prefix("wf-runner-").tempdir().unwrap();
         let root = ScratchRoot::create_in(&dir.path().join("home")).unwrap();
-        World { dir, root }
+        World { dir, root, isolation }
+    }
+
+    fn sandboxed(&self) -> bool {
+        matches!(self.isolation, Isolation::Sandbox(_))
     }
 
     fn store(&self) -> PathBuf {
         self.dir.path().join("store")
     }
 
-    /// Write an action module into the store; returns its absolute path.
-    fn action(&self, name: &str, source: &str) -> PathBuf {
+    /// Write an action module into the store; returns its path relative to the store.
+    fn action(&self, name: &str, source: &str) -> String {
         let path = self.store().join(name);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, source).unwrap();
-        path
+        name.to_string()
     }
 
-    fn spec(&self, entrypoint: PathBuf, input: Value, env: Vec<(String, String)>) -> Spec {
-        let mut spec = Spec::new(&self.root, &Uuid::new_v4(), 1, entrypoint, input, env);
+    fn spec(&self, entrypoint: String, input: Value, env: Vec<(String, String)>) -> Spec {
+        let mut spec = Spec::new(&self.root, &Uuid::new_v4(), 1, self.store(), &entrypoint, input, env);
         spec.bun = bun().display().to_string();
         // In a test, the running binary is the test harness, not wf.
         spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf"));
+        spec.isolation = self.isolation.clone();
         spec
     }
 
@@ -56,6 +81,14 @@ impl World {
         let entrypoint = self.action("action.ts", source);
         let running = Running::start(self.spec(entrypoint, input, Vec::new())).unwrap();
         collect(running)
+    }
+
+    /// Start an action with WF_JOB_ID set to a fresh id, by which its processes can be found.
+    fn start_job(&self, name: &str, source: &str, input: Value) -> (Running, String) {
+        let job = Uuid::new_v4().to_string();
+        let entrypoint = self.action(name, source);
+        let env = vec![("WF_JOB_ID".to_string(), job.clone())];
+        (Running::start(self.spec(entrypoint, input, env)).unwrap(), job)
     }
 }
 
@@ -94,6 +127,10 @@ fn returned(finished: Finished) -> Value {
         Outcome::Returned(value) => value,
         other => panic!("expected Returned, got {other:?}; output: {:?}", finished.lines),
     }
+}
+
+fn failed(name: &str, message: &str) -> Outcome {
+    Outcome::Failed { name: name.to_string(), message: message.to_string() }
 }
 
 fn threw(finished: Finished) -> Value {
@@ -142,10 +179,17 @@ impl Process {
 
 /// An action that starts three kinds of descendant, all `sleep`s: a plain child, a child in its own
 /// session (`detached`), and a daemon that double-forked away from bun (its parent `sh` exits).
-/// It reports `[bun, supervisor, child, detached, daemon]` and its environment's names, then waits.
+/// Once they all run it reports, as it sees them, whether the detached ones left bun's session,
+/// whether the daemon was adopted by bun's parent (the supervisor, or the sandbox's init), and its
+/// environment's names; then it waits forever.
 const SPAWNING_ACTION: &str = r#"
 import { spawn, spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
+
+function stat(pid) {
+  const text = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return text.slice(text.lastIndexOf(")") + 2).split(" ");
+}
 
 // A pid is known before its process has called setsid() and exec'd: wait until it runs `sleep`.
 async function execed(pid) {
@@ -154,13 +198,16 @@ async function execed(pid) {
 }
 
 export async function main(input) {
-  const child = await execed(Bun.spawn(["sleep", "1000"]).pid);
+  await execed(Bun.spawn(["sleep", "1000"]).pid);
   const detached = await execed(spawn("sleep", ["1001"], { detached: true, stdio: "ignore" }).pid);
   const daemon = await execed(Number(
     spawnSync("sh", ["-c", "setsid sleep 1002 >/dev/null 2>&1 & echo $!"]).stdout.toString().trim(),
   ));
+  const own = stat(process.pid)[3];
   const report = {
-    pids: [process.pid, process.ppid, child, detached, daemon],
+    detached_own_session: stat(detached)[3] !== own,
+    daemon_own_session: stat(daemon)[3] !== own,
+    daemon_adopted: Number(stat(daemon)[1]) === process.ppid,
     env: Object.keys(process.env),
   };
   if (input.report) writeFileSync(input.report, JSON.stringify(report));
@@ -169,42 +216,52 @@ export async function main(input) {
 }
 "#;
 
-fn report_processes(report: &Value) -> Vec<Process> {
-    let pids: Vec<i32> = serde_json::from_value(report["pids"].clone()).unwrap();
-    assert_eq!(pids.len(), 5, "{report}");
-    pids.into_iter().map(Process::of).collect()
+/// The host's pids of a job's processes: supervisor, bun and its descendants (and the sandbox's
+/// init), by their WF_JOB_ID.
+fn processes_of(job: &str) -> Vec<Process> {
+    let jobs = [job.to_string()].into_iter().collect();
+    job_processes(&jobs).into_iter().filter_map(|(pid, _, _)| stat_fields(pid).map(|_| Process::of(pid))).collect()
+}
+
+/// The report of SPAWNING_ACTION, checked: every kind of descendant was made.
+fn check_spawn_report(report: &Value) {
+    assert_eq!(report["detached_own_session"], true, "{report}");
+    assert_eq!(report["daemon_own_session"], true, "{report}");
+    assert_eq!(report["daemon_adopted"], true, "the daemon was adopted by bun's parent: {report}");
 }
 
 #[test]
 fn main_return_value_is_the_result() {
-    let world = World::new();
-    let sync = world.run("export function main(input) { return { sum: input.a + input.b }; }", json!({"a": 2, "b": 3}));
-    assert_eq!(returned(sync), json!({"sum": 5}));
+    for world in World::both() {
+        let sync = world.run("export function main(input) { return { sum: input.a + input.b }; }", json!({"a": 2, "b": 3}));
+        assert_eq!(returned(sync), json!({"sum": 5}));
 
-    let asynchronous = world.run(
-        "export async function main(input) { await new Promise((r) => setTimeout(r, 50)); return [input, 'done']; }",
-        json!({"n": 1}),
-    );
-    assert_eq!(returned(asynchronous), json!([{"n": 1}, "done"]));
+        let asynchronous = world.run(
+            "export async function main(input) { await new Promise((r) => setTimeout(r, 50)); return [input, 'done']; }",
+            json!({"n": 1}),
+        );
+        assert_eq!(returned(asynchronous), json!([{"n": 1}, "done"]));
 
-    let nothing = world.run("export async function main() {}", json!({}));
-    assert_eq!(returned(nothing), Value::Null);
+        let nothing = world.run("export async function main() {}", json!({}));
+        assert_eq!(returned(nothing), Value::Null);
+    }
 }
 
 #[test]
 fn thrown_error_is_reported_with_name_message_and_stack() {
-    let world = World::new();
-    let error = threw(world.run(
-        r#"
-        class ValidationError extends Error { constructor(m) { super(m); this.name = "ValidationError"; } }
-        export async function main(input) { await null; throw new ValidationError("bad input: " + input.x); }
-        "#,
-        json!({"x": 7}),
-    ));
-    assert_eq!(error["name"], "ValidationError");
-    assert_eq!(error["message"], "bad input: 7");
-    let stack = error["stack"].as_str().unwrap();
-    assert!(stack.contains("bad input: 7") && stack.contains("action.ts"), "stack: {stack}");
+    for world in World::both() {
+        let error = threw(world.run(
+            r#"
+            class ValidationError extends Error { constructor(m) { super(m); this.name = "ValidationError"; } }
+            export async function main(input) { await null; throw new ValidationError("bad input: " + input.x); }
+            "#,
+            json!({"x": 7}),
+        ));
+        assert_eq!(error["name"], "ValidationError");
+        assert_eq!(error["message"], "bad input: 7");
+        let stack = error["stack"].as_str().unwrap();
+        assert!(stack.contains("bad input: 7") && stack.contains("action.ts"), "stack: {stack}");
+    }
 }
 
 #[test]
@@ -230,12 +287,32 @@ fn failures_that_are_not_errors_still_give_an_error_object() {
 
 #[test]
 fn exit_without_a_result_is_died_with_the_code_or_signal() {
-    let world = World::new();
-    let exited = world.run("export function main() { process.exit(3); }", json!({}));
-    assert_eq!(exited.outcome, Outcome::Died("bun exited with code 3".to_string()));
+    for world in World::both() {
+        let exited = world.run("export function main() { process.exit(3); }", json!({}));
+        assert_eq!(exited.outcome, failed("ProcessError", "bun exited with code 3"));
 
-    let killed = world.run("export function main() { process.kill(process.pid, 'SIGKILL'); }", json!({}));
-    assert_eq!(killed.outcome, Outcome::Died("bun was killed by signal 9".to_string()));
+        let killed = world.run("export function main() { process.kill(process.pid, 'SIGKILL'); }", json!({}));
+        assert_eq!(killed.outcome, failed("ProcessError", "bun was killed by signal 9"));
+    }
+}
+
+/// A result counts only when the wrapper itself ended bun: a well-formed result file next to a
+/// bun that was killed (what a sibling forging this job's result would leave) is not a result.
+#[test]
+fn a_result_file_without_the_wrappers_exit_does_not_count() {
+    for world in World::both() {
+        let forged = world.run(
+            r#"
+            import { writeFileSync } from "node:fs";
+            export function main() {
+              writeFileSync(process.argv[4], JSON.stringify({ ok: true, result: "forged" }));
+              process.kill(process.pid, "SIGKILL");
+            }
+            "#,
+            json!({}),
+        );
+        assert_eq!(forged.outcome, failed("ProcessError", "bun was killed by signal 9"));
+    }
 }
 
 #[test]
@@ -270,99 +347,118 @@ fn output_lines_arrive_as_events_and_stay_out_of_the_result() {
 
 #[test]
 fn action_environment_is_the_given_wf_variables_and_path_home_tz_only() {
-    let world = World::new();
-    let entrypoint = world.action("env.ts", "export function main() { return process.env; }");
-    let given = vec![
-        ("WF_JOB_ID".to_string(), "job-1".to_string()),
-        ("WF_TOKEN".to_string(), "token-1".to_string()),
-        ("WF_ATTEMPT".to_string(), "1".to_string()),
-    ];
-    let finished = collect(Running::start(world.spec(entrypoint, json!({}), given)).unwrap());
-    let env = returned(finished);
-    assert_eq!(env["WF_JOB_ID"], "job-1");
-    assert_eq!(env["WF_TOKEN"], "token-1");
-    assert_eq!(env["WF_ATTEMPT"], "1");
-    for name in ["PATH", "HOME", "TZ"] {
-        match std::env::var(name) {
-            Ok(value) => assert_eq!(env[name], value.as_str(), "{name}"),
-            Err(_) => assert!(env.get(name).is_none(), "{name}"),
+    for world in World::both() {
+        let entrypoint = world.action("env.ts", "export function main() { return process.env; }");
+        let given = vec![
+            ("WF_JOB_ID".to_string(), "job-1".to_string()),
+            ("WF_TOKEN".to_string(), "token-1".to_string()),
+            ("WF_ATTEMPT".to_string(), "1".to_string()),
+        ];
+        let finished = collect(Running::start(world.spec(entrypoint, json!({}), given)).unwrap());
+        let env = returned(finished);
+        assert_eq!(env["WF_JOB_ID"], "job-1");
+        assert_eq!(env["WF_TOKEN"], "token-1");
+        assert_eq!(env["WF_ATTEMPT"], "1");
+        let expected = |name: &str| match (world.sandboxed(), name) {
+            (true, "PATH") => Some("/wf/bin:/usr/local/bin:/usr/bin:/bin".to_string()),
+            (true, "HOME") => Some("/tmp".to_string()),
+            _ => std::env::var(name).ok(),
+        };
+        for name in ["PATH", "HOME", "TZ"] {
+            match expected(name) {
+                Some(value) => assert_eq!(env[name], value.as_str(), "{name}"),
+                None => assert!(env.get(name).is_none(), "{name}"),
+            }
         }
+        // The test process has plenty more (CARGO_*, RUST_*, WF_BUN, ...): none of it may reach the action.
+        let names: BTreeSet<&str> = env.as_object().unwrap().keys().map(String::as_str).collect();
+        let allowed: BTreeSet<&str> = ["WF_JOB_ID", "WF_TOKEN", "WF_ATTEMPT", "PATH", "HOME", "TZ"].into();
+        assert!(names.is_subset(&allowed), "unexpected variables: {:?}", names.difference(&allowed));
     }
-    // The test process has plenty more (CARGO_*, RUST_*, WF_BUN, ...): none of it may reach the action.
-    let names: BTreeSet<&str> = env.as_object().unwrap().keys().map(String::as_str).collect();
-    let allowed: BTreeSet<&str> = ["WF_JOB_ID", "WF_TOKEN", "WF_ATTEMPT", "PATH", "HOME", "TZ"].into();
-    assert!(names.is_subset(&allowed), "unexpected variables: {:?}", names.difference(&allowed));
 }
 
 #[test]
 fn cwd_is_a_fresh_scratch_directory_removed_afterwards_and_the_store_is_untouched() {
-    let world = World::new();
-    let entrypoint = world.action(
-        "cwd.ts",
-        r#"
-        import { mkdirSync, readdirSync, writeFileSync, chmodSync } from "node:fs";
-        export function main() {
-          const before = readdirSync(".");
-          mkdirSync("locked/inner", { recursive: true });
-          writeFileSync("locked/inner/file", "x");
-          chmodSync("locked", 0o500);
-          return { cwd: process.cwd(), before };
+    for world in World::both() {
+        let entrypoint = world.action(
+            "cwd.ts",
+            r#"
+            import { mkdirSync, readdirSync, writeFileSync, chmodSync } from "node:fs";
+            export function main(input) {
+              const before = readdirSync(".");
+              mkdirSync("locked/inner", { recursive: true });
+              writeFileSync("locked/inner/file", "x");
+              chmodSync("locked", 0o500);
+              let store;
+              try { writeFileSync(input.source + "/new.ts", "x"); store = "written"; } catch (e) { store = e.code; }
+              return { cwd: process.cwd(), before, store };
+            }
+            "#,
+        );
+        let source = if world.sandboxed() { "/wf/source".to_string() } else { world.store().display().to_string() };
+        let spec = world.spec(entrypoint, json!({"source": source}), Vec::new());
+        let scratch = spec.scratch.clone();
+        assert!(!scratch.exists());
+        let result = returned(collect(Running::start(spec).unwrap()));
+        let cwd = if world.sandboxed() { "/wf/work".to_string() } else { scratch.join("work").display().to_string() };
+        assert_eq!(result["cwd"], cwd);
+        assert_eq!(result["before"], json!([]));
+        assert!(!scratch.exists(), "the scratch directory {} is left behind", scratch.display());
+        let mut store: Vec<_> = std::fs::read_dir(world.store()).unwrap().map(|entry| entry.unwrap().file_name()).collect();
+        store.sort();
+        if world.sandboxed() {
+            assert_eq!(result["store"], "EROFS", "the pinned commit is read-only in a sandbox");
+            assert_eq!(store, ["cwd.ts"]);
+        } else {
+            // Without a sandbox the action can write wherever its worker can: the test shows it.
+            assert_eq!(result["store"], "written");
         }
-        "#,
-    );
-    let spec = world.spec(entrypoint, json!({}), Vec::new());
-    let scratch = spec.scratch.clone();
-    assert!(!scratch.exists());
-    let result = returned(collect(Running::start(spec).unwrap()));
-    assert_eq!(result["cwd"], scratch.join("cwd").display().to_string());
-    assert_eq!(result["before"], json!([]));
-    assert!(!scratch.exists(), "the scratch directory {} is left behind", scratch.display());
-    let store: Vec<_> = std::fs::read_dir(world.store()).unwrap().map(|entry| entry.unwrap().file_name()).collect();
-    assert_eq!(store, ["cwd.ts"]);
+    }
 }
 
 #[test]
 fn stop_kills_the_whole_tree_including_detached_descendants() {
-    let world = World::new();
-    let entrypoint = world.action("spawner.ts", SPAWNING_ACTION);
-    let running = Running::start(world.spec(entrypoint, json!({}), Vec::new())).unwrap();
-    let report: Value = serde_json::from_str(&line_starting(&running, "report ")).unwrap();
-    let processes = report_processes(&report);
-    let [bun_process, supervisor, child, detached, daemon] = processes[..] else { unreachable!() };
-    for process in &processes {
-        assert!(process.running(), "{process:?} should be running before stop");
-    }
-    assert_ne!(detached.session(), bun_process.session(), "the detached child has its own session");
-    assert_ne!(daemon.session(), bun_process.session(), "the daemon has its own session");
-    assert_eq!(stat_fields(daemon.pid).unwrap()[1], supervisor.pid.to_string(), "the daemon was adopted");
+    for world in World::both() {
+        let (running, job) = world.start_job("spawner.ts", SPAWNING_ACTION, json!({}));
+        let report: Value = serde_json::from_str(&line_starting(&running, "report ")).unwrap();
+        check_spawn_report(&report);
+        let processes = processes_of(&job);
+        // The supervisor, bun, and its three sleeps (and the sandbox's init).
+        let expected = if world.sandboxed() { 6 } else { 5 };
+        assert_eq!(processes.len(), expected, "{processes:?}");
+        assert!(processes.iter().all(|process| process.running()), "{processes:?}");
 
-    running.stop();
-    running.stop();
-    let finished = collect(running);
-    assert_eq!(finished.outcome, Outcome::Stopped);
-    // Done means the supervisor is gone, and it only exits once every descendant is dead and reaped:
-    // not one of them may exist any more, not even as a zombie.
-    for process in [bun_process, supervisor, child, detached, daemon] {
-        assert!(!process.exists(), "{process:?} survived stop()");
+        running.stop();
+        running.stop();
+        let finished = collect(running);
+        assert_eq!(finished.outcome, Outcome::Stopped);
+        // Done means the supervisor is gone, and it only exits once every descendant is dead and
+        // reaped: not one of them may exist any more, not even as a zombie.
+        for process in processes {
+            assert!(!process.exists(), "{process:?} survived stop()");
+        }
+        assert!(processes_of(&job).is_empty());
     }
 }
 
 #[test]
 fn processes_left_by_a_finished_action_are_killed_with_it() {
-    let world = World::new();
-    let finished = world.run(
-        r#"
-        import { spawn } from "node:child_process";
-        export function main() {
-          const detached = spawn("sleep", ["1003"], { detached: true, stdio: "ignore" });
-          detached.unref();
-          return { pid: detached.pid };
-        }
-        "#,
-        json!({}),
-    );
-    let pid = returned(finished)["pid"].as_i64().unwrap() as i32;
-    assert!(stat_fields(pid).is_none(), "the action's detached child {pid} outlived the action");
+    for world in World::both() {
+        let (running, job) = world.start_job(
+            "leaves.ts",
+            r#"
+            import { spawn } from "node:child_process";
+            export function main() {
+              const detached = spawn("sleep", ["1003"], { detached: true, stdio: "ignore" });
+              detached.unref();
+              return { pid: detached.pid };
+            }
+            "#,
+            json!({}),
+        );
+        assert!(matches!(collect(running).outcome, Outcome::Returned(_)));
+        assert!(processes_of(&job).is_empty(), "the action's detached child outlived the action");
+    }
 }
 
 /// The environment variable that turns `worker_process_for_the_sigkill_test` into a worker.
@@ -370,39 +466,46 @@ const WORKER_HELPER: &str = "WF_RUNNER_TEST_WORKER_DIR";
 
 #[test]
 fn a_worker_killed_by_sigkill_leaves_no_process_of_its_job() {
-    let dir = tempfile::Builder::new().prefix("wf-runner-kill-").tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("store")).unwrap();
-    std::fs::write(dir.path().join("store/spawner.ts"), SPAWNING_ACTION).unwrap();
-    // The worker is this test binary running the helper test below, with a secret of its own in its
-    // environment: the action must see neither that nor anything else of the worker's.
-    let mut worker = Command::new(std::env::current_exe().unwrap())
-        .args(["runner::worker_process_for_the_sigkill_test", "--exact", "--ignored", "--test-threads=1"])
-        .env(WORKER_HELPER, dir.path())
-        .env("WF_SECRET", "the worker's secret")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let report_path = dir.path().join("report.json");
-    let report: Value = wait_for(Duration::from_secs(60), "the action's report", || {
-        std::fs::read_to_string(&report_path).ok().and_then(|text| serde_json::from_str(&text).ok())
-    });
-    let processes = report_processes(&report);
-    for process in &processes {
-        assert!(process.running(), "{process:?} should be running before the worker is killed");
-    }
-    let env: Vec<String> = serde_json::from_value(report["env"].clone()).unwrap();
-    assert!(!env.contains(&"WF_SECRET".to_string()), "the worker's secret reached the action: {env:?}");
+    for sandbox in [true, false] {
+        let dir = tempfile::Builder::new().prefix("wf-runner-kill-").tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("store")).unwrap();
+        std::fs::write(dir.path().join("store/spawner.ts"), SPAWNING_ACTION).unwrap();
+        // Where the action writes its report: the sandbox user may write it.
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        let job = Uuid::new_v4().to_string();
+        // The worker is this test binary running the helper test below, with a secret of its own in
+        // its environment: the action must see neither that nor anything else of the worker's.
+        let mut worker = Command::new(std::env::current_exe().unwrap())
+            .args(["runner::worker_process_for_the_sigkill_test", "--exact", "--ignored", "--test-threads=1"])
+            .env(WORKER_HELPER, dir.path())
+            .env("WF_RUNNER_TEST_JOB", &job)
+            .env("WF_RUNNER_TEST_SANDBOX", sandbox.to_string())
+            .env("WF_SECRET", "the worker's secret")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let report_path = shared.join("report.json");
+        let report: Value = wait_for(Duration::from_secs(60), "the action's report", || {
+            std::fs::read_to_string(&report_path).ok().and_then(|text| serde_json::from_str(&text).ok())
+        });
+        check_spawn_report(&report);
+        let processes = processes_of(&job);
+        assert!(processes.len() >= 5, "{processes:?}");
+        let env: Vec<String> = serde_json::from_value(report["env"].clone()).unwrap();
+        assert!(!env.contains(&"WF_SECRET".to_string()), "the worker's secret reached the action: {env:?}");
 
-    worker.kill().unwrap();
-    worker.wait().unwrap();
-    // The supervisor itself ends up a child of PID 1, which may never reap it: it must not be
-    // running, but may stay a zombie. Everything below it must be gone entirely.
-    let [_, supervisor, ..] = processes[..] else { unreachable!() };
-    wait_for(Duration::from_secs(10), "the job's processes to be gone", || {
-        let action_gone = processes.iter().filter(|p| p.pid != supervisor.pid).all(|p| !p.exists());
-        (action_gone && !supervisor.running()).then_some(())
-    });
+        worker.kill().unwrap();
+        worker.wait().unwrap();
+        // The supervisor itself ends up a child of PID 1, which may never reap it: it may stay a
+        // zombie, whose environment is gone. Nothing of the job may be running.
+        wait_for(Duration::from_secs(10), "the job's processes to be gone", || {
+            processes.iter().all(|process| !process.running()).then_some(())
+        });
+        assert!(processes_of(&job).is_empty());
+    }
 }
 
 /// Not a test by itself: the worker process of `a_worker_killed_by_sigkill_leaves_no_process_of_its_job`,
@@ -411,17 +514,25 @@ fn a_worker_killed_by_sigkill_leaves_no_process_of_its_job() {
 #[ignore = "run as a child process by a_worker_killed_by_sigkill_leaves_no_process_of_its_job"]
 fn worker_process_for_the_sigkill_test() {
     let Some(dir) = std::env::var_os(WORKER_HELPER).map(PathBuf::from) else { return };
+    let job = std::env::var("WF_RUNNER_TEST_JOB").unwrap();
+    let shared = dir.join("shared");
     let root = ScratchRoot::create_in(&dir.join("home")).unwrap();
     let mut spec = Spec::new(
         &root,
         &Uuid::new_v4(),
         1,
-        dir.join("store/spawner.ts"),
-        json!({"report": dir.join("report.json")}),
-        vec![("WF_JOB_ID".to_string(), "job-1".to_string())],
+        dir.join("store"),
+        "spawner.ts",
+        json!({"report": shared.join("report.json")}),
+        vec![("WF_JOB_ID".to_string(), job)],
     );
     spec.bun = bun().display().to_string();
     spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf"));
+    spec.isolation = if std::env::var("WF_RUNNER_TEST_SANDBOX").as_deref() == Ok("true") {
+        Isolation::Sandbox(SandboxOptions { allow_write: vec![shared], ..Default::default() })
+    } else {
+        Isolation::None
+    };
     let running = Running::start(spec).unwrap();
     for event in running.events.iter() {
         if event == Event::Done {
@@ -494,7 +605,7 @@ fn attempt_directory_is_removed_after_finish_even_when_stopped() {
     let scratch = spec.scratch.clone();
     let running = Running::start(spec).unwrap();
     line_starting(&running, "up");
-    assert!(scratch.join("cwd").is_dir());
+    assert!(scratch.join("work").is_dir());
     running.stop();
     assert_eq!(collect(running).outcome, Outcome::Stopped);
     assert!(!scratch.exists());

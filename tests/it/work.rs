@@ -51,11 +51,11 @@ fn a_timeout_kills_the_whole_process_tree() {
     let pids_file = path(&env, "pids");
     let id = enqueue(&env, "t/spawn", json!({"pids": pids_file}));
     let mut worker = worker(&env, "w", &["--once"]);
-    let pids = spawned_pids(&pids_file);
+    let pids = spawned_pids(&id, &pids_file);
     assert!(worker.wait().unwrap().success());
     all_gone(&pids, "the timed-out action's tree to die (child and detached grandchild)");
     let error: Value = serde_json::from_str(&env.wf(["result", &id]).run().expect_code(4).stdout).unwrap();
-    assert_eq!(error["name"], "TimeoutError");
+    assert_eq!(error["name"], "Timeout");
     assert!(error["message"].as_str().unwrap().contains("3 s"), "{error}");
 }
 
@@ -66,7 +66,7 @@ fn a_cancel_kills_the_whole_process_tree() {
     let pids_file = path(&env, "pids");
     let id = enqueue(&env, "t/spawn_long", json!({"pids": pids_file}));
     let mut worker = worker(&env, "w", &["--once", "--heartbeat", "1s"]);
-    let pids = spawned_pids(&pids_file);
+    let pids = spawned_pids(&id, &pids_file);
     let canceled = env.wf(["cancel", &id, "--reason", "testing", "--json"]).ok().json();
     assert_eq!(canceled, json!([{"id": id, "outcome": "cancel_requested"}]));
     assert!(worker.wait().unwrap().success());
@@ -83,9 +83,9 @@ fn a_sigkilled_worker_leaves_no_action_process_behind() {
     let env = TestEnv::new();
     synced(&env);
     let pids_file = path(&env, "pids");
-    enqueue(&env, "t/spawn_long", json!({"pids": pids_file}));
+    let id = enqueue(&env, "t/spawn_long", json!({"pids": pids_file}));
     let mut worker = worker(&env, "w", &[]);
-    let pids = spawned_pids(&pids_file);
+    let pids = spawned_pids(&id, &pids_file);
     signal(&worker, libc::SIGKILL);
     worker.wait().unwrap();
     all_gone(&pids, "every process of the killed worker's job to die");

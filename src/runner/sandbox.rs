@@ -1,0 +1,647 @@
+//! The sandbox of one attempt (`wf work --isolation sandbox`, the default).
+//!
+//! ```text
+//! worker ──> wf __supervise   (the supervisor: the worker's user, the host's namespaces)
+//!              └─ clone(NEWUSER | NEWPID | NEWNS | NEWIPC | NEWUTS [| NEWNET]) ──> init (PID 1)
+//!                                                                                  └──> bun ──> ...
+//! ```
+//!
+//! Direct syscalls rather than a container crate or bubblewrap: the supervisor already owns the
+//! attempt's process tree and its exit protocol, and the sandbox is a handful of syscalls in the
+//! process that must stay PID 1 and watch the limits, which a container library would own instead.
+//!
+//! - **PID namespace.** The action sees only its own processes. Init is PID 1: when it dies, the
+//!   kernel kills every process of the sandbox. The supervisor stops an attempt by killing init,
+//!   and init's parent-death signal is SIGKILL, so the tree kill holds even when the supervisor
+//!   itself is SIGKILLed. From inside, init cannot be killed or stopped (the kernel drops SIGKILL
+//!   and SIGSTOP sent to a namespace's init by its own processes).
+//! - **User namespace.** One uid is mapped: the sandbox user, `nobody` (65534) for a root worker,
+//!   else the worker's own uid (an unprivileged process can map only its own). bun runs as that
+//!   user with no capability, no_new_privs, and no supplementary group of the worker's.
+//! - **Mount namespace.** A fresh tmpfs root with only the system's read-only `/usr` (and `/bin`,
+//!   `/lib`, ...), a few files of `/etc`, a minimal `/dev`, a fresh `/proc` and `/tmp`, and under
+//!   `/wf` the pinned commit (read-only), the wrapper and bun (read-only), and the attempt's `io`
+//!   and `work` directories; plus the operator's `--allow-write` folders. Nothing of `WF_HOME`, of
+//!   the store's other commits, or of other attempts. The action has no capability to remount, and
+//!   in any namespace it creates for itself the kernel locks these mounts as they are.
+//! - **Limits.** RLIMIT_NPROC caps the tasks (threads count) of the sandbox user in its own user
+//!   namespace; init looks at the sandbox's processes every LIMITS_PERIOD and ends the attempt with
+//!   `MemoryLimit` (resident memory over `memory_mb`) or `ProcessLimit` (more tasks than
+//!   `max_processes`). Without cgroups memory is watched, not fenced: a burst shorter than a period
+//!   is not caught. `/tmp` and `/dev/shm` are capped at `memory_mb` each, and the sandbox's
+//!   oom_score_adj is 1000, so the kernel's OOM killer picks an action before its worker.
+
+use std::ffi::{CString, OsStr};
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, symlink};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use rustix::mount::{self, MountFlags, MountPropagationFlags, UnmountFlags};
+use serde::{Deserialize, Serialize};
+
+/// Where the attempt's things are inside the sandbox.
+pub(crate) const SOURCE: &str = "/wf/source";
+pub(crate) const WRAPPER: &str = "/wf/wrapper.mjs";
+pub(crate) const BUN: &str = "/wf/bin/bun";
+pub(crate) const IO: &str = "/wf/io";
+pub(crate) const WORK: &str = "/wf/work";
+/// The action's PATH and HOME inside: the worker's own would name folders that are not there.
+pub(crate) const PATH: &str = "/wf/bin:/usr/local/bin:/usr/bin:/bin";
+pub(crate) const HOME: &str = "/tmp";
+
+/// The sandbox user of a root worker.
+const NOBODY: u32 = 65534;
+
+/// Read-only from the host, when they exist: the system (a symlink such as `/bin -> usr/bin` is
+/// copied as a symlink).
+const SYSTEM: [&str; 7] = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+/// Of `/etc`, only what programs need to run, resolve names and check certificates: not the rest
+/// (an operator's secrets often live there).
+const ETC: [&str; 17] = [
+    "alternatives",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "gai.conf",
+    "group",
+    "host.conf",
+    "hosts",
+    "ld.so.cache",
+    "ld.so.conf",
+    "localtime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "protocols",
+    "resolv.conf",
+    "services",
+];
+const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+const SSL: &str = "ssl";
+
+/// How often init looks at the sandbox's memory and processes.
+const LIMITS_PERIOD: Duration = Duration::from_millis(100);
+
+// mount_setattr(2), which rustix does not wrap: restrict a mount (and those below it) in place.
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Resource limits of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Resident memory of all the attempt's processes together, in MiB.
+    pub memory_mb: u32,
+    /// Tasks (processes and their threads) of the attempt at once.
+    pub max_processes: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { memory_mb: 2048, max_processes: 512 }
+    }
+}
+
+/// The user the action runs as: nobody for a root worker, else the worker's own user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct User {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl User {
+    pub(crate) fn for_this_worker() -> User {
+        if rustix::process::geteuid().is_root() {
+            User { uid: NOBODY, gid: NOBODY }
+        } else {
+            User { uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() }
+        }
+    }
+}
+
+/// What the sandbox is made of: host paths, bound at the fixed places above.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Plan {
+    /// The pinned commit's tree, bound read-only at SOURCE.
+    pub source: PathBuf,
+    pub wrapper: PathBuf,
+    pub bun: PathBuf,
+    /// The attempt's input and result, bound at IO.
+    pub io: PathBuf,
+    /// The action's working directory, bound at WORK.
+    pub work: PathBuf,
+    /// An empty directory the sandbox's root is mounted on (seen only inside).
+    pub root: PathBuf,
+    /// Host folders bound read-write at the same path.
+    pub allow_write: Vec<PathBuf>,
+    pub network: bool,
+    pub limits: Limits,
+    pub user: User,
+}
+
+/// How the attempt ended, as init tells the supervisor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) enum Report {
+    /// bun ended with this wait status.
+    Ended(i32),
+    /// Init ended the attempt: `MemoryLimit` or `ProcessLimit`.
+    Limit { name: String, message: String },
+    /// The sandbox could not be built or bun not started.
+    Setup(String),
+}
+
+/// The sandbox's init, seen from the supervisor.
+pub(super) struct Init {
+    pub pid: i32,
+    report: File,
+    /// Held open for init's life: init takes its end closing as the supervisor's death.
+    _alive: OwnedFd,
+}
+
+impl Init {
+    /// What init reported; read once init has exited (its report is in the pipe by then).
+    pub(super) fn report(mut self) -> Option<Report> {
+        let mut text = String::new();
+        self.report.read_to_string(&mut text).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+/// Clone init into new namespaces, map the sandbox user, and let it build the sandbox and run
+/// `command` (bun and its arguments, inside paths) with `env`. Runs in the supervisor, which is
+/// single-threaded: the clone is an ordinary fork as far as this process is concerned.
+pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)]) -> Result<Init> {
+    let command = c_strings(command.iter().map(String::as_str))?;
+    let env = c_strings(env.iter().map(|(key, value)| format!("{key}={value}")))?;
+    if rustix::process::geteuid().is_root() {
+        // Root's supplementary groups would follow bun into the sandbox, where setgroups() is
+        // refused: drop them here, before the clone.
+        rustix::thread::set_thread_groups(&[]).context("dropping the supervisor's supplementary groups")?;
+    }
+    let (go_read, go_write) = pipe()?;
+    let (report_read, report_write) = pipe()?;
+    let mut flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::SIGCHLD;
+    if !plan.network {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: clone without CLONE_VM and without a new stack is fork() with namespaces: the child
+    // runs on a copy of this (single-threaded) process. It never returns from `init`.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
+    match pid {
+        -1 => {
+            return Err(io::Error::last_os_error())
+                .context("creating the sandbox's namespaces (the kernel refused; see `wf work --isolation`)");
+        }
+        0 => {
+            drop(go_write);
+            drop(report_read);
+            init(plan, &command, &env, go_read, report_write)
+        }
+        _ => {}
+    }
+    let pid = pid as i32;
+    drop(go_read);
+    drop(report_write);
+    let user = plan.user;
+    let mapped = write_id_maps(pid, user);
+    // Init waits for this byte before anything else; on an error it reads EOF and exits.
+    let mut go = File::from(go_write);
+    if let Err(error) = mapped {
+        drop(go);
+        // SAFETY: our own unreaped child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        return Err(error);
+    }
+    go.write_all(b"g").context("starting the sandbox's init")?;
+    Ok(Init { pid, report: File::from(report_read), _alive: go.into() })
+}
+
+/// The sandbox user is the only id mapped, to itself. `deny` is required of an unprivileged writer
+/// before the gid map; for root it changes nothing (nobody in the sandbox may call setgroups).
+fn write_id_maps(pid: i32, user: User) -> Result<()> {
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    fs::write(proc.join("uid_map"), format!("{0} {0} 1\n", user.uid))
+        .with_context(|| format!("mapping the sandbox user {} (uid_map)", user.uid))?;
+    fs::write(proc.join("setgroups"), "deny").context("writing the sandbox's setgroups")?;
+    fs::write(proc.join("gid_map"), format!("{0} {0} 1\n", user.gid))
+        .with_context(|| format!("mapping the sandbox group {} (gid_map)", user.gid))?;
+    Ok(())
+}
+
+/// Init: PID 1 of the sandbox. Reports how the attempt ended, then exits (which kills whatever is
+/// left in the sandbox).
+fn init(plan: &Plan, command: &[CString], env: &[CString], go: OwnedFd, report: OwnedFd) -> ! {
+    let outcome = match prepare(plan, &go) {
+        Ok(()) => match spawn_bun(plan, command, env) {
+            Ok(bun) => watch(bun, plan.limits),
+            Err(error) => Report::Setup(format!("{error:#}")),
+        },
+        Err(error) => Report::Setup(format!("{error:#}")),
+    };
+    let text = serde_json::to_string(&outcome).unwrap_or_default();
+    let _ = File::from(report).write_all(text.as_bytes());
+    kill_all();
+    // SAFETY: _exit ends init at once; nothing of the supervisor's state is init's to flush.
+    unsafe { libc::_exit(0) }
+}
+
+fn prepare(plan: &Plan, go: &OwnedFd) -> Result<()> {
+    let mut byte = [0u8; 1];
+    let mut go_file = File::from(go.try_clone()?);
+    if go_file.read(&mut byte)? != 1 {
+        bail!("the supervisor is gone");
+    }
+    // What lies in the worker's own folders is reached before becoming the sandbox user: for a
+    // root worker those are root's folders, which nobody may traverse. The private sources are
+    // held open (bound from /proc/self/fd, closed before bun starts) and the new root is entered.
+    let private = Private::open(plan)?;
+    // Before the change of user, which makes /proc/self root's.
+    fs::write("/proc/self/oom_score_adj", "1000").context("setting the sandbox's oom_score_adj")?;
+    enter_root(plan).context("mounting the sandbox's root")?;
+    become_sandbox_user(plan.user)?;
+    // A change of user clears the parent-death signal: armed now, then the supervisor checked,
+    // since it may have died in between (its end of `go` is then closed).
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+    if supervisor_gone(go) {
+        bail!("the supervisor is gone");
+    }
+    build_root(plan, &private).context("building the sandbox's file system")?;
+    drop(private);
+    if !plan.network {
+        loopback_up().context("bringing up the sandbox's loopback interface")?;
+    }
+    rustix::system::sethostname(b"wf").context("naming the sandbox's host")?;
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)?;
+    Ok(())
+}
+
+/// A private copy of the host's mounts, and a tmpfs owned by the sandbox user on `plan.root`,
+/// entered: from here on the sandbox is built with paths relative to it.
+fn enter_root(plan: &Plan) -> Result<()> {
+    mount::mount_change("/", MountPropagationFlags::PRIVATE | MountPropagationFlags::REC)
+        .context("making the mounts private")?;
+    let options = format!("mode=0755,size=1m,uid={},gid={}", plan.user.uid, plan.user.gid);
+    tmpfs(&plan.root, MountFlags::NOSUID | MountFlags::NODEV, &options)?;
+    rustix::process::chdir(&plan.root)?;
+    Ok(())
+}
+
+/// The sandbox user, keeping init's capabilities in its namespace (init came in as an unmapped
+/// id, so the kernel does not drop them on this change): it still has mounts to make.
+fn become_sandbox_user(user: User) -> Result<()> {
+    // SAFETY: plain syscalls on this single-threaded process's credentials.
+    let changed = unsafe {
+        libc::setresgid(user.gid, user.gid, user.gid) == 0 && libc::setresuid(user.uid, user.uid, user.uid) == 0
+    };
+    if !changed {
+        return Err(io::Error::last_os_error()).context("becoming the sandbox user");
+    }
+    Ok(())
+}
+
+fn supervisor_gone(go: &OwnedFd) -> bool {
+    let mut poll = libc::pollfd { fd: go.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, no waiting.
+    unsafe { libc::poll(&mut poll, 1, 0) > 0 && poll.revents & (libc::POLLHUP | libc::POLLERR) != 0 }
+}
+
+/// O_PATH handles on the host paths only init's first identity can reach.
+struct Private {
+    source: OwnedFd,
+    wrapper: OwnedFd,
+    bun: OwnedFd,
+    io: OwnedFd,
+    work: OwnedFd,
+    allow_write: Vec<(PathBuf, OwnedFd)>,
+}
+
+impl Private {
+    fn open(plan: &Plan) -> Result<Private> {
+        let open = |path: &Path| -> Result<OwnedFd> {
+            rustix::fs::open(path, rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+                .with_context(|| format!("opening {}", path.display()))
+        };
+        Ok(Private {
+            source: open(&plan.source)?,
+            wrapper: open(&plan.wrapper)?,
+            bun: open(&plan.bun)?,
+            io: open(&plan.io)?,
+            work: open(&plan.work)?,
+            allow_write: plan
+                .allow_write
+                .iter()
+                .map(|dir| Ok((dir.clone(), open(dir).context("an --allow-write folder")?)))
+                .collect::<Result<_>>()?,
+        })
+    }
+}
+
+/// `/proc/self/fd/N`: a path that reaches what the descriptor holds, without traversing anything.
+fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// Everything below the new root (the current directory), then the swap of roots.
+fn build_root(plan: &Plan, private: &Private) -> Result<()> {
+    let at = |inside: &str| PathBuf::from(inside.trim_start_matches('/'));
+    let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+
+    for name in SYSTEM {
+        let host = Path::new("/").join(name);
+        match fs::symlink_metadata(&host) {
+            Ok(meta) if meta.file_type().is_symlink() => symlink(fs::read_link(&host)?, at(name))?,
+            Ok(meta) if meta.is_dir() => bind(&host, &at(name), ro, true)?,
+            _ => {}
+        }
+    }
+    mkdir(&at("etc"))?;
+    for name in ETC.into_iter().chain([SSL]) {
+        let host = Path::new("/etc").join(name);
+        if fs::metadata(&host).is_ok() {
+            bind(&host, &at(&format!("etc/{name}")), ro, true)?;
+        }
+    }
+
+    let dev = at("dev");
+    mkdir(&dev)?;
+    tmpfs(&dev, MountFlags::NOSUID | MountFlags::NOEXEC, "mode=0755,size=64k")?;
+    for name in DEVICES {
+        bind(&Path::new("/dev").join(name), &dev.join(name), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false)?;
+    }
+    let links = [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1")];
+    for (name, target) in links.into_iter().chain([("stderr", "/proc/self/fd/2")]) {
+        symlink(target, dev.join(name))?;
+    }
+    let memory = format!("mode=1777,size={}m", plan.limits.memory_mb);
+    mkdir(&dev.join("shm"))?;
+    tmpfs(&dev.join("shm"), MountFlags::NOSUID | MountFlags::NODEV, &memory)?;
+    restrict(&dev, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false)?;
+    mkdir(&at("tmp"))?;
+    tmpfs(&at("tmp"), MountFlags::NOSUID | MountFlags::NODEV, &memory)?;
+    mkdir(&at("proc"))?;
+    let proc_flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    mount::mount("proc", at("proc"), "proc", proc_flags, None).context("mounting the sandbox's /proc")?;
+
+    mkdir(&at("wf"))?;
+    mkdir(&at("wf/bin"))?;
+    bind(&fd_path(&private.source), &at(SOURCE), ro, true).context("binding the commit's tree")?;
+    bind(&fd_path(&private.wrapper), &at(WRAPPER), ro, false).context("binding the wrapper")?;
+    bind(&fd_path(&private.bun), &at(BUN), ro & !MOUNT_ATTR_NODEV, false).context("binding bun")?;
+    let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    bind(&fd_path(&private.io), &at(IO), rw, false).context("binding the attempt's io folder")?;
+    bind(&fd_path(&private.work), &at(WORK), rw, false).context("binding the attempt's work folder")?;
+    for (dir, fd) in &private.allow_write {
+        let inside = at(&dir.to_string_lossy());
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&inside)
+            .with_context(|| format!("making room for --allow-write {}", dir.display()))?;
+        bind(&fd_path(fd), &inside, rw, true).with_context(|| format!("binding --allow-write {}", dir.display()))?;
+    }
+    restrict(Path::new("."), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, false)
+        .context("making the sandbox's root read-only")?;
+
+    // Swap roots, then drop the old one: nothing of the host's file system is reachable after.
+    rustix::process::pivot_root(".", ".").context("pivot_root into the sandbox")?;
+    mount::unmount(".", UnmountFlags::DETACH).context("detaching the host's file system")?;
+    rustix::process::chdir(WORK)?;
+    Ok(())
+}
+
+fn tmpfs(target: &Path, flags: MountFlags, options: &str) -> Result<()> {
+    let options = CString::new(options)?;
+    mount::mount("tmpfs", target, "tmpfs", flags, Some(options.as_c_str()))
+        .with_context(|| format!("mounting a tmpfs on {}", target.display()))
+}
+
+fn mkdir(path: &Path) -> Result<()> {
+    fs::DirBuilder::new().mode(0o755).create(path).with_context(|| format!("creating {}", path.display()))
+}
+
+/// Bind `source` at `target` (created as an empty file or folder like the source), restricted
+/// with the given mount attributes.
+fn bind(source: &Path, target: &Path, attrs: u64, recursive: bool) -> Result<()> {
+    if fs::metadata(source).with_context(|| format!("reading {}", source.display()))?.is_dir() {
+        fs::DirBuilder::new().recursive(true).mode(0o755).create(target)
+    } else {
+        File::create(target).map(drop)
+    }
+    .with_context(|| format!("creating the mount point {}", target.display()))?;
+    if recursive {
+        mount::mount_bind_recursive(source, target)
+    } else {
+        mount::mount_bind(source, target)
+    }
+    .with_context(|| format!("binding {} at {}", source.display(), target.display()))?;
+    restrict(target, attrs, recursive).with_context(|| format!("restricting {}", target.display()))
+}
+
+fn restrict(path: &Path, attrs: u64, recursive: bool) -> io::Result<()> {
+    let path = CString::new(path.as_os_str().as_bytes())?;
+    let attr = MountAttr { attr_set: attrs, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    let flags = if recursive { libc::AT_RECURSIVE as libc::c_uint } else { 0 };
+    // SAFETY: a NUL-terminated path and a mount_attr that outlive the call, with its true size.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if result == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// A sandbox without network still has a working loopback interface.
+fn loopback_up() -> io::Result<()> {
+    let socket = rustix::net::socket(rustix::net::AddressFamily::INET, rustix::net::SocketType::DGRAM, None)?;
+    // SAFETY: a zeroed ifreq is valid; the name fits with its NUL; the ioctl reads and writes only
+    // the ifreq we own.
+    unsafe {
+        let mut request: libc::ifreq = std::mem::zeroed();
+        for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
+            *slot = *byte as libc::c_char;
+        }
+        request.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        if libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &mut request) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Fork bun: its own session, the limits, no capability, no_new_privs, nothing but stdio open.
+fn spawn_bun(plan: &Plan, command: &[CString], env: &[CString]) -> Result<i32> {
+    let mut argv: Vec<*const libc::c_char> = command.iter().map(|arg| arg.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = env.iter().map(|var| var.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    // Init's own task plus one, so that the attempt can exceed max_processes by one and be seen
+    // doing so.
+    let nproc = u64::from(plan.limits.max_processes) + 2;
+    // SAFETY: fork in a single-threaded process; the child only makes syscalls and execs.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error()).context("starting bun in the sandbox");
+    }
+    if pid == 0 {
+        let error = exec_bun(&argv, &envp, nproc);
+        let _ = writeln!(io::stderr(), "wf: could not start bun in the sandbox: {error}");
+        // SAFETY: leave the forked child at once.
+        unsafe { libc::_exit(127) }
+    }
+    Ok(pid)
+}
+
+/// In the forked child: returns only when something failed.
+fn exec_bun(argv: &[*const libc::c_char], envp: &[*const libc::c_char], nproc: u64) -> io::Error {
+    // SAFETY: syscalls on this process's own state, with valid arguments; argv and envp are
+    // NULL-terminated arrays of NUL-terminated strings that outlive execve.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::setsid();
+        let limit = |resource, value| {
+            let rlimit = libc::rlimit { rlim_cur: value, rlim_max: value };
+            libc::setrlimit(resource, &rlimit) == 0
+        };
+        if !limit(libc::RLIMIT_NPROC, nproc) || !limit(libc::RLIMIT_CORE, 0) {
+            return io::Error::last_os_error();
+        }
+        // The user is already the sandbox user: what it still holds are init's capabilities, which
+        // exec drops for a non-root user without file capabilities; no_new_privs keeps setuid
+        // binaries and file capabilities from handing any back.
+        if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+        {
+            return io::Error::last_os_error();
+        }
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+        libc::execve(argv[0], argv.as_ptr(), envp.as_ptr());
+    }
+    io::Error::last_os_error()
+}
+
+/// Reap until bun ends or a limit is exceeded.
+fn watch(bun: i32, limits: Limits) -> Report {
+    // SAFETY: plain signal-set manipulation on a local set.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        set
+    };
+    let period = libc::timespec { tv_sec: 0, tv_nsec: LIMITS_PERIOD.as_nanos() as libc::c_long };
+    loop {
+        // SAFETY: a valid set (SIGCHLD is blocked, inherited from the supervisor) and timespec.
+        unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &period) };
+        if let Some(status) = reap(bun) {
+            return Report::Ended(status);
+        }
+        if let Some(report) = over_limit(limits) {
+            return report;
+        }
+    }
+}
+
+/// Reap every exited child (bun, and the orphans init adopts); bun's wait status if it was one.
+fn reap(bun: i32) -> Option<i32> {
+    let mut found = None;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return found;
+        }
+        if pid == bun {
+            found = Some(status);
+        }
+    }
+}
+
+/// SIGKILL everything in the sandbox but init, and reap it all.
+fn kill_all() {
+    loop {
+        // SAFETY: kill(-1) from a namespace's init reaches every other process of the namespace.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+        // SAFETY: waitpid with a null status pointer.
+        let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) };
+        if pid < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+            return;
+        }
+    }
+}
+
+/// The sandbox's resident memory and tasks, from its own /proc (init itself excluded).
+fn over_limit(limits: Limits) -> Option<Report> {
+    let page = rustix::param::page_size() as u64;
+    let (mut resident, mut tasks) = (0u64, 0u64);
+    for entry in fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+        if pid == 1 {
+            continue;
+        }
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(close) = stat.rfind(')') else { continue };
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        tasks += fields.get(17).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        resident += fields.get(21).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0) * page;
+    }
+    let memory = u64::from(limits.memory_mb) << 20;
+    if resident > memory {
+        return Some(Report::Limit {
+            name: "MemoryLimit".to_string(),
+            message: format!(
+                "the action used {} MiB of memory, more than its limit of {} MiB (memory_mb), and was killed",
+                resident >> 20,
+                limits.memory_mb
+            ),
+        });
+    }
+    if tasks > u64::from(limits.max_processes) {
+        return Some(Report::Limit {
+            name: "ProcessLimit".to_string(),
+            message: format!(
+                "the action ran {tasks} processes and threads at once, more than its limit of {} \
+                 (max_processes), and was killed",
+                limits.max_processes
+            ),
+        });
+    }
+    None
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).context("creating a pipe")
+}
+
+fn c_strings<S: AsRef<OsStr>>(items: impl IntoIterator<Item = S>) -> Result<Vec<CString>> {
+    items
+        .into_iter()
+        .map(|item| CString::new(item.as_ref().as_bytes()).context("a NUL byte in a command or variable"))
+        .collect()
+}
