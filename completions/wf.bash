@@ -1853,7 +1853,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__work)
-            opts="-q -h --tag --concurrency --drain --once --max-jobs --heartbeat --grace --name --no-reap --database-url --json --output --quiet --help"
+            opts="-q -h --tag --concurrency --drain --once --max-jobs --heartbeat --grace --name --no-reap --isolation --allow-write --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1880,6 +1880,14 @@ _wf() {
                     return 0
                     ;;
                 --name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --isolation)
+                    COMPREPLY=($(compgen -W "sandbox none" -- "${cur}"))
+                    return 0
+                    ;;
+                --allow-write)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -162,6 +162,9 @@ complete -c wf -n "__fish_wf_using_subcommand work" -l max-jobs -d 'Exit after t
 complete -c wf -n "__fish_wf_using_subcommand work" -l heartbeat -d 'Heartbeat period (default WF_HEARTBEAT_S, 5s)' -r
 complete -c wf -n "__fish_wf_using_subcommand work" -l grace -d 'On SIGINT/SIGTERM, let running jobs finish for this long before putting them back' -r
 complete -c wf -n "__fish_wf_using_subcommand work" -l name -d 'Worker name (default: host name and pid)' -r
+complete -c wf -n "__fish_wf_using_subcommand work" -l isolation -d 'How actions are isolated. `sandbox`: every attempt in its own user, PID and mount namespaces, as an unprivileged user (nobody for a root worker), seeing only the system\'s read-only /usr, its pinned commit (read-only), a private work folder and /tmp, with the manifest\'s memory and process limits; the worker refuses to start where the kernel does not allow it. `none`: as the worker\'s own user on its file system, without limits' -r -f -a "sandbox\t''
+none\t''"
+complete -c wf -n "__fish_wf_using_subcommand work" -l allow-write -d 'A host folder bound read-write into every sandbox at the same path (repeatable; WF_ALLOW_WRITE takes a colon-separated list). The sandbox user must be allowed to write it' -r -F
 complete -c wf -n "__fish_wf_using_subcommand work" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand work" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"

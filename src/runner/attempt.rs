@@ -8,9 +8,9 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -216,8 +216,7 @@ impl Running {
             _ => None,
         };
         let paths = Paths::new(&self.scratch);
-        let outcome = match status.and_then(|status| status.code()).and_then(|code| read_result(&paths.result, code))
-        {
+        let outcome = match status.and_then(|status| status.code()).and_then(|code| read_result(&paths.result, code)) {
             Some(outcome) => outcome,
             None if self.supervisor.stop_requested.load(Ordering::SeqCst) => Outcome::Stopped,
             None => how_it_ended(&paths.status, status),
@@ -314,7 +313,8 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
     };
     match &spec.isolation {
         Isolation::Sandbox(options) => {
-            plan.set = vec![("PATH".to_string(), sandbox::PATH.to_string()), ("HOME".to_string(), sandbox::HOME.to_string())];
+            plan.set =
+                vec![("PATH".to_string(), sandbox::PATH.to_string()), ("HOME".to_string(), sandbox::HOME.to_string())];
             plan.command = vec![
                 sandbox::BUN.to_string(),
                 "run".to_string(),
@@ -396,8 +396,20 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
     let (events_tx, events) = mpsc::sync_channel(EVENT_BUFFER);
     let (closed_tx, closed_rx) = mpsc::channel::<()>();
     let readers = [
-        spawn_reader(child.stdout.take().expect("stdout is piped"), Stream::Stdout, &events_tx, &closed_tx, &supervisor),
-        spawn_reader(child.stderr.take().expect("stderr is piped"), Stream::Stderr, &events_tx, &closed_tx, &supervisor),
+        spawn_reader(
+            child.stdout.take().expect("stdout is piped"),
+            Stream::Stdout,
+            &events_tx,
+            &closed_tx,
+            &supervisor,
+        ),
+        spawn_reader(
+            child.stderr.take().expect("stderr is piped"),
+            Stream::Stderr,
+            &events_tx,
+            &closed_tx,
+            &supervisor,
+        ),
     ];
     let readers = match readers {
         [Ok(stdout), Ok(stderr)] => [stdout, stderr],

@@ -25,8 +25,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 pub use attempt::{Event, Isolation, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Spec, Stream};
-pub use sandbox::Limits;
 pub use pump::MAX_LINE;
+pub use sandbox::Limits;
 pub use scratch::ScratchRoot;
 
 /// Run `bun --version`: the check a worker makes before it claims anything, so a missing bun is one

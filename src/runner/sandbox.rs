@@ -24,11 +24,12 @@
 //!   and `work` directories; plus the operator's `--allow-write` folders. Nothing of `WF_HOME`, of
 //!   the store's other commits, or of other attempts. The action has no capability to remount, and
 //!   in any namespace it creates for itself the kernel locks these mounts as they are.
-//! - **Limits.** RLIMIT_NPROC caps the tasks (threads count) of the sandbox user in its own user
-//!   namespace; init looks at the sandbox's processes every LIMITS_PERIOD and ends the attempt with
-//!   `MemoryLimit` (resident memory over `memory_mb`) or `ProcessLimit` (more tasks than
-//!   `max_processes`). Without cgroups memory is watched, not fenced: a burst shorter than a period
-//!   is not caught. `/tmp` and `/dev/shm` are capped at `memory_mb` each, and the sandbox's
+//! - **Limits.** RLIMIT_NPROC fences the tasks (threads count) of the sandbox user in its own user
+//!   namespace at `max_processes`: a fork past it fails with EAGAIN. Init looks at the sandbox's
+//!   processes every LIMITS_PERIOD and ends the attempt with `MemoryLimit` (resident memory over
+//!   `memory_mb`) or `ProcessLimit` (at `max_processes`). Without cgroups memory is watched, not
+//!   fenced: a burst shorter than a period is not caught; and an action that gives up at once on
+//!   EAGAIN fails with its own error rather than `ProcessLimit`. `/tmp` and `/dev/shm` are capped at `memory_mb` each, and the sandbox's
 //!   oom_score_adj is 1000, so the kernel's OOM killer picks an action before its worker.
 
 use std::ffi::{CString, OsStr};
@@ -447,12 +448,8 @@ fn bind(source: &Path, target: &Path, attrs: u64, recursive: bool) -> Result<()>
         File::create(target).map(drop)
     }
     .with_context(|| format!("creating the mount point {}", target.display()))?;
-    if recursive {
-        mount::mount_bind_recursive(source, target)
-    } else {
-        mount::mount_bind(source, target)
-    }
-    .with_context(|| format!("binding {} at {}", source.display(), target.display()))?;
+    if recursive { mount::mount_bind_recursive(source, target) } else { mount::mount_bind(source, target) }
+        .with_context(|| format!("binding {} at {}", source.display(), target.display()))?;
     restrict(target, attrs, recursive).with_context(|| format!("restricting {}", target.display()))
 }
 
@@ -498,9 +495,8 @@ fn spawn_bun(plan: &Plan, command: &[CString], env: &[CString]) -> Result<i32> {
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = env.iter().map(|var| var.as_ptr()).collect();
     envp.push(std::ptr::null());
-    // Init's own task plus one, so that the attempt can exceed max_processes by one and be seen
-    // doing so.
-    let nproc = u64::from(plan.limits.max_processes) + 2;
+    // The sandbox user's tasks include init's own: the action may have max_processes besides it.
+    let nproc = u64::from(plan.limits.max_processes) + 1;
     // SAFETY: fork in a single-threaded process; the child only makes syscalls and execs.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -622,12 +618,13 @@ fn over_limit(limits: Limits) -> Option<Report> {
             ),
         });
     }
-    if tasks > u64::from(limits.max_processes) {
+    // RLIMIT_NPROC makes the limit a fence the action runs into (a fork past it fails with
+    // EAGAIN): an attempt found at it is ended.
+    if tasks >= u64::from(limits.max_processes) {
         return Some(Report::Limit {
             name: "ProcessLimit".to_string(),
             message: format!(
-                "the action ran {tasks} processes and threads at once, more than its limit of {} \
-                 (max_processes), and was killed",
+                "the action reached its limit of {} processes and threads (max_processes) and was killed",
                 limits.max_processes
             ),
         });

@@ -66,7 +66,8 @@ impl ScratchRoot {
     pub(crate) fn probe_source(&self) -> Result<PathBuf> {
         let dir = self.dir.join("probe");
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        fs::write(dir.join(super::PROBE), super::PROBE_SOURCE).with_context(|| format!("writing into {}", dir.display()))?;
+        fs::write(dir.join(super::PROBE), super::PROBE_SOURCE)
+            .with_context(|| format!("writing into {}", dir.display()))?;
         Ok(dir)
     }
 

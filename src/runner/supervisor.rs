@@ -129,7 +129,9 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
             let signal = libc::WTERMSIG(status);
             ("ProcessError", format!("bun was killed by signal {signal}"), 128 + signal)
         }
-        Ending::Stopped(signal) => ("ProcessError", format!("stopped by signal {signal} before bun finished"), 128 + signal),
+        Ending::Stopped(signal) => {
+            ("ProcessError", format!("stopped by signal {signal} before bun finished"), 128 + signal)
+        }
         Ending::Orphaned => ("ProcessError", "stopped: the worker is gone".to_string(), 128 + libc::SIGTERM),
         Ending::Limit(status) => {
             write_status(plan, &status.name, &status.message);
@@ -145,7 +147,11 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
             } else {
                 format!("exited with code {}", libc::WEXITSTATUS(status))
             };
-            ("ProcessError", format!("the sandbox's init {how}: every process of the action was killed"), 128 + libc::SIGKILL)
+            (
+                "ProcessError",
+                format!("the sandbox's init {how}: every process of the action was killed"),
+                128 + libc::SIGKILL,
+            )
         }
     };
     write_status(plan, name, &message);
@@ -346,7 +352,9 @@ fn parent_of(pid: i32) -> Option<i32> {
 
 fn write_status(plan: &Supervision, name: &str, message: &str) {
     let status = Status { name: name.to_string(), message: message.to_string() };
-    if let Err(error) = serde_json::to_vec(&status).map_err(io::Error::from).and_then(|bytes| fs::write(&plan.status, bytes)) {
+    if let Err(error) =
+        serde_json::to_vec(&status).map_err(io::Error::from).and_then(|bytes| fs::write(&plan.status, bytes))
+    {
         say(&format!("cannot write {}: {error}", plan.status.display()));
     }
 }

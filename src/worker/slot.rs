@@ -140,22 +140,23 @@ fn run_job(shared: &Shared, connection: &mut Connection, job: Claimed) {
         ("WF_SCHEDULED_FOR".to_string(), job.scheduled_for.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
         ("WF_ATTEMPT".to_string(), job.attempt().to_string()),
     ];
-    let mut spec = runner::Spec::new(
-        &shared.scratch,
-        &job.id,
-        job.attempt(),
-        tree,
-        &job.entrypoint,
-        job.input.clone(),
-        env,
-    );
+    let mut spec =
+        runner::Spec::new(&shared.scratch, &job.id, job.attempt(), tree, &job.entrypoint, job.input.clone(), env);
     spec.bun = shared.bun.clone();
     spec.isolation = isolation_of(&shared.options.isolation, &job);
     let running = match Running::start(spec) {
         Ok(running) => running,
         Err(error) => {
             let error = JobError::new("StartError", format!("{error:#}"));
-            return record(shared, connection, &job, Status::Failure, None, Some(error.to_value()), LogBuffer::default());
+            return record(
+                shared,
+                connection,
+                &job,
+                Status::Failure,
+                None,
+                Some(error.to_value()),
+                LogBuffer::default(),
+            );
         }
     };
     let mut logs = LogBuffer::default();
@@ -192,7 +193,8 @@ fn isolation_of(mode: &Isolation, job: &Claimed) -> runner::Isolation {
         Isolation::None => runner::Isolation::None,
         Isolation::Sandbox { allow_write } => {
             let default = Limits::default();
-            let positive = |value: Option<i32>, default: u32| value.and_then(|v| u32::try_from(v).ok()).unwrap_or(default);
+            let positive =
+                |value: Option<i32>, default: u32| value.and_then(|v| u32::try_from(v).ok()).unwrap_or(default);
             runner::Isolation::Sandbox(SandboxOptions {
                 allow_write: allow_write.clone(),
                 network: job.network.unwrap_or(true),
@@ -377,8 +379,10 @@ fn record(
                 rewritten = true;
                 completion.status = Status::Failure;
                 completion.result = None;
-                completion.error =
-                    Some(JobError::new("CompletionError", format!("recording the job's outcome failed: {error:#}")).to_value());
+                completion.error = Some(
+                    JobError::new("CompletionError", format!("recording the job's outcome failed: {error:#}"))
+                        .to_value(),
+                );
             }
             Err(error) => {
                 eprintln!("worker {name}: giving up completing job {}: {error:#} (the reaper will recover it)", job.id);

@@ -171,10 +171,6 @@ impl Process {
         stat_fields(self.pid)
             .is_some_and(|fields| fields[19].parse::<u64>().ok() == Some(self.started) && fields[0] != "Z")
     }
-
-    fn session(&self) -> i32 {
-        stat_fields(self.pid).unwrap()[3].parse().unwrap()
-    }
 }
 
 /// An action that starts three kinds of descendant, all `sleep`s: a plain child, a child in its own
@@ -233,7 +229,8 @@ fn check_spawn_report(report: &Value) {
 #[test]
 fn main_return_value_is_the_result() {
     for world in World::both() {
-        let sync = world.run("export function main(input) { return { sum: input.a + input.b }; }", json!({"a": 2, "b": 3}));
+        let sync =
+            world.run("export function main(input) { return { sum: input.a + input.b }; }", json!({"a": 2, "b": 3}));
         assert_eq!(returned(sync), json!({"sum": 5}));
 
         let asynchronous = world.run(
@@ -404,7 +401,8 @@ fn cwd_is_a_fresh_scratch_directory_removed_afterwards_and_the_store_is_untouche
         assert_eq!(result["cwd"], cwd);
         assert_eq!(result["before"], json!([]));
         assert!(!scratch.exists(), "the scratch directory {} is left behind", scratch.display());
-        let mut store: Vec<_> = std::fs::read_dir(world.store()).unwrap().map(|entry| entry.unwrap().file_name()).collect();
+        let mut store: Vec<_> =
+            std::fs::read_dir(world.store()).unwrap().map(|entry| entry.unwrap().file_name()).collect();
         store.sort();
         if world.sandboxed() {
             assert_eq!(result["store"], "EROFS", "the pinned commit is read-only in a sandbox");
@@ -609,4 +607,187 @@ fn attempt_directory_is_removed_after_finish_even_when_stopped() {
     running.stop();
     assert_eq!(collect(running).outcome, Outcome::Stopped);
     assert!(!scratch.exists());
+}
+
+/// A world whose sandboxes have these options.
+fn sandbox_world(options: SandboxOptions) -> World {
+    World::with(Isolation::Sandbox(options))
+}
+
+#[test]
+fn an_attempt_over_its_memory_limit_is_killed_with_memory_limit() {
+    let world =
+        sandbox_world(SandboxOptions { limits: Limits { memory_mb: 96, max_processes: 512 }, ..Default::default() });
+    let finished = world.run(
+        r#"
+        export async function main() {
+          const kept = [];
+          for (let i = 0; i < 100; i++) { kept.push(Buffer.alloc(16 << 20, 1)); await Bun.sleep(20); }
+          return kept.length;
+        }
+        "#,
+        json!({}),
+    );
+    match finished.outcome {
+        Outcome::Failed { name, message } => {
+            assert_eq!(name, "MemoryLimit", "{message}");
+            assert!(message.contains("96 MiB") && message.contains("memory_mb"), "{message}");
+        }
+        other => panic!("expected MemoryLimit, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_attempt_over_its_process_limit_is_killed_with_process_limit() {
+    let world =
+        sandbox_world(SandboxOptions { limits: Limits { memory_mb: 2048, max_processes: 64 }, ..Default::default() });
+    let (running, job) = world.start_job(
+        "forks.ts",
+        r#"
+        import { spawn } from "node:child_process";
+        export async function main() {
+          // Forks past the limit fail with EAGAIN: ignored, as a fork bomb would.
+          for (let i = 0; i < 200; i++) {
+            try { spawn("sleep", ["1000"], { stdio: "ignore" }).on("error", () => {}); } catch {}
+            await Bun.sleep(5);
+          }
+          await new Promise(() => {});
+        }
+        "#,
+        json!({}),
+    );
+    match collect(running).outcome {
+        Outcome::Failed { name, message } => {
+            assert_eq!(name, "ProcessLimit", "{message}");
+            assert!(message.contains("max_processes"), "{message}");
+        }
+        other => panic!("expected ProcessLimit, got {other:?}"),
+    }
+    assert!(processes_of(&job).is_empty());
+}
+
+/// The supervisor killed by SIGKILL (the OOM killer, an operator) takes the sandbox with it: the
+/// sandbox's init dies by its parent-death signal, and the kernel kills the rest.
+#[test]
+fn a_sigkilled_supervisor_leaves_no_process_of_its_sandbox() {
+    let world = World::new();
+    let (running, job) = world.start_job("spawner.ts", SPAWNING_ACTION, json!({}));
+    check_spawn_report(&serde_json::from_str(&line_starting(&running, "report ")).unwrap());
+    let processes = processes_of(&job);
+    let supervisor = processes
+        .iter()
+        .find(|process| stat_fields(process.pid).unwrap()[1] == std::process::id().to_string())
+        .expect("the supervisor is the test's child");
+    // SAFETY: a plain kill of the supervisor, our own child.
+    unsafe { libc::kill(supervisor.pid, libc::SIGKILL) };
+    let finished = collect(running);
+    assert!(matches!(finished.outcome, Outcome::Failed { .. }), "{:?}", finished.outcome);
+    for process in processes {
+        assert!(!process.running(), "{process:?} survived its supervisor");
+    }
+    assert!(processes_of(&job).is_empty());
+}
+
+/// Inside, the action sees only its own processes; it cannot kill or stop the sandbox's init, nor
+/// read its memory or environment; the attempt ends normally.
+#[test]
+fn the_action_sees_only_its_own_processes_and_cannot_touch_its_init() {
+    let world = World::new();
+    let finished = world.run(
+        r#"
+        import { readdirSync, readFileSync } from "node:fs";
+        export function main() {
+          const pids = readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number);
+          const tried = {};
+          for (const signal of ["SIGSTOP", "SIGKILL", "SIGTERM"]) {
+            try { process.kill(1, signal); tried[signal] = "sent"; } catch (e) { tried[signal] = e.code; }
+          }
+          let environ;
+          try { readFileSync("/proc/1/environ"); environ = "read"; } catch (e) { environ = e.code; }
+          let mem;
+          try { readFileSync("/proc/1/mem"); mem = "read"; } catch (e) { mem = e.code; }
+          return { pids, me: process.pid, parent: process.ppid, uid: process.getuid(), environ, mem };
+        }
+        "#,
+        json!({}),
+    );
+    let seen = returned(finished);
+    assert_eq!(seen["parent"], 1, "bun's parent is the sandbox's init: {seen}");
+    assert_eq!(seen["pids"], json!([1, seen["me"]]), "only init and bun exist: {seen}");
+    assert_ne!(seen["uid"], 0, "{seen}");
+    assert_eq!(seen["environ"], "EACCES", "{seen}");
+    assert_eq!(seen["mem"], "EACCES", "{seen}");
+}
+
+/// A test server on the host's loopback: each connection gets one HTTP answer.
+fn http_server() -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let server = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            match listener.accept() {
+                Ok((mut stream, _)) => {
+                    stream.set_nonblocking(false).unwrap();
+                    let mut request = [0u8; 1024];
+                    let _ = stream.read(&mut request);
+                    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello");
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    });
+    (address, server)
+}
+
+#[test]
+fn network_is_on_by_default_and_off_when_the_manifest_says_so() {
+    let (address, _server) = http_server();
+    let fetch = r#"
+        export async function main(input) {
+          try { return await (await fetch(input.url)).text(); } catch (e) { return "failed: " + e.message; }
+        }
+    "#;
+    let url = json!({"url": format!("http://{address}/")});
+    assert_eq!(returned(World::new().run(fetch, url.clone())), "hello");
+    let offline = sandbox_world(SandboxOptions { network: false, ..Default::default() });
+    let answer = returned(offline.run(fetch, url));
+    assert!(answer.as_str().unwrap().starts_with("failed"), "{answer}");
+    let loopback = returned(offline.run(
+        r#"
+        export async function main() {
+          const server = Bun.serve({ port: 0, fetch: () => new Response("local") });
+          try { return await (await fetch(`http://127.0.0.1:${server.port}/`)).text(); } finally { server.stop(true); }
+        }
+        "#,
+        json!({}),
+    ));
+    assert_eq!(loopback, "local", "the sandbox's own loopback works without network");
+}
+
+#[test]
+fn an_allow_write_folder_is_writable_at_its_own_path_and_nothing_else_of_the_host() {
+    let shared = tempfile::Builder::new().prefix("wf-allow-").tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let world = sandbox_world(SandboxOptions { allow_write: vec![shared.path().to_path_buf()], ..Default::default() });
+    let outside = world.dir.path().join("outside.txt");
+    std::fs::write(&outside, "host").unwrap();
+    let result = returned(world.run(
+        r#"
+        import { writeFileSync, readFileSync } from "node:fs";
+        export function main(input) {
+          writeFileSync(input.shared + "/from-the-action.txt", "hi");
+          let outside;
+          try { outside = readFileSync(input.outside, "utf8"); } catch (e) { outside = e.code; }
+          let system;
+          try { writeFileSync("/usr/wf-was-here", "x"); system = "written"; } catch (e) { system = e.code; }
+          return { outside, system };
+        }
+        "#,
+        json!({"shared": shared.path(), "outside": outside}),
+    ));
+    assert_eq!(std::fs::read_to_string(shared.path().join("from-the-action.txt")).unwrap(), "hi");
+    assert_eq!(result, json!({"outside": "ENOENT", "system": "EROFS"}));
 }
