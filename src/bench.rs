@@ -26,7 +26,7 @@ use crate::queue::CHANNEL_ENQUEUED;
 use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded, Status};
 use crate::queue::enqueue::{self, Request, When};
-use crate::source::store::{self, MARKER};
+use crate::source::store;
 use crate::worker::{self, Isolation, Options, Until};
 
 /// The one action of the bench's app.
@@ -190,9 +190,7 @@ impl Namespace {
             })?;
             fs::write(tree.join(ENTRYPOINT), NOOP_SOURCE)
                 .with_context(|| format!("writing {}", tree.join(ENTRYPOINT).display()))?;
-            let marker = json!({"commit": commit_sha, "source": namespace.git_source_id, "files": 1});
-            fs::write(tree.join(MARKER), format!("{marker}\n"))
-                .with_context(|| format!("writing the marker {}", tree.join(MARKER).display()))?;
+            store::seal(&tree, &commit_sha, namespace.git_source_id)?;
         }
         let mut client = database.connect_as(&format!("{} setup", namespace.tag))?;
         let mut tx = client.transaction()?;

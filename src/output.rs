@@ -43,6 +43,11 @@ impl Output {
         }
     }
 
+    /// A warning on stderr: something the user should know even with `--quiet` or `--json`.
+    pub fn warn(&self, text: &str) {
+        eprintln!("warning: {text}");
+    }
+
     /// A table on stdout: boxed on a TTY, plain columns otherwise.
     pub fn table(&self, header: &[&str], rows: Vec<Vec<String>>) -> Result<()> {
         let mut table = Table::new();

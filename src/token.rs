@@ -76,6 +76,15 @@ pub fn verify(secret: &[u8], token: &str, now: DateTime<Utc>) -> Result<Claims> 
     Ok(claims)
 }
 
+/// Whether the claim a token names still owns its job: the attempt it was issued to is running.
+pub(crate) fn is_current(client: &mut postgres::Client, claims: &Claims) -> Result<bool> {
+    let row = client.query_opt(
+        "SELECT 1 FROM job_queue WHERE job_id = $1 AND worker = $2 AND running",
+        &[&claims.job, &claims.claim],
+    )?;
+    Ok(row.is_some())
+}
+
 /// The signing key: WF_SECRET, else `$WF_HOME/secret`, generated once (mode 0600).
 pub fn load_secret() -> Result<Vec<u8>> {
     if let Ok(secret) = std::env::var("WF_SECRET") {

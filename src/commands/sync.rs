@@ -44,6 +44,9 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> Result<Outcome> {
         })
         .collect();
     ctx.out.table(&["app", "action", "tag", "timeout"], rows)?;
+    if let Some(reason) = &report.materialized.repaired {
+        ctx.out.warn(&format!("{reason}; rewritten from commit {}", short_sha(&report.commit_sha)));
+    }
     let stored = if report.materialized.written {
         format!("{} files written to {}", report.materialized.files, report.materialized.dir.display())
     } else {

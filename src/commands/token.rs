@@ -1,6 +1,6 @@
 //! `wf token verify`.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
@@ -15,22 +15,39 @@ pub(super) fn run(ctx: &Ctx, command: TokenCommand) -> Result<Outcome> {
     }
 }
 
+/// A token is valid while it is well signed, unexpired, and its claim still owns the job: a
+/// token that outlived its attempt (completed, reaped, put back) is printed with `current: false`
+/// and refused (exit 1).
 fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> Result<Outcome> {
     let secret = token::load_secret()?;
+    let mut client = ctx.connect()?;
     // Expiry is judged on the database's clock, like every time that matters.
-    let now: DateTime<Utc> = ctx.connect()?.query_one("SELECT now()", &[])?.get(0);
+    let now: DateTime<Utc> = client.query_one("SELECT now()", &[])?.get(0);
     let claims = token::verify(&secret, &args.token, now).context("verifying the token")?;
+    let current = token::is_current(&mut client, &claims)?;
     let expires = DateTime::<Utc>::from_timestamp(claims.exp, 0).unwrap_or_default();
     if ctx.out.json {
         ctx.out.json(&json!({
-            "valid": true, "job": claims.job, "claim": claims.claim,
+            "valid": current, "current": current, "job": claims.job, "claim": claims.claim,
             "expires_at": crate::output::time_json(Some(expires)),
         }))?;
     } else {
         ctx.out.table(
-            &["job", "claim", "expires"],
-            vec![vec![claims.job.to_string(), claims.claim, crate::output::time_cell(Some(expires))]],
+            &["job", "claim", "expires", "current"],
+            vec![vec![
+                claims.job.to_string(),
+                claims.claim.clone(),
+                crate::output::time_cell(Some(expires)),
+                if current { "yes" } else { "no" }.to_string(),
+            ]],
         )?;
+    }
+    if !current {
+        bail!(
+            "token no longer current: claim {} does not own job {} any more (its attempt ended)",
+            claims.claim,
+            claims.job
+        );
     }
     Ok(Outcome::Ok)
 }

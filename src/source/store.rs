@@ -6,10 +6,14 @@
 //! built in a temporary directory beside its final place, fsynced, renamed into place, and only
 //! then is the marker written and fsynced.
 //!
-//! What is written: every regular file of the commit, with its executable bit. Symlinks are
-//! skipped (a link's target is only text and could point anywhere on the worker's machine) and so
-//! are submodules (their commits are not in this repository); the manifest already refuses
+//! What is written: every regular file of the commit, read-only, with its executable bit. Symlinks
+//! are skipped (a link's target is only text and could point anywhere on the worker's machine) and
+//! so are submodules (their commits are not in this repository); the manifest already refuses
 //! entrypoints and schemas that go through either.
+//!
+//! The marker records a digest of the tree (every file's path, mode and git blob id), so that a
+//! tree changed after its sync is found out: `wf sync` verifies an already complete tree and
+//! rewrites it when it no longer matches, and a worker verifies a commit before it first runs it.
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -20,11 +24,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use git2::{ObjectType, Oid, Repository, Tree};
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 /// The completion marker: present exactly when the commit's tree is complete in the store.
 pub const MARKER: &str = ".windforce_clone_complete";
+const MARKER_TEMP: &str = ".windforce_clone_complete.tmp";
 
 const MODE_EXECUTABLE: i32 = 0o100755;
 
@@ -38,6 +44,75 @@ pub fn is_materialized(dir: &Path) -> bool {
     dir.join(MARKER).is_file()
 }
 
+/// What the marker says about its tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Marker {
+    commit: String,
+    source: Uuid,
+    files: usize,
+    /// `sha256:` and the hex digest of the tree's listing (see `digest`).
+    digest: Option<String>,
+}
+
+/// Check the complete tree in `dir` against the digest its marker recorded; the error says how it
+/// differs.
+pub(crate) fn verify(dir: &Path) -> Result<()> {
+    let marker: Marker = fs::read(dir.join(MARKER))
+        .map_err(anyhow::Error::from)
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(anyhow::Error::from))
+        .with_context(|| format!("reading the marker of {}", dir.display()))?;
+    let Some(recorded) = marker.digest else {
+        bail!("the marker of {} records no digest (written by an older wf)", dir.display());
+    };
+    let mut entries = Vec::new();
+    list(dir, Path::new(""), &mut entries)?;
+    let found = digest(entries.iter().map(|(path, oid, executable)| (path.as_path(), *oid, *executable)));
+    if found != recorded {
+        bail!(
+            "the tree in {} no longer matches the digest its marker recorded: it was changed after its sync",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The digest of a tree: sha256 of one line per regular file, `<mode> <blob id> <path>`, in path
+/// order. Anything else in the tree (a symlink, a device) makes `list` fail.
+fn digest<'a>(entries: impl Iterator<Item = (&'a Path, Oid, bool)>) -> String {
+    let mut lines: Vec<String> = entries
+        .map(|(path, oid, executable)| {
+            format!("{} {oid} {}\n", if executable { "100755" } else { "100644" }, path.display())
+        })
+        .collect();
+    lines.sort();
+    let hash = Sha256::digest(lines.concat().as_bytes());
+    format!("sha256:{}", hash.iter().map(|byte| format!("{byte:02x}")).collect::<String>())
+}
+
+/// Every regular file below `dir` (the marker aside), with its git blob id, read from disk.
+fn list(dir: &Path, prefix: &Path, entries: &mut Vec<(PathBuf, Oid, bool)>) -> Result<()> {
+    let here = dir.join(prefix);
+    for entry in fs::read_dir(&here).with_context(|| format!("reading {}", here.display()))? {
+        let entry = entry?;
+        let path = prefix.join(entry.file_name());
+        if prefix.as_os_str().is_empty() && (entry.file_name() == MARKER || entry.file_name() == MARKER_TEMP) {
+            continue;
+        }
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            list(dir, &path, entries)?;
+        } else if kind.is_file() {
+            let full = dir.join(&path);
+            let oid = Oid::hash_file(ObjectType::Blob, &full).with_context(|| format!("reading {}", full.display()))?;
+            let executable = entry.metadata()?.permissions().mode() & 0o111 != 0;
+            entries.push((path, oid, executable));
+        } else {
+            bail!("{} is neither a file nor a folder, which a synced tree never holds", dir.join(&path).display());
+        }
+    }
+    Ok(())
+}
+
 /// The outcome of `materialize`.
 #[derive(Debug, Clone)]
 pub struct Materialized {
@@ -46,6 +121,8 @@ pub struct Materialized {
     pub written: bool,
     /// Regular files written (0 when not written).
     pub files: usize,
+    /// Why the tree was rewritten, when it was complete but no longer matched its marker.
+    pub repaired: Option<String>,
 }
 
 /// Make the tree of `commit` complete in the store, marker last. `progress` gets (done, total)
@@ -59,8 +136,13 @@ pub fn materialize(
 ) -> Result<Materialized> {
     let sha = commit.to_string();
     let dir = commit_dir(store, git_source_id, &sha);
+    let mut repaired = None;
     if is_materialized(&dir) {
-        return Ok(Materialized { dir, written: false, files: 0 });
+        match verify(&dir) {
+            Ok(()) => return Ok(Materialized { dir, written: false, files: 0, repaired }),
+            // Rewritten below, from the commit: the same tree again.
+            Err(error) => repaired = Some(format!("{error:#}")),
+        }
     }
     let source_dir = store.join(git_source_id.to_string());
     fs::create_dir_all(&source_dir).with_context(|| {
@@ -84,14 +166,28 @@ pub fn materialize(
         std::process::abort();
     }
 
-    write_marker(&dir, &sha, git_source_id, plan.files.len())?;
-    Ok(Materialized { dir, written: true, files: plan.files.len() })
+    let digest = digest(plan.files.iter().map(|(path, oid, executable)| (path.as_path(), *oid, *executable)));
+    write_marker(&dir, &Marker { commit: sha, source: git_source_id, files: plan.files.len(), digest: Some(digest) })?;
+    Ok(Materialized { dir, written: true, files: plan.files.len(), repaired })
 }
 
-/// A tree without marker (an interrupted sync) and this commit's temporary directories are
-/// incomplete by definition: no worker runs them, so they can go.
+/// Seal a tree written by other means than a sync (the bench's own): its digest is taken from
+/// disk and its marker written last.
+pub(crate) fn seal(dir: &Path, sha: &str, git_source_id: Uuid) -> Result<()> {
+    let mut entries = Vec::new();
+    list(dir, Path::new(""), &mut entries)?;
+    let digest = digest(entries.iter().map(|(path, oid, executable)| (path.as_path(), *oid, *executable)));
+    let marker = Marker { commit: sha.to_string(), source: git_source_id, files: entries.len(), digest: Some(digest) };
+    write_marker(dir, &marker)
+}
+
+/// A tree without marker (an interrupted sync), a tree that no longer matches its marker, and
+/// this commit's temporary directories are incomplete by definition: no worker runs them, so they
+/// can go.
 fn remove_leftovers(source_dir: &Path, dir: &Path, sha: &str) -> Result<()> {
     if dir.exists() {
+        // The marker first: from that moment no worker takes the tree for complete.
+        let _ = fs::remove_file(dir.join(MARKER));
         fs::remove_dir_all(dir).with_context(|| format!("removing the incomplete tree {}", dir.display()))?;
     }
     let prefix = format!(".tmp-{sha}-");
@@ -107,14 +203,13 @@ fn remove_leftovers(source_dir: &Path, dir: &Path, sha: &str) -> Result<()> {
 
 /// The marker itself appears atomically (written aside, fsynced, renamed), then the directory
 /// entry is made durable.
-fn write_marker(dir: &Path, sha: &str, git_source_id: Uuid, files: usize) -> Result<()> {
-    let content = json!({"commit": sha, "source": git_source_id, "files": files});
-    let temp = dir.join(format!("{MARKER}.tmp"));
-    let marker = dir.join(MARKER);
-    let mut file = File::create(&temp).with_context(|| format!("writing the marker {}", marker.display()))?;
-    file.write_all(format!("{content}\n").as_bytes())?;
+fn write_marker(dir: &Path, marker: &Marker) -> Result<()> {
+    let temp = dir.join(MARKER_TEMP);
+    let path = dir.join(MARKER);
+    let mut file = File::create(&temp).with_context(|| format!("writing the marker {}", path.display()))?;
+    file.write_all(format!("{}\n", serde_json::to_string(marker)?).as_bytes())?;
     file.sync_all()?;
-    fs::rename(&temp, &marker).with_context(|| format!("writing the marker {}", marker.display()))?;
+    fs::rename(&temp, &path).with_context(|| format!("writing the marker {}", path.display()))?;
     sync_dir(dir)
 }
 
@@ -164,7 +259,8 @@ impl Plan {
             let full = root.join(path);
             let mut file = File::create(&full).with_context(|| format!("creating {}", path.display()))?;
             file.write_all(blob.content()).with_context(|| format!("writing {}", path.display()))?;
-            let mode = if *executable { 0o755 } else { 0o644 };
+            // Read-only: a tree is never written again once synced (a changed one is rewritten whole).
+            let mode = if *executable { 0o555 } else { 0o444 };
             file.set_permissions(fs::Permissions::from_mode(mode))?;
             file.sync_all().with_context(|| format!("syncing {}", path.display()))?;
             progress(done + 1, total);

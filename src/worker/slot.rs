@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use postgres::fallible_iterator::FallibleIterator;
 use serde_json::Value;
 use uuid::Uuid;
@@ -116,17 +116,8 @@ enum StopReason {
 fn run_job(shared: &Shared, connection: &mut Connection, job: Claimed) {
     let name = &shared.options.name;
     let tree = store::commit_dir(&shared.store, job.git_source_id, &job.commit_sha);
-    if !is_prepared(shared, &tree) {
-        let error = JobError::new(
-            "SourceNotMaterialized",
-            format!(
-                "commit {} is not materialized in the store: {} has no marker {} (the store must be \
-                 shared by every host that runs workers; `wf sync` materializes it)",
-                job.commit_sha,
-                tree.display(),
-                store::MARKER
-            ),
-        );
+    if let Err(error) = prepare(shared, &tree) {
+        let error = JobError::new("SourceNotMaterialized", format!("commit {}: {error:#}", job.commit_sha));
         return record(shared, connection, &job, Status::Failure, None, Some(error.to_value()), LogBuffer::default());
     }
     let claims = token::Claims::for_claim(job.id, &job.claim, job.started_at, job.timeout_s);
@@ -279,17 +270,24 @@ fn stream_name(stream: Stream) -> &'static str {
     }
 }
 
-/// A commit is run only when its marker is in the store; once seen, it is not checked again.
-fn is_prepared(shared: &Shared, tree: &std::path::Path) -> bool {
+/// A commit is run only when its marker is in the store and its tree still matches the digest the
+/// marker recorded; once checked, it is not checked again by this process.
+fn prepare(shared: &Shared, tree: &std::path::Path) -> anyhow::Result<()> {
     let mut prepared = shared.prepared.lock().unwrap_or_else(|e| e.into_inner());
     if prepared.contains(tree) {
-        return true;
+        return Ok(());
     }
-    if store::is_materialized(tree) {
-        prepared.insert(tree.to_path_buf());
-        return true;
+    if !store::is_materialized(tree) {
+        anyhow::bail!(
+            "not materialized in the store: {} has no marker {} (the store must be shared by every host that \
+             runs workers; `wf sync` materializes it)",
+            tree.display(),
+            store::MARKER
+        );
     }
-    false
+    store::verify(tree).context("run `wf sync` for its source to repair the store")?;
+    prepared.insert(tree.to_path_buf());
+    Ok(())
 }
 
 /// The result must match the pinned output schema and fit the size cap.

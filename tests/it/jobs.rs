@@ -1,9 +1,11 @@
 //! The single enqueue path, inspection, results and exit codes, pinning, order, tokens.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::fixtures::{enqueue, path, synced};
-use crate::harness::TestEnv;
+use crate::harness::{TestEnv, wait_for};
 
 fn drain(env: &TestEnv) {
     env.wf(["work", "--drain", "--concurrency", "2"]).ok();
@@ -377,11 +379,15 @@ fn the_action_sees_its_environment_and_a_token_that_verifies() {
     assert!(vars.get("WF_CANARY").is_none(), "the worker's environment leaked: {vars}");
     assert!(vars.get("DATABASE_URL").is_none(), "the database URL leaked to the action");
 
+    // The token outlived its attempt: well signed, unexpired, but no longer current.
     let token = vars["WF_TOKEN"].as_str().unwrap().to_string();
-    let claims = env.wf(["token", "verify", &token, "--json"]).ok().json();
+    let run = env.wf(["token", "verify", &token, "--json"]).run().expect_code(1);
+    let claims = run.json();
+    assert_eq!((claims["current"].as_bool(), claims["valid"].as_bool()), (Some(false), Some(false)), "{claims}");
     assert_eq!(claims["job"], id.as_str());
     let worker: String = env.scalar(&format!("SELECT worker FROM job_completed WHERE job_id = '{id}'"));
     assert_eq!(claims["claim"], worker.as_str());
+    assert!(run.stderr.contains("no longer current"), "{run:?}");
 
     // A modified token, one signed with another secret, and an expired one are refused.
     let mut forged = token.clone();
@@ -398,7 +404,31 @@ fn the_action_sees_its_environment_and_a_token_that_verifies() {
     assert!(run.stderr.contains("expired"), "{run:?}");
     let fresh =
         wf::token::issue(secret, &wf::token::Claims::for_claim(uuid::Uuid::new_v4(), "w#1", chrono::Utc::now(), 60));
-    env.wf(["token", "verify", &fresh]).ok();
+    let run = env.wf(["token", "verify", &fresh]).run().expect_code(1);
+    assert!(run.stderr.contains("no longer current"), "a job no claim owns: {run:?}");
+}
+
+/// While its attempt runs, the action's token verifies as current.
+#[test]
+fn a_running_attempts_token_is_current() {
+    let env = TestEnv::new().env("WF_SECRET", "0123456789abcdef0123456789abcdef-test-secret");
+    synced(&env);
+    let id = enqueue(&env, "t/sleep", json!({"ms": 20000}));
+    let _worker = crate::fixtures::worker(&env, "w", &["--once"]);
+    let jobs = [id.clone()].into_iter().collect();
+    // Read from the environment of the job's own processes, as only root can.
+    let token = wait_for(Duration::from_secs(30), "the job's processes", || {
+        crate::checks::job_processes(&jobs).iter().find_map(|(pid, _, _)| {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            environ
+                .split(|&b| b == 0)
+                .find_map(|var| String::from_utf8_lossy(var).strip_prefix("WF_TOKEN=").map(str::to_string))
+        })
+    });
+    let claims = env.wf(["token", "verify", &token, "--json"]).ok().json();
+    assert_eq!((claims["current"].as_bool(), claims["valid"].as_bool()), (Some(true), Some(true)), "{claims}");
+    assert_eq!(claims["job"], id.as_str());
+    env.wf(["cancel", &id, "--yes"]).ok();
 }
 
 #[test]

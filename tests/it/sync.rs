@@ -202,8 +202,9 @@ fn sync_pins_the_commit_and_fills_the_catalog_from_the_manifest() {
         "export function main() { return {}; }\n"
     );
     let mode = |path: &str| std::fs::metadata(dir.join(path)).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode("tools/run.sh"), 0o755, "the executable bit is kept");
-    assert_eq!(mode("billing/charge.ts"), 0o644);
+    assert_eq!(mode("tools/run.sh"), 0o555, "the executable bit is kept, the file read-only");
+    assert_eq!(mode("billing/charge.ts"), 0o444);
+    assert!(marker["digest"].as_str().unwrap().starts_with("sha256:"), "{marker}");
     assert!(dir.join("billing-link").symlink_metadata().is_err(), "symlinks are not materialized");
     assert!(wf::source::store::is_materialized(&dir));
     assert_eq!(wf::source::store::commit_dir(&env.store(), id.parse().unwrap(), &sha), dir);
