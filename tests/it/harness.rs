@@ -130,6 +130,11 @@ impl TestCluster {
     }
 }
 
+/// The folder of the shared cluster's socket.
+pub(crate) fn socket_dir() -> PathBuf {
+    cluster().socket_dir.clone()
+}
+
 /// The bun executable the tests run actions with: WF_BUN, the project's `.tools`, or PATH.
 pub(crate) fn bun() -> PathBuf {
     if let Some(path) = std::env::var_os("WF_BUN") {

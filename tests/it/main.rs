@@ -15,6 +15,7 @@ mod jobs;
 mod prune;
 mod reaper;
 mod runner;
+mod sandbox;
 mod schedule;
 mod sync;
 mod work;

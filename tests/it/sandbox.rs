@@ -1,0 +1,380 @@
+//! Actions that attack, run by real workers against a real PostgreSQL: in a sandbox (the default)
+//! each attack fails and the job still ends right. Where it shows that an attack is real, the
+//! same action is also run with `--isolation none`, where it succeeds.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::checks::{assert_no_job_processes, job_processes, wait_completed};
+use crate::fixtures::{enqueue, worker};
+use crate::harness::{GitRepo, TestEnv, wait_for};
+
+const SECRET: &str = "a-worker-secret-that-no-action-may-ever-read-0123456789";
+
+/// A source of attacking actions (app `a`), and two honest ones.
+fn attack_repo() -> GitRepo {
+    let repo = GitRepo::new();
+    repo.manifest(&json!({
+        "apps": {
+            "a": {
+                "actions": {
+                    "secrets": {"entrypoint": "a/secrets.ts"},
+                    "store": {"entrypoint": "a/store.ts"},
+                    "victim": {"entrypoint": "a/victim.ts"},
+                    "sibling": {"entrypoint": "a/sibling.ts"},
+                    "tyrant": {"entrypoint": "a/tyrant.ts", "timeout": 3},
+                    "big": {"entrypoint": "a/big.ts"},
+                    "deep": {"entrypoint": "a/deep.ts"},
+                    "hog": {"entrypoint": "a/hog.ts", "memory_mb": 96},
+                    "offline": {"entrypoint": "a/fetch.ts"},
+                    "online": {"entrypoint": "a/fetch.ts", "network": true},
+                    "hello": {"entrypoint": "a/hello.ts"}
+                },
+                "network": false
+            }
+        }
+    }));
+    // What a thief looks for: the worker's secrets in any process's environment or command line,
+    // the secret file in WF_HOME, and the folders around its own.
+    repo.file(
+        "a/secrets.ts",
+        r#"
+import { readdirSync, readFileSync } from "node:fs";
+function attempt(what: () => unknown) { try { what(); return "read"; } catch (e: any) { return e.code; } }
+export function main(input: any) {
+  const hits: string[] = [];
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    for (const file of ["environ", "cmdline"]) {
+      try {
+        const text = readFileSync(`/proc/${pid}/${file}`, "latin1");
+        if (text.includes(input.secret) || text.includes("WF_SECRET=") || text.includes("DATABASE_URL=")) {
+          hits.push(`${pid}/${file}`);
+        }
+      } catch {}
+    }
+  }
+  return {
+    hits,
+    secret_file: attempt(() => readFileSync(input.home + "/secret")),
+    home: attempt(() => readdirSync(input.home)),
+    store: attempt(() => readdirSync(input.store)),
+  };
+}
+"#,
+    );
+    // Rewrites its own source, through the sandbox's path and the host's.
+    repo.file(
+        "a/store.ts",
+        r#"
+import { writeFileSync } from "node:fs";
+function attempt(what: () => unknown) { try { what(); return "written"; } catch (e: any) { return e.code; } }
+const evil = "export function main() { return 'owned'; }\n";
+export function main(input: any) {
+  return {
+    inside: attempt(() => writeFileSync("/wf/source/a/hello.ts", evil)),
+    host: attempt(() => writeFileSync(input.tree + "/a/hello.ts", evil)),
+  };
+}
+"#,
+    );
+    repo.file("a/hello.ts", "export function main() { return 'hello'; }\n");
+    repo.file(
+        "a/victim.ts",
+        r#"
+export async function main(input: any) {
+  await Bun.sleep(input.ms);
+  return { me: "victim", job: process.env.WF_JOB_ID };
+}
+"#,
+    );
+    // Looks for a sibling job's processes: their token, their files; kills what it finds.
+    repo.file(
+        "a/sibling.ts",
+        r#"
+import { readdirSync, readFileSync } from "node:fs";
+export function main(input: any) {
+  const others: string[] = [];
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    try {
+      const environ = readFileSync(`/proc/${pid}/environ`, "latin1");
+      const job = environ.split("\0").find((v) => v.startsWith("WF_JOB_ID="));
+      if (job && job !== `WF_JOB_ID=${process.env.WF_JOB_ID}`) {
+        others.push(job);
+        try { process.kill(Number(pid), "SIGKILL"); } catch {}
+      }
+    } catch {}
+  }
+  let scratch;
+  try { readdirSync(input.home + "/scratch"); scratch = "listed"; } catch (e: any) { scratch = e.code; }
+  return { others, scratch };
+}
+"#,
+    );
+    // Kills and stops everything it can see but itself, then outstays its timeout.
+    repo.file(
+        "a/tyrant.ts",
+        r#"
+import { readdirSync } from "node:fs";
+export async function main() {
+  const targets = [process.ppid, ...readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number)];
+  for (const pid of targets.filter((pid) => pid !== process.pid)) {
+    for (const signal of ["SIGSTOP", "SIGKILL"]) { try { process.kill(pid, signal); } catch {} }
+  }
+  await new Promise(() => setInterval(() => {}, 1000));
+}
+"#,
+    );
+    repo.file("a/big.ts", "export function main() { return 'x'.repeat(60_000_000); }\n");
+    repo.file(
+        "a/deep.ts",
+        "export function main() { let v: any = 0; for (let i = 0; i < 300; i++) v = [v]; return v; }\n",
+    );
+    repo.file(
+        "a/hog.ts",
+        r#"
+export async function main() {
+  const kept = [];
+  for (let i = 0; i < 100; i++) { kept.push(Buffer.alloc(16 << 20, 1)); await Bun.sleep(20); }
+  return kept.length;
+}
+"#,
+    );
+    repo.file(
+        "a/fetch.ts",
+        r#"
+export async function main(input: any) {
+  try { return await (await fetch(input.url)).text(); } catch (e: any) { return "failed: " + e.message; }
+}
+"#,
+    );
+    repo.commit("attacks");
+    repo
+}
+
+fn synced_attacks(env: &TestEnv) -> GitRepo {
+    let repo = attack_repo();
+    env.wf(["source", "add", "attacks", &repo.url()]).ok();
+    env.wf(["sync", "attacks"]).ok();
+    repo
+}
+
+/// The job's result, once the worker drained the queue.
+fn result(env: &TestEnv, id: &str) -> Value {
+    serde_json::from_str(&env.wf(["result", id]).ok().stdout).unwrap()
+}
+
+/// The job's error object, once it failed.
+fn error(env: &TestEnv, id: &str) -> Value {
+    serde_json::from_str(&env.wf(["result", id]).run().expect_code(4).stdout).unwrap()
+}
+
+/// The folder of the synced commit in the test's store.
+fn tree(env: &TestEnv) -> std::path::PathBuf {
+    let row = env.db().query_one("SELECT id::text, commit_sha FROM git_source WHERE name = 'attacks'", &[]).unwrap();
+    env.store().join(row.get::<_, String>(0)).join(row.get::<_, String>(1))
+}
+
+#[test]
+fn an_action_cannot_read_the_workers_secrets_or_its_home() {
+    let env = TestEnv::new().env("WF_SECRET", SECRET);
+    synced_attacks(&env);
+    // The secret both in the worker's environment and in WF_HOME's secret file.
+    std::fs::write(env.home().join("secret"), SECRET).unwrap();
+    let input = json!({"secret": SECRET, "home": env.home(), "store": env.store()});
+    let id = enqueue(&env, "a/secrets", input.clone());
+    env.wf(["work", "--drain"]).ok();
+    let found = result(&env, &id);
+    assert_eq!(found, json!({"hits": [], "secret_file": "ENOENT", "home": "ENOENT", "store": "ENOENT"}));
+
+    // The same action without a sandbox finds what it looks for: the check above can fail.
+    let id = enqueue(&env, "a/secrets", input);
+    env.wf(["work", "--drain", "--isolation", "none"]).ok();
+    let found = result(&env, &id);
+    assert_ne!(found["hits"], json!([]), "{found}");
+    assert_eq!(found["secret_file"], "read", "{found}");
+}
+
+#[test]
+fn an_action_cannot_change_the_store_and_a_changed_tree_is_found_and_repaired() {
+    let env = TestEnv::new();
+    let _repo = synced_attacks(&env);
+    let tree = tree(&env);
+    let id = enqueue(&env, "a/store", json!({"tree": tree}));
+    env.wf(["work", "--drain"]).ok();
+    let tried = result(&env, &id);
+    // Refused by the file's mode (read-only, not the sandbox user's) before the read-only mount.
+    assert!(["EACCES", "EROFS"].contains(&tried["inside"].as_str().unwrap()), "{tried}");
+    assert_eq!(tried["host"], "ENOENT", "{tried}");
+    let hello = enqueue(&env, "a/hello", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    assert_eq!(result(&env, &hello), "hello");
+
+    // Without a sandbox the action (as root here) rewrites the commit's tree. The next worker to
+    // prepare the commit finds it changed and runs none of it; `wf sync` rewrites it.
+    let id = enqueue(&env, "a/store", json!({"tree": tree}));
+    env.wf(["work", "--drain", "--isolation", "none"]).ok();
+    assert_eq!(result(&env, &id)["host"], "written");
+    let refused = enqueue(&env, "a/hello", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    let refusal = error(&env, &refused);
+    assert_eq!(refusal["name"], "SourceNotMaterialized", "{refusal}");
+    let message = refusal["message"].as_str().unwrap();
+    assert!(message.contains("changed after its sync") && message.contains("wf sync"), "{message}");
+    let run = env.wf(["sync", "attacks"]).ok();
+    assert!(run.stderr.contains("no longer matches") && run.stderr.contains("rewritten"), "{run:?}");
+    let again = enqueue(&env, "a/hello", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    assert_eq!(result(&env, &again), "hello");
+}
+
+#[test]
+fn an_action_cannot_reach_a_sibling_job() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    for isolation in ["sandbox", "none"] {
+        let victim = enqueue(&env, "a/victim", json!({"ms": 4000}));
+        let mut w = worker(&env, &format!("w-{isolation}"), &["--concurrency", "2", "--isolation", isolation]);
+        let jobs: HashSet<String> = [victim.clone()].into_iter().collect();
+        wait_for(Duration::from_secs(30), "the victim to run", || (!job_processes(&jobs).is_empty()).then_some(()));
+        let attacker = enqueue(&env, "a/sibling", json!({"home": env.home()}));
+        let seen = wait_completed(&env, &attacker, Duration::from_secs(30));
+        let done = wait_completed(&env, &victim, Duration::from_secs(30));
+        crate::checks::kill(&mut w);
+        let seen = seen.result.unwrap();
+        if isolation == "sandbox" {
+            assert_eq!(seen, json!({"others": [], "scratch": "ENOENT"}));
+            assert_eq!(done.status, "success", "the victim ran on");
+            assert_eq!(done.result.unwrap(), json!({"me": "victim", "job": victim}));
+        } else {
+            assert_ne!(seen["others"], json!([]), "without a sandbox the sibling is found: {seen}");
+            assert_eq!(done.status, "failure", "and killed");
+        }
+    }
+}
+
+/// An action that signals everything it can see cannot stop or kill its supervisor: its timeout
+/// still ends it on time, no process of it is left, and the worker goes on with the next job.
+#[test]
+fn an_action_cannot_kill_or_stop_its_supervisor() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let tyrant = enqueue(&env, "a/tyrant", json!({}));
+    let after = enqueue(&env, "a/hello", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    let error = error(&env, &tyrant);
+    assert_eq!(error["name"], "Timeout", "{error}");
+    assert_eq!(result(&env, &after), "hello");
+    assert_no_job_processes(&[tyrant], "the tyrant's processes");
+}
+
+/// A 60 MB result fails as ResultTooLarge without the worker reading more than the cap.
+#[test]
+fn a_huge_result_is_refused_without_the_worker_reading_it() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let big = enqueue(&env, "a/big", json!({}));
+    let deep = enqueue(&env, "a/deep", json!({}));
+    let mut w = worker(&env, "w", &[]);
+    wait_completed(&env, &big, Duration::from_secs(60));
+    wait_completed(&env, &deep, Duration::from_secs(60));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", w.id())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    crate::checks::kill(&mut w);
+    let error = error(&env, &big);
+    assert_eq!(error["name"], "ResultTooLarge", "{error}");
+    // Reading the whole result would take 60 MB at least (parsing it, several times that).
+    assert!(peak_kib < 40 * 1024, "the worker's peak resident memory was {peak_kib} KiB");
+    let error = self::error(&env, &deep);
+    assert_eq!(error["name"], "ResultUnreadable", "{error}");
+    assert!(error["message"].as_str().unwrap().contains("recursion limit"), "{error}");
+}
+
+/// `memory_mb` and `network` from the manifest are pinned on the job and hold in its sandbox; the
+/// worker and its next job live on.
+#[test]
+fn the_manifests_limits_hold_and_the_worker_lives_on() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        if let Ok((mut stream, _)) = listener.accept() {
+            let _ = stream.read(&mut [0u8; 1024]);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    let hog = enqueue(&env, "a/hog", json!({}));
+    let offline = enqueue(&env, "a/offline", json!({"url": url}));
+    let online = enqueue(&env, "a/online", json!({"url": url}));
+    env.wf(["work", "--drain"]).ok();
+    let error = error(&env, &hog);
+    assert_eq!(error["name"], "MemoryLimit", "{error}");
+    assert!(result(&env, &offline).as_str().unwrap().starts_with("failed"), "the app's network: false holds");
+    assert_eq!(result(&env, &online), "ok", "the action's own network: true wins over its app's");
+    server.join().unwrap();
+}
+
+/// Where the kernel refuses what the sandbox needs, `wf work` refuses to start and names the way
+/// out; it never runs an action unsandboxed behind the operator's back.
+#[test]
+fn a_worker_refuses_to_start_where_the_sandbox_is_refused() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/hello", json!({}));
+    // A user namespace whose limit on further user namespaces is 0, as some hosts and container
+    // runtimes set it.
+    let wf = env.wf(["work", "--drain"]);
+    let mut command = std::process::Command::new("unshare");
+    command.args([
+        "--user",
+        "--map-root-user",
+        "sh",
+        "-c",
+        "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"",
+        "sh",
+    ]);
+    command.arg(wf.command.get_program()).args(wf.command.get_args());
+    command.env_clear().envs(wf.command.get_envs().filter_map(|(key, value)| value.map(|value| (key, value))));
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--isolation none"), "{stderr}");
+    let running: i64 = env.scalar("SELECT count(*) FROM job_completed");
+    assert_eq!(running, 0, "nothing was run");
+    env.wf(["work", "--drain"]).ok();
+    assert_eq!(result(&env, &id), "hello");
+}
+
+/// A worker that is not root runs its actions in a sandbox too: as its own user, which the kernel
+/// lets it map, with the same isolation.
+#[test]
+fn a_worker_that_is_not_root_runs_sandboxed_actions() {
+    let env = TestEnv::new().env("WF_SECRET", SECRET);
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/secrets", json!({"secret": SECRET, "home": "/nowhere", "store": env.store()}));
+    let hello = enqueue(&env, "a/hello", json!({}));
+    // The non-root worker's own home, the store it reads, the database socket it reaches.
+    let home = env.dir.path().join("nobody-home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+    for dir in [env.dir.path().to_path_buf(), env.home(), crate::harness::socket_dir()] {
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let wf = env.wf(["work", "--drain"]).env("WF_HOME", &home).env("WF_STORE", env.store());
+    let mut command = std::process::Command::new("runuser");
+    command.args(["-u", "nobody", "--"]).arg(wf.command.get_program()).args(wf.command.get_args());
+    command.env_clear().envs(wf.command.get_envs().filter_map(|(key, value)| value.map(|value| (key, value))));
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let found = result(&env, &id);
+    assert_eq!(found["hits"], json!([]), "{found}");
+    assert_eq!(found["store"], "ENOENT", "{found}");
+    assert_eq!(result(&env, &hello), "hello");
+}
