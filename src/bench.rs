@@ -88,8 +88,24 @@ pub(crate) struct Report {
     /// Claim, then complete as success at once, across `workers` connections.
     pub claim_complete: Rate,
     pub pickup: Latency,
-    /// A real worker running a trivial bun action (with `--bun`).
-    pub bun: Option<Rate>,
+    /// A real worker running a trivial bun action (with `--bun`), in sandboxes, and without.
+    pub bun: Option<BunRates>,
+}
+
+/// The end-to-end rate with and without the sandbox, measured one after the other.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BunRates {
+    pub sandbox: Rate,
+    pub none: Rate,
+}
+
+impl BunRates {
+    /// What a sandbox adds to one attempt: the difference in time per job, times the attempts
+    /// that ran at once.
+    pub(crate) fn sandbox_cost_per_attempt(&self, workers: u32) -> Duration {
+        let per_job = |rate: &Rate| rate.elapsed.as_secs_f64() / rate.jobs.max(1) as f64;
+        Duration::from_secs_f64(((per_job(&self.sandbox) - per_job(&self.none)) * f64::from(workers)).max(0.0))
+    }
 }
 
 /// Where a bench run is, for a progress display. Called from several threads at once.
@@ -138,9 +154,17 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
     delete_jobs(&mut client, &namespace.tag)?;
 
     let bun = if plan.bun {
-        let rate = bun_end_to_end(&mut client, namespace, jobs.min(BUN_JOBS_MAX), plan.workers, progress, interrupt)?;
-        expect_succeeded(&mut client, &namespace.tag, jobs.min(BUN_JOBS_MAX), "bun end-to-end")?;
-        Some(rate)
+        let bun_jobs = jobs.min(BUN_JOBS_MAX);
+        let mut end_to_end = |isolation: Isolation, name: &str| -> Result<Rate> {
+            let rate =
+                bun_end_to_end(&mut client, namespace, bun_jobs, plan.workers, isolation, name, progress, interrupt)?;
+            expect_succeeded(&mut client, &namespace.tag, bun_jobs, name)?;
+            delete_jobs(&mut client, &namespace.tag)?;
+            Ok(rate)
+        };
+        let sandbox = end_to_end(Isolation::Sandbox { allow_write: Vec::new() }, "bun end to end")?;
+        let none = end_to_end(Isolation::None, "bun end to end, no sandbox")?;
+        Some(BunRates { sandbox, none })
     } else {
         None
     };
@@ -488,20 +512,23 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// `jobs` jobs of the trivial bun action, run by a real worker (claim, supervisor, bun, heartbeat,
-/// completion) that stops when they are drained: its whole run, start to stop.
+/// `jobs` jobs of the trivial bun action, run by a real worker (claim, supervisor, sandbox, bun,
+/// heartbeat, completion) that stops when they are drained: its whole run, start to stop.
+#[allow(clippy::too_many_arguments)]
 fn bun_end_to_end(
     client: &mut Client,
     namespace: &Namespace,
     jobs: u32,
     workers: u32,
+    isolation: Isolation,
+    name: &str,
     progress: &dyn Progress,
     interrupt: &Interrupt,
 ) -> Result<Rate> {
     let mut tx = client.transaction()?;
     enqueue::enqueue(&mut tx, &namespace.request((0..jobs).map(|n| json!({"n": n})).collect()))?;
     tx.commit()?;
-    progress.begin("bun end to end", u64::from(jobs));
+    progress.begin(name, u64::from(jobs));
     let options = Options {
         tags: vec![namespace.tag.clone()],
         concurrency: workers,
@@ -514,7 +541,7 @@ fn bun_end_to_end(
         restart_limit: 3,
         poll: Duration::from_secs(1),
         quiet: true,
-        isolation: Isolation::Sandbox { allow_write: Vec::new() },
+        isolation,
     };
     let started = Instant::now();
     let (ran, watched) = std::thread::scope(|scope| {

@@ -47,8 +47,10 @@ fn to_json(report: &Report) -> Value {
             "p99": millis(report.pickup.p99),
             "samples": report.pickup.samples,
         },
-        "bun_end_to_end_per_s": report.bun.map(|rate| rate.per_second()),
-        "bun_jobs": report.bun.map(|rate| rate.jobs),
+        "bun_end_to_end_per_s": report.bun.map(|bun| bun.sandbox.per_second()),
+        "bun_no_sandbox_per_s": report.bun.map(|bun| bun.none.per_second()),
+        "sandbox_ms_per_attempt": report.bun.map(|bun| millis(bun.sandbox_cost_per_attempt(report.workers))),
+        "bun_jobs": report.bun.map(|bun| bun.sandbox.jobs),
     })
 }
 
@@ -77,7 +79,17 @@ fn rows(report: &Report) -> Vec<Vec<String>> {
         ],
     ];
     if let Some(bun) = &report.bun {
-        rows.push(rate(&format!("bun end to end ({} workers)", report.workers), bun));
+        rows.push(rate(&format!("bun end to end ({} workers)", report.workers), &bun.sandbox));
+        rows.push(rate(&format!("bun end to end, no sandbox ({} workers)", report.workers), &bun.none));
+        let cost = millis(bun.sandbox_cost_per_attempt(report.workers));
+        rows.push(vec![
+            "sandbox cost per attempt".to_string(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            format!("{cost:.2}"),
+            "-".into(),
+        ]);
     }
     rows
 }

@@ -56,6 +56,8 @@ fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
     let report = env.wf(["bench", "--bun", "--jobs", "20", "--workers", "2", "--json"]).ok().json();
     assert_measured(&report, 20, 2);
     rate(&report, "bun_end_to_end_per_s");
+    rate(&report, "bun_no_sandbox_per_s");
+    assert!(report["sandbox_ms_per_attempt"].as_f64().is_some_and(|ms| ms >= 0.0), "{report}");
     assert_eq!(report["bun_jobs"], 20, "{report}");
     assert_nothing_left(&env);
 }
