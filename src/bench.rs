@@ -8,6 +8,7 @@
 //! runs a real worker in-process.
 
 use std::fs;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,13 +16,13 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, GenericClient};
 use serde_json::{Value, json};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use uuid::Uuid;
 
 use crate::db::Database;
+use crate::db::listen::Listener;
 use crate::queue::CHANNEL_ENQUEUED;
 use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded, Status};
@@ -458,27 +459,29 @@ fn next_pickup<T>(pickups: &mpsc::Receiver<Pickup>, wanted: impl Fn(Pickup) -> O
 /// job at once. Until `stop`.
 fn idle_claimer(namespace: &Namespace, stop: &AtomicBool, picked: mpsc::Sender<Pickup>) -> Result<()> {
     let mut client = namespace.database.connect_as(&format!("{} idle claimer", namespace.tag))?;
-    client.batch_execute(&format!("LISTEN {CHANNEL_ENQUEUED}"))?;
+    let mut listener = Listener::listen(&mut client, CHANNEL_ENQUEUED)?;
     if picked.send(Pickup::Listening).is_err() {
         return Ok(());
     }
     let tags = [namespace.tag.clone()];
-    for n in 0u64.. {
-        if stop.load(Ordering::SeqCst) {
+    let mut claims = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        // A short deadline, so that `stop` is seen soon after the last sample.
+        let looked = listener.look_until(
+            Some(Instant::now() + IDLE_POLL),
+            IDLE_POLL,
+            |notification| notification.payload() == namespace.tag,
+            |client| {
+                claims += 1;
+                let claim_id = format!("{}:idle#{claims}", namespace.tag);
+                let Some(job) = claim::claim(client, &tags, &claim_id)? else { return Ok(ControlFlow::Continue(())) };
+                let told = picked.send(Pickup::Claimed(job.id, Instant::now())).is_ok();
+                complete_noop(client, &job)?;
+                Ok(ControlFlow::Break(told))
+            },
+        )?;
+        if looked == ControlFlow::Break(false) {
             break;
-        }
-        let claim_id = format!("{}:idle#{n}", namespace.tag);
-        if let Some(job) = claim::claim(&mut client, &tags, &claim_id)? {
-            if picked.send(Pickup::Claimed(job.id, Instant::now())).is_err() {
-                break;
-            }
-            complete_noop(&mut client, &job)?;
-            continue;
-        }
-        let mut notifications = client.notifications();
-        if notifications.timeout_iter(IDLE_POLL).next()?.is_some() {
-            // One look serves every pending notification.
-            while notifications.iter().next()?.is_some() {}
         }
     }
     Ok(())

@@ -17,4 +17,5 @@ mod reaper;
 mod runner;
 mod schedule;
 mod sync;
+mod waits;
 mod work;
