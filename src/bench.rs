@@ -9,6 +9,7 @@
 
 use std::fs;
 use std::ops::ControlFlow;
+use std::panic::resume_unwind;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,6 +24,7 @@ use uuid::Uuid;
 
 use crate::db::Database;
 use crate::db::listen::Listener;
+use crate::output::diag;
 use crate::queue::CHANNEL_ENQUEUED;
 use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded, Status};
@@ -258,7 +260,7 @@ impl Drop for Namespace {
             return;
         }
         if let Err(error) = self.remove_all() {
-            eprintln!(
+            diag!(
                 "warning: wf bench could not clean up after itself: {error:#}; left behind: jobs tagged {tag}, \
                  source {tag} (`wf source rm {tag}`){}",
                 self.store_dir.as_ref().map_or(String::new(), |dir| format!(", {}", dir.display())),
@@ -353,7 +355,8 @@ fn claim_and_complete(
                 })
             })
             .collect();
-        threads.into_iter().map(|thread| thread.join().expect("a bench claimer panicked")).collect()
+        // A thread's panic was reported by the hook: pass it on without a second report.
+        threads.into_iter().map(|thread| thread.join().unwrap_or_else(|panic| resume_unwind(panic))).collect()
     });
     let elapsed = started.elapsed();
     results.into_iter().collect::<Result<()>>()?;
@@ -400,7 +403,7 @@ fn pickup_latency(
         let claimer = scope.spawn(|| idle_claimer(namespace, &stop, picked));
         let latencies = enqueue_paced(client, namespace, samples, &pickups, progress, interrupt);
         stop.store(true, Ordering::SeqCst);
-        (latencies, claimer.join().expect("the bench's idle claimer panicked"))
+        (latencies, claimer.join().unwrap_or_else(|panic| resume_unwind(panic)))
     });
     // The claimer's own error explains a pickup that never came.
     claimer?;
@@ -528,7 +531,7 @@ fn bun_end_to_end(
             watched = finished_jobs(client, &namespace.tag).map(|finished| progress.done(finished));
             std::thread::sleep(Duration::from_millis(200));
         }
-        (worker.join().expect("the bench's worker panicked"), watched)
+        (worker.join().unwrap_or_else(|panic| resume_unwind(panic)), watched)
     });
     let elapsed = ran.context("running a worker on the bench's bun jobs")?;
     watched?;

@@ -9,6 +9,7 @@ use super::Ctx;
 use super::jobs::print_result;
 use crate::cli::EnqueueArgs;
 use crate::error::Outcome;
+use crate::output::diag;
 use crate::queue::enqueue::{self, Request, When};
 use crate::queue::inspect;
 
@@ -55,7 +56,7 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
     }
     let job = &jobs[0];
     if args.wait {
-        eprintln!("{}", job.id);
+        diag!("{}", job.id);
         let view = inspect::wait_until_finished(&mut client, job.id, args.timeout)?;
         return print_result(&ctx.out, &view);
     }

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::Ctx;
 use crate::cli::{JobsArgs, LogsArgs, ResultArgs, ShowArgs};
 use crate::error::Outcome;
-use crate::output::{Output, time_cell};
+use crate::output::{Output, diag, time_cell};
 use crate::queue::inspect::{self, JobView, LogEntry};
 
 pub(super) fn jobs(ctx: &Ctx, args: JobsArgs) -> Result<Outcome> {
@@ -102,7 +102,7 @@ pub(super) fn print_result(out: &Output, job: &JobView) -> Result<Outcome> {
         }
         out.json(&full)?;
     } else if outcome == Outcome::NotFinished {
-        eprintln!("job {} is {}: not finished (use --wait to wait for it)", job.id, job.status);
+        diag!("job {} is {}: not finished (use --wait to wait for it)", job.id, job.status);
     } else {
         out.line(&serde_json::to_string_pretty(&document)?)?;
     }

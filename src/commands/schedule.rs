@@ -7,7 +7,7 @@ use super::Ctx;
 use super::enqueue::{read_input, split_target};
 use crate::cli::{ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleTickArgs};
 use crate::error::Outcome;
-use crate::output::{confirm, time_cell};
+use crate::output::{confirm, diag, time_cell};
 use crate::schedule::{self, NewSchedule};
 
 pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> Result<Outcome> {
@@ -114,7 +114,7 @@ fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> Result<Outcome> {
         for f in &fired {
             match &f.error {
                 None => ctx.out.info(&format!("{}: enqueued {} job(s)", f.schedule, f.jobs.len())),
-                Some(error) => eprintln!("{}: nothing enqueued: {error}", f.schedule),
+                Some(error) => diag!("{}: nothing enqueued: {error}", f.schedule),
             }
         }
     }

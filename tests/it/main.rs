@@ -12,6 +12,7 @@ mod docs;
 mod embedded;
 mod fixtures;
 mod jobs;
+mod pipes;
 mod prune;
 mod reaper;
 mod runner;
