@@ -352,6 +352,38 @@ fn sync_follows_the_ref_the_branch_or_the_remote_head() {
 }
 
 #[test]
+fn a_tag_naming_a_tree_never_blocks_a_source() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let tree = repo.repo.head().unwrap().peel_to_tree().unwrap();
+    repo.repo.tag_lightweight("tree-tag", tree.as_object(), false).unwrap();
+    // file://: libgit2's smart transport, which tells the remote what the mirror has from its refs.
+    let url = format!("file://{}", repo.url());
+    env.wf(["source", "add", "s", &url]).ok();
+    env.wf(["sync", "s"]).ok();
+
+    // Asked for, the tag is refused by name; fetched into the mirror, it blocks no later sync.
+    let run = env.wf(["sync", "s", "--ref", "tree-tag"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("ref tree-tag names a tree, not a commit"), "{run:?}");
+    repo.file("billing/new.ts", "export function main() { return {}; }\n");
+    let c2 = repo.commit("second");
+    assert_eq!(sync_json(&env, &["s"])["commit_sha"], c2.as_str());
+    let c2_id = repo.repo.head().unwrap().peel_to_commit().unwrap();
+    repo.repo.tag_lightweight("v2", c2_id.as_object(), false).unwrap();
+    assert_eq!(sync_json(&env, &["s", "--ref", "v2"])["commit_sha"], c2.as_str());
+
+    // Deleted upstream, the tag is gone from every later sync's way too.
+    repo.repo.tag_delete("tree-tag").unwrap();
+    repo.file("billing/newer.ts", "export function main() { return {}; }\n");
+    let c3 = repo.commit("third");
+    assert_eq!(sync_json(&env, &["s"])["commit_sha"], c3.as_str());
+    repo.file("billing/newest.ts", "export function main() { return {}; }\n");
+    let c4 = repo.commit("fourth");
+    assert_eq!(sync_json(&env, &["s", "--commit", &c4])["commit_sha"], c4.as_str());
+}
+
+#[test]
 fn concurrent_syncs_of_one_source_end_complete_on_the_newest_commit() {
     for round in 0..4 {
         let env = TestEnv::new();
