@@ -512,6 +512,16 @@ const BROKEN: &[Broken] = &[
         expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", "missing"],
     },
     Broken {
+        name: "entrypoint with a NUL byte",
+        change: |repo| set_manifest(repo, |m| charge(m)["entrypoint"] = json!("billing/charge\0.ts")),
+        expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", "NUL byte"],
+    },
+    Broken {
+        name: "schema file with a NUL byte",
+        change: |repo| set_manifest(repo, |m| charge(m)["input_schema"] = json!("billing/\0.json")),
+        expect: &["windforce.json", "apps.billing.actions.charge.input_schema", "NUL byte"],
+    },
+    Broken {
         name: "entrypoint with a wrong extension",
         change: |repo| set_manifest(repo, |m| charge(m)["entrypoint"] = json!("billing/charge.input.json")),
         expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", ".ts, .js or .mjs"],
