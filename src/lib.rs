@@ -10,7 +10,7 @@ pub(crate) mod fault;
 pub mod output;
 pub mod queue;
 pub mod runner;
-pub(crate) mod schedule;
+pub mod schedule;
 pub mod source;
 pub mod token;
 pub(crate) mod worker;
