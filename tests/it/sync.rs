@@ -310,6 +310,25 @@ fn crash_before_marker_leaves_the_catalog_on_the_old_commit_and_the_next_sync_co
 }
 
 #[test]
+fn temporary_trees_of_killed_syncs_are_removed_by_the_next_sync() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let id = add_source(&env, "acme", &repo);
+    let c1 = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();
+    // What syncs killed while building a tree leave: of the synced commit, and of one never synced.
+    let source_dir = env.store().join(&id);
+    for stale in [format!(".tmp-{c1}-0badf00d"), format!(".tmp-{}-deadbeef", "0".repeat(40))] {
+        std::fs::create_dir_all(source_dir.join(&stale).join("billing")).unwrap();
+        std::fs::write(source_dir.join(&stale).join("billing/charge.ts"), "half written").unwrap();
+    }
+    let doc = sync_json(&env, &["acme"]);
+    assert_eq!(doc["changed"], false, "the commit was already complete: {doc}");
+    let entries: Vec<String> =
+        std::fs::read_dir(&source_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    assert_eq!(entries, [c1], "only the complete tree is left");
+}
+
+#[test]
 fn catalog_never_moves_back_to_an_older_commit() {
     let env = TestEnv::new();
     let repo = fixture_repo();
