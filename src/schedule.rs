@@ -102,6 +102,9 @@ pub(crate) fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<(Schedul
     if !crate::source::is_valid_key(new.name) {
         bail!("schedule name {:?} must match {}", new.name, crate::source::KEY_PATTERN);
     }
+    if let Some(tag) = new.tag {
+        crate::source::check_tag(tag)?;
+    }
     let (cron, tz) = parse(new.cron, new.tz)?;
     let mut tx = client.transaction()?;
     let now: DateTime<Utc> = tx.query_one("SELECT now()", &[])?.get(0);

@@ -31,6 +31,7 @@ fn bad_schedules_are_refused_and_change_nothing() {
         (vec!["s1", "t/typed", "--cron", "* * * * *", "--input", r#"{"n": "x"}"#], "/n"),
         (vec!["Bad Name", "t/echo", "--cron", "* * * * *"], "must match"),
         (vec!["s1", "t/echo", "--cron", "0 0 31 2 *"], "never fires"),
+        (vec!["s1", "t/echo", "--cron", "* * * * *", "--tag", "Bad Tag"], "the manifest's rule for tags"),
     ];
     for (args, needle) in cases {
         let mut all = vec!["schedule", "add"];
