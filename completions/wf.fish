@@ -198,7 +198,7 @@ failure\t''
 canceled\t''"
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l app -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l tag -r
-complete -c wf -n "__fish_wf_using_subcommand jobs" -l limit -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l limit -d 'List at most this many jobs (newest first)' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"

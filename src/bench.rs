@@ -8,6 +8,8 @@
 //! runs a real worker in-process.
 
 use std::fs;
+use std::ops::ControlFlow;
+use std::panic::resume_unwind;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,13 +17,14 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, GenericClient};
 use serde_json::{Value, json};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use uuid::Uuid;
 
 use crate::db::Database;
+use crate::db::listen::Listener;
+use crate::output::diag;
 use crate::queue::CHANNEL_ENQUEUED;
 use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded, Status};
@@ -279,7 +282,7 @@ impl Drop for Namespace {
             return;
         }
         if let Err(error) = self.remove_all() {
-            eprintln!(
+            diag!(
                 "warning: wf bench could not clean up after itself: {error:#}; left behind: jobs tagged {tag}, \
                  source {tag} (`wf source rm {tag}`){}",
                 self.store_dir.as_ref().map_or(String::new(), |dir| format!(", {}", dir.display())),
@@ -374,7 +377,8 @@ fn claim_and_complete(
                 })
             })
             .collect();
-        threads.into_iter().map(|thread| thread.join().expect("a bench claimer panicked")).collect()
+        // A thread's panic was reported by the hook: pass it on without a second report.
+        threads.into_iter().map(|thread| thread.join().unwrap_or_else(|panic| resume_unwind(panic))).collect()
     });
     let elapsed = started.elapsed();
     results.into_iter().collect::<Result<()>>()?;
@@ -421,7 +425,7 @@ fn pickup_latency(
         let claimer = scope.spawn(|| idle_claimer(namespace, &stop, picked));
         let latencies = enqueue_paced(client, namespace, samples, &pickups, progress, interrupt);
         stop.store(true, Ordering::SeqCst);
-        (latencies, claimer.join().expect("the bench's idle claimer panicked"))
+        (latencies, claimer.join().unwrap_or_else(|panic| resume_unwind(panic)))
     });
     // The claimer's own error explains a pickup that never came.
     claimer?;
@@ -480,27 +484,29 @@ fn next_pickup<T>(pickups: &mpsc::Receiver<Pickup>, wanted: impl Fn(Pickup) -> O
 /// job at once. Until `stop`.
 fn idle_claimer(namespace: &Namespace, stop: &AtomicBool, picked: mpsc::Sender<Pickup>) -> Result<()> {
     let mut client = namespace.database.connect_as(&format!("{} idle claimer", namespace.tag))?;
-    client.batch_execute(&format!("LISTEN {CHANNEL_ENQUEUED}"))?;
+    let mut listener = Listener::listen(&mut client, CHANNEL_ENQUEUED)?;
     if picked.send(Pickup::Listening).is_err() {
         return Ok(());
     }
     let tags = [namespace.tag.clone()];
-    for n in 0u64.. {
-        if stop.load(Ordering::SeqCst) {
+    let mut claims = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        // A short deadline, so that `stop` is seen soon after the last sample.
+        let looked = listener.look_until(
+            Some(Instant::now() + IDLE_POLL),
+            IDLE_POLL,
+            |notification| notification.payload() == namespace.tag,
+            |client| {
+                claims += 1;
+                let claim_id = format!("{}:idle#{claims}", namespace.tag);
+                let Some(job) = claim::claim(client, &tags, &claim_id)? else { return Ok(ControlFlow::Continue(())) };
+                let told = picked.send(Pickup::Claimed(job.id, Instant::now())).is_ok();
+                complete_noop(client, &job)?;
+                Ok(ControlFlow::Break(told))
+            },
+        )?;
+        if looked == ControlFlow::Break(false) {
             break;
-        }
-        let claim_id = format!("{}:idle#{n}", namespace.tag);
-        if let Some(job) = claim::claim(&mut client, &tags, &claim_id)? {
-            if picked.send(Pickup::Claimed(job.id, Instant::now())).is_err() {
-                break;
-            }
-            complete_noop(&mut client, &job)?;
-            continue;
-        }
-        let mut notifications = client.notifications();
-        if notifications.timeout_iter(IDLE_POLL).next()?.is_some() {
-            // One look serves every pending notification.
-            while notifications.iter().next()?.is_some() {}
         }
     }
     Ok(())
@@ -551,7 +557,7 @@ fn bun_end_to_end(
             watched = finished_jobs(client, &namespace.tag).map(|finished| progress.done(finished));
             std::thread::sleep(Duration::from_millis(200));
         }
-        (worker.join().expect("the bench's worker panicked"), watched)
+        (worker.join().unwrap_or_else(|panic| resume_unwind(panic)), watched)
     });
     let elapsed = ran.context("running a worker on the bench's bun jobs")?;
     watched?;

@@ -302,7 +302,8 @@ pub(crate) struct JobsArgs {
     pub app: Option<String>,
     #[arg(long)]
     pub tag: Option<String>,
-    #[arg(long, default_value_t = 50)]
+    /// List at most this many jobs (newest first).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..))]
     pub limit: i64,
 }
 

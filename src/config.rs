@@ -32,30 +32,31 @@ pub(crate) fn bun_path() -> String {
 
 /// The reaper window: a running job without a ping for this long is a zombie.
 pub(crate) fn zombie_timeout() -> Result<Duration> {
-    Ok(Duration::from_secs(env_u64("WF_ZOMBIE_TIMEOUT_S", 60)?))
+    Ok(Duration::from_secs(env_u64("WF_ZOMBIE_TIMEOUT_S", 60, "a whole number of seconds")?))
 }
 
 /// Restarts before a dying job completes as failure.
 pub(crate) fn restart_limit() -> Result<i32> {
-    let limit = env_u64("WF_RESTART_LIMIT", 3)?;
+    let limit = env_u64("WF_RESTART_LIMIT", 3, "a whole number of restarts")?;
     i32::try_from(limit).context("WF_RESTART_LIMIT is too large")
 }
 
 /// The heartbeat period.
 pub(crate) fn heartbeat_period() -> Result<Duration> {
-    Ok(Duration::from_secs(env_u64("WF_HEARTBEAT_S", 5)?))
+    Ok(Duration::from_secs(env_u64("WF_HEARTBEAT_S", 5, "a whole number of seconds")?))
 }
 
 fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())
 }
 
-fn env_u64(name: &str, default: u64) -> Result<u64> {
+/// A whole number from the environment; `what` says what it counts, for the error.
+fn env_u64(name: &str, default: u64, what: &str) -> Result<u64> {
     match env_nonempty(name) {
         None => Ok(default),
         Some(text) => match text.trim().parse::<u64>() {
             Ok(value) => Ok(value),
-            Err(_) => bail!("{name}={text:?} is not a whole number of seconds"),
+            Err(_) => bail!("{name}={text:?} is not {what}"),
         },
     }
 }

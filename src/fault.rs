@@ -1,8 +1,9 @@
 //! Fault injection for the tests of the crash guarantees: `WF_FAULT=<point>` makes wf fail at
 //! that point the way a crash or a lost network answer would. Never set in production.
 //!
-//! Points: `sync-before-marker` (sync aborts after the tree is in place, before its marker) and
-//! `complete-lost-ack` (a worker's first completion commits but is treated as unacknowledged).
+//! Points: `sync-before-marker` (sync aborts after the tree is in place, before its marker),
+//! `complete-lost-ack` (a worker's first completion commits but is treated as unacknowledged) and
+//! `panic` (the command panics before it starts, as a bug would).
 
 use std::sync::OnceLock;
 

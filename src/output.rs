@@ -1,5 +1,6 @@
 //! Tables, JSON, progress and confirmation: the terminal rules, in one place.
 
+use std::fmt;
 use std::io::{IsTerminal, Write};
 
 use anyhow::Result;
@@ -8,6 +9,21 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
 use crate::error::Refused;
+
+/// `eprintln!` that never panics: one line on stderr, for messages, warnings and errors. stderr may
+/// be a pipe whose reader went away (`wf ... 2>&1 | head`, a restarted journald); `eprintln!` panics
+/// then, and in the panic hook that panic becomes an abort.
+macro_rules! diag {
+    ($($arg:tt)*) => {
+        $crate::output::write_stderr(format_args!($($arg)*))
+    };
+}
+pub(crate) use diag;
+
+/// What `diag!` calls: write the line, and ignore a failure, since there is nowhere left to tell.
+pub(crate) fn write_stderr(line: fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
 
 /// How the invoked command should render: decided once from the global flags and the terminal.
 #[derive(Debug, Clone, Copy)]
@@ -39,7 +55,7 @@ impl Output {
     /// An informational message on stderr, hidden by `--quiet` and `--json`.
     pub fn info(&self, text: &str) {
         if !self.quiet && !self.json {
-            eprintln!("{text}");
+            diag!("{text}");
         }
     }
 

@@ -55,8 +55,7 @@ impl Schedule {
     /// The next fire time after `now`, in UTC.
     pub(crate) fn next_fire(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
         let (cron, tz) = parse(&self.cron, &self.tz)?;
-        let next = cron.find_next_occurrence(&now.with_timezone(&tz), false).context("computing the next fire time")?;
-        Ok(next.with_timezone(&Utc))
+        next_fire(&cron, tz, now)
     }
 
     pub(crate) fn to_json(&self, next_fire: Option<DateTime<Utc>>) -> Value {
@@ -78,6 +77,11 @@ fn parse(cron: &str, tz: &str) -> Result<(Cron, Tz)> {
     Ok((parsed, zone))
 }
 
+fn next_fire(cron: &Cron, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+    let next = cron.find_next_occurrence(&now.with_timezone(&tz), false).context("computing the next fire time")?;
+    Ok(next.with_timezone(&Utc))
+}
+
 /// What `wf schedule add` asks for.
 #[derive(Debug)]
 pub(crate) struct NewSchedule<'a> {
@@ -91,14 +95,21 @@ pub(crate) struct NewSchedule<'a> {
     pub tag: Option<&'a str>,
 }
 
-/// Add a schedule after checking its name, cron, zone, action and input (against the action's
-/// current input schema; every fire is checked again by the enqueue path).
-pub(crate) fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<Schedule> {
+/// Add a schedule after checking its name, cron (it must fire), zone, action and input (against
+/// the action's current input schema; every fire is checked again by the enqueue path). Returns it
+/// with its next fire time.
+pub(crate) fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<(Schedule, DateTime<Utc>)> {
     if !crate::source::is_valid_key(new.name) {
         bail!("schedule name {:?} must match {}", new.name, crate::source::KEY_PATTERN);
     }
-    parse(new.cron, new.tz)?;
+    if let Some(tag) = new.tag {
+        crate::source::check_tag(tag)?;
+    }
+    let (cron, tz) = parse(new.cron, new.tz)?;
     let mut tx = client.transaction()?;
+    let now: DateTime<Utc> = tx.query_one("SELECT now()", &[])?.get(0);
+    let next = next_fire(&cron, tz, now)
+        .with_context(|| format!("the cron {:?} never fires in {} (nothing was saved)", new.cron, new.tz))?;
     let action = tx
         .query_opt("SELECT input_schema FROM action WHERE app_key = $1 AND action_key = $2", &[&new.app, &new.action])?
         .with_context(|| format!("unknown action {}/{}: `wf actions` lists the catalog", new.app, new.action))?;
@@ -117,7 +128,7 @@ pub(crate) fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<Schedule
         )?
         .with_context(|| format!("a schedule named {} exists already", new.name))?;
     tx.commit()?;
-    Ok(Schedule::from_row(&row))
+    Ok((Schedule::from_row(&row), next))
 }
 
 pub(crate) fn list(client: &mut Client) -> Result<Vec<Schedule>> {
@@ -150,9 +161,9 @@ pub(crate) fn set_enabled(client: &mut Client, name: &str, enabled: bool) -> Res
 
 /// What one tick did for one schedule.
 #[derive(Debug)]
-pub(crate) struct Fired {
+pub struct Fired {
     pub schedule: String,
-    pub jobs: Vec<Enqueued>,
+    pub(crate) jobs: Vec<Enqueued>,
     /// Why this schedule enqueued nothing this time (its action is gone, its input no longer fits).
     pub error: Option<String>,
 }
@@ -161,9 +172,11 @@ pub(crate) struct Fired {
 /// ticks may run at once (from cron on several hosts) and never enqueue one fire time twice; the
 /// unique index on (schedule_name, scheduled_for) backs that up. A schedule whose enqueue fails
 /// is reported and skipped (a savepoint), the others go on.
-pub(crate) fn tick(client: &mut Client, horizon: Duration) -> Result<Vec<Fired>> {
+///
+/// `now` is the database's `now()` unless given: tests give it, so that they never race the clock.
+pub fn tick(client: &mut Client, horizon: Duration, now: Option<DateTime<Utc>>) -> Result<Vec<Fired>> {
     let mut tx = client.transaction()?;
-    let now: DateTime<Utc> = tx.query_one("SELECT now()", &[])?.get(0);
+    let now: DateTime<Utc> = tx.query_one("SELECT coalesce($1, now())", &[&now])?.get(0);
     let until = now + chrono::Duration::from_std(horizon).context("horizon too long")?;
     let schedules: Vec<Schedule> = tx
         .query(&format!("SELECT {COLUMNS} FROM schedule WHERE enabled ORDER BY name FOR UPDATE SKIP LOCKED"), &[])?

@@ -6,10 +6,12 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use super::Ctx;
-use super::jobs::{print_result, wait_for_completion};
+use super::jobs::print_result;
 use crate::cli::EnqueueArgs;
 use crate::error::Outcome;
+use crate::output::diag;
 use crate::queue::enqueue::{self, Request, When};
+use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
     let (app, action) = split_target(&args.target)?;
@@ -54,8 +56,8 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
     }
     let job = &jobs[0];
     if args.wait {
-        eprintln!("{}", job.id);
-        let view = wait_for_completion(&mut client, job.id, args.timeout)?;
+        diag!("{}", job.id);
+        let view = inspect::wait_until_finished(&mut client, job.id, args.timeout)?;
         return print_result(&ctx.out, &view);
     }
     if ctx.out.json {

@@ -1,19 +1,15 @@
 //! `wf jobs`, `wf show`, `wf result`, `wf logs`, `wf status`: reading jobs and the queue.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
-use postgres::Client;
-use postgres::fallible_iterator::FallibleIterator;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use super::Ctx;
 use crate::cli::{JobsArgs, LogsArgs, ResultArgs, ShowArgs};
 use crate::error::Outcome;
-use crate::output::{Output, time_cell};
-use crate::queue::CHANNEL_COMPLETED;
-use crate::queue::inspect::{self, JobView};
+use crate::output::{Output, diag, time_cell};
+use crate::queue::inspect::{self, JobView, LogEntry};
 
 pub(super) fn jobs(ctx: &Ctx, args: JobsArgs) -> Result<Outcome> {
     let mut client = ctx.connect()?;
@@ -80,39 +76,11 @@ pub(super) fn result(ctx: &Ctx, args: ResultArgs) -> Result<Outcome> {
     let id = inspect::parse_id(&args.id)?;
     let mut client = ctx.connect()?;
     let job = if args.wait {
-        wait_for_completion(&mut client, id, args.timeout)?
+        inspect::wait_until_finished(&mut client, id, args.timeout)?
     } else {
         inspect::show_existing(&mut client, id)?
     };
     print_result(&ctx.out, &job)
-}
-
-/// Wait until a job finishes (or the timeout passes). LISTEN comes before the look, so a
-/// completion between the two is not missed; a periodic look covers a dropped notification.
-pub(super) fn wait_for_completion(client: &mut Client, id: Uuid, timeout: Option<Duration>) -> Result<JobView> {
-    client.batch_execute(&format!("LISTEN {CHANNEL_COMPLETED}"))?;
-    let deadline = timeout.map(|t| Instant::now() + t);
-    loop {
-        let job = inspect::show_existing(client, id)?;
-        if job.is_finished() {
-            return Ok(job);
-        }
-        let mut wait = Duration::from_secs(2);
-        if let Some(deadline) = deadline {
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(job);
-            }
-            wait = wait.min(deadline - now);
-        }
-        let mut notifications = client.notifications();
-        let mut iter = notifications.timeout_iter(wait);
-        while let Some(notification) = iter.next()? {
-            if notification.payload() == id.to_string() {
-                break;
-            }
-        }
-    }
 }
 
 /// Print a job's outcome as `wf result` does, and return the matching exit outcome.
@@ -134,7 +102,7 @@ pub(super) fn print_result(out: &Output, job: &JobView) -> Result<Outcome> {
         }
         out.json(&full)?;
     } else if outcome == Outcome::NotFinished {
-        eprintln!("job {} is {}: not finished (use --wait to wait for it)", job.id, job.status);
+        diag!("job {} is {}: not finished (use --wait to wait for it)", job.id, job.status);
     } else {
         out.line(&serde_json::to_string_pretty(&document)?)?;
     }
@@ -145,13 +113,10 @@ pub(super) fn logs(ctx: &Ctx, args: LogsArgs) -> Result<Outcome> {
     let id = inspect::parse_id(&args.id)?;
     let mut client = ctx.connect()?;
     inspect::show_existing(&mut client, id)?;
-    let mut after = 0;
     let mut all = Vec::new();
     let mut attempt = 0;
-    loop {
-        let entries = inspect::logs(&mut client, id, after)?;
-        for entry in &entries {
-            after = entry.id;
+    let mut show = |entries: &[LogEntry]| -> Result<()> {
+        for entry in entries {
             if ctx.out.json {
                 all.push(json!({
                     "attempt": entry.attempt, "stream": entry.stream, "line": entry.line,
@@ -168,12 +133,12 @@ pub(super) fn logs(ctx: &Ctx, args: LogsArgs) -> Result<Outcome> {
                 stream => ctx.out.line(&format!("[{stream}] {}", entry.line))?,
             }
         }
-        if !args.follow || (entries.is_empty() && inspect::show_existing(&mut client, id)?.is_finished()) {
-            break;
-        }
-        if entries.is_empty() {
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        Ok(())
+    };
+    if args.follow {
+        inspect::follow_logs(&mut client, id, &mut show)?;
+    } else {
+        show(&inspect::logs(&mut client, id, 0)?)?;
     }
     if ctx.out.json {
         ctx.out.json(&Value::Array(all))?;

@@ -47,6 +47,9 @@ impl Ctx {
 pub(crate) fn dispatch(cli: Cli) -> Result<Outcome> {
     let json = cli.json || cli.output == OutputFormat::Json;
     let ctx = Ctx { out: Output::new(json, cli.quiet), database_url: cli.database_url };
+    if crate::fault::at("panic") {
+        panic!("WF_FAULT=panic");
+    }
     match cli.command {
         Command::Db(command) => db::run(&ctx, command),
         Command::GenerateDocs(args) => generate_docs::run(&ctx, args),

@@ -7,7 +7,7 @@ use super::Ctx;
 use super::enqueue::{read_input, split_target};
 use crate::cli::{ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleTickArgs};
 use crate::error::Outcome;
-use crate::output::{confirm, time_cell};
+use crate::output::{confirm, diag, time_cell};
 use crate::schedule::{self, NewSchedule};
 
 pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> Result<Outcome> {
@@ -34,9 +34,7 @@ fn add(ctx: &Ctx, args: ScheduleAddArgs) -> Result<Outcome> {
         tag: args.tag.as_deref(),
     };
     let mut client = ctx.connect()?;
-    let added = schedule::add(&mut client, &new)?;
-    let now: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[])?.get(0);
-    let next = added.next_fire(now)?;
+    let (added, next) = schedule::add(&mut client, &new)?;
     if ctx.out.json {
         ctx.out.json(&added.to_json(Some(next)))?;
     } else {
@@ -103,7 +101,7 @@ fn set_enabled(ctx: &Ctx, args: ScheduleNameArgs, enabled: bool) -> Result<Outco
 
 fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> Result<Outcome> {
     let mut client = ctx.connect()?;
-    let fired = schedule::tick(&mut client, args.horizon)?;
+    let fired = schedule::tick(&mut client, args.horizon, None)?;
     if ctx.out.json {
         let document: Vec<Value> = fired
             .iter()
@@ -114,7 +112,7 @@ fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> Result<Outcome> {
         for f in &fired {
             match &f.error {
                 None => ctx.out.info(&format!("{}: enqueued {} job(s)", f.schedule, f.jobs.len())),
-                Some(error) => eprintln!("{}: nothing enqueued: {error}", f.schedule),
+                Some(error) => diag!("{}: nothing enqueued: {error}", f.schedule),
             }
         }
     }

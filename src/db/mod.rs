@@ -1,6 +1,7 @@
 //! Connections: an external database from `--database-url`, or the embedded local cluster.
 
 pub mod embedded;
+pub(crate) mod listen;
 pub mod migrate;
 
 use std::str::FromStr;

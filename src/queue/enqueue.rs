@@ -60,6 +60,9 @@ impl Enqueued {
 /// its input schema, pin the execution metadata onto `job`, insert `job` and `job_queue`, and
 /// notify waiting workers (delivered when the transaction commits).
 pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result<Vec<Enqueued>> {
+    if let Some(tag) = request.tag {
+        crate::source::check_tag(tag)?;
+    }
     // KEY SHARE keeps a concurrent sync from deleting the action until this enqueue commits; the
     // row read is one consistent version, so the job pins the catalog exactly as one sync left it.
     let action = tx

@@ -1,6 +1,7 @@
 //! Reading jobs: one job, a list, logs, and the queue's state per tag.
 
-use std::time::Duration;
+use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -8,7 +9,9 @@ use postgres::{Client, Row};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::db::listen::Listener;
 use crate::output::time_json;
+use crate::queue::CHANNEL_COMPLETED;
 
 /// Everything about one job, whether waiting, running or completed.
 #[derive(Debug, Clone)]
@@ -108,6 +111,24 @@ pub(crate) fn show_existing(client: &mut Client, id: Uuid) -> Result<JobView> {
     show(client, id)?.with_context(|| format!("no such job: {id}"))
 }
 
+/// The job once it finished, or as it is when `timeout` passes first. Waits for its completion's
+/// notification, and looks again every two seconds in case one was lost.
+pub(crate) fn wait_until_finished(client: &mut Client, id: Uuid, timeout: Option<Duration>) -> Result<JobView> {
+    let deadline = timeout.map(|timeout| Instant::now() + timeout);
+    let id_text = id.to_string();
+    let waited = Listener::listen(client, CHANNEL_COMPLETED)?.look_until(
+        deadline,
+        Duration::from_secs(2),
+        |notification| notification.payload() == id_text,
+        |client| {
+            let job = show_existing(client, id)?;
+            Ok(if job.is_finished() { ControlFlow::Break(job) } else { ControlFlow::Continue(job) })
+        },
+    )?;
+    let (ControlFlow::Break(job) | ControlFlow::Continue(job)) = waited;
+    Ok(job)
+}
+
 /// Jobs, newest first, with optional filters.
 pub(crate) fn list(
     client: &mut Client,
@@ -150,6 +171,37 @@ pub(crate) fn logs(client: &mut Client, id: Uuid, after_id: i64) -> Result<Vec<L
         .iter()
         .map(|r| LogEntry { id: r.get(0), attempt: r.get(1), stream: r.get(2), line: r.get(3), created_at: r.get(4) })
         .collect())
+}
+
+/// How often a follower of a running job's logs looks for new lines (no notification announces them).
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
+/// Hand a job's log lines to `show` as they are written, until it finished and every line was
+/// shown. "Finished?" is asked before each fetch, never after: the completion's transaction
+/// writes the last lines, so only a fetch that starts after the job was seen finished has them.
+pub(crate) fn follow_logs(
+    client: &mut Client,
+    id: Uuid,
+    mut show: impl FnMut(&[LogEntry]) -> Result<()>,
+) -> Result<()> {
+    let id_text = id.to_string();
+    let mut after = 0;
+    // Without a deadline, only the look's break ends the wait.
+    let _: ControlFlow<()> = Listener::listen(client, CHANNEL_COMPLETED)?.look_until(
+        None,
+        FOLLOW_POLL,
+        |notification| notification.payload() == id_text,
+        |client| loop {
+            let finished = show_existing(client, id)?.is_finished();
+            let entries = logs(client, id, after)?;
+            let Some(last) = entries.last() else {
+                return Ok(if finished { ControlFlow::Break(()) } else { ControlFlow::Continue(()) });
+            };
+            after = last.id;
+            show(&entries)?;
+        },
+    )?;
+    Ok(())
 }
 
 /// The queue's state for one tag.

@@ -8,10 +8,10 @@ use anyhow::{Context, Result, bail};
 use git2::{AutotagOption, Cred, CredentialType, FetchOptions, FetchPrune, Oid, RemoteCallbacks, Repository};
 use uuid::Uuid;
 
-/// Heads and tags under their own names, and the remote's HEAD where `resolve` looks for the
-/// default branch. `+`: a force-pushed branch is followed (the catalog's no-going-back rule is
-/// checked on commits, not on refs).
-const REFSPECS: [&str; 3] =
+/// What `--ref` and `--commit` may name: heads and tags under their own names, and the remote's
+/// HEAD. `+`: a force-pushed branch is followed (the catalog's no-going-back rule is checked on
+/// commits, not on refs).
+const ALL_REFSPECS: [&str; 3] =
     ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", "+HEAD:refs/remotes/origin/HEAD"];
 
 /// Where the remote's HEAD is kept in the mirror.
@@ -46,9 +46,28 @@ pub(crate) fn open_mirror(path: &Path) -> Result<Repository> {
     Repository::init_bare(path).with_context(|| format!("creating the mirror {}", path.display()))
 }
 
-/// Fetch heads, tags and HEAD of `url` into the mirror. `progress` gets (received, total) objects.
-pub(crate) fn fetch(repo: &Repository, url: &str, mut progress: impl FnMut(usize, usize)) -> Result<()> {
+/// Fetch what a sync of `target` needs into the mirror: the source's branch (or the remote's HEAD)
+/// alone by default, every head and tag for `--ref` and `--commit`. Refs that lead to no commit
+/// are dropped from the mirror first; their names are returned. `progress` gets (received, total)
+/// objects.
+pub(crate) fn fetch(
+    repo: &Repository,
+    url: &str,
+    target: &Target,
+    branch: Option<&str>,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<String>> {
     check_transport(url)?;
+    let dropped = drop_refs_without_commit(repo)?;
+    let (refspecs, what) = match (target, branch) {
+        (Target::Default, Some(branch)) => {
+            (vec![format!("+refs/heads/{branch}:refs/heads/{branch}")], format!("branch {branch} of {url}"))
+        }
+        (Target::Default, None) => (vec![format!("+HEAD:{REMOTE_HEAD}")], format!("the HEAD of {url}")),
+        (Target::Ref(_) | Target::Commit(_), _) => {
+            (ALL_REFSPECS.map(str::to_string).to_vec(), format!("the heads and tags of {url}"))
+        }
+    };
     let attempts = Cell::new(0u32);
     let mut callbacks = RemoteCallbacks::new();
     callbacks.transfer_progress(|stats| {
@@ -73,9 +92,27 @@ pub(crate) fn fetch(repo: &Repository, url: &str, mut progress: impl FnMut(usize
     options.remote_callbacks(callbacks).prune(FetchPrune::On).download_tags(AutotagOption::None);
     let mut remote = repo.remote_anonymous(url).with_context(|| format!("preparing to fetch {url}"))?;
     remote
-        .fetch(&REFSPECS, Some(&mut options), Some("wf sync"))
-        .with_context(|| format!("fetching {url}; check that the URL is reachable and is a git repository"))?;
-    Ok(())
+        .fetch(&refspecs, Some(&mut options), Some("wf sync"))
+        .with_context(|| format!("fetching {what}; check that the URL is reachable and is a git repository"))?;
+    Ok(dropped)
+}
+
+/// Delete the mirror's refs that do not lead to a commit (a tag naming a tree or a blob). libgit2's
+/// fetch walks every local ref to tell the remote what it has, and fails on such a ref with
+/// "object is not a committish": kept, one bad tag fetched once would block every later sync of
+/// the source, even after it is deleted upstream.
+fn drop_refs_without_commit(repo: &Repository) -> Result<Vec<String>> {
+    let mut dropped = Vec::new();
+    for reference in repo.references().context("listing the mirror's refs")? {
+        let mut reference = reference.context("reading the mirror's refs")?;
+        if reference.peel_to_commit().is_ok() {
+            continue;
+        }
+        let name = String::from_utf8_lossy(reference.name_bytes()).to_string();
+        reference.delete().with_context(|| format!("deleting {name}, which names no commit, from the mirror"))?;
+        dropped.push(name);
+    }
+    Ok(dropped)
 }
 
 /// libgit2 can be built without its HTTPS or SSH transport; say so plainly instead of its bare
@@ -127,7 +164,10 @@ pub(crate) fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) 
     let object = repo
         .revparse_single(&spec)
         .with_context(|| format!("{what} is not in the fetched heads and tags; is it pushed?"))?;
-    let commit = object.peel_to_commit().with_context(|| format!("{what} does not name a commit"))?;
+    let commit = object.peel_to_commit().with_context(|| {
+        let kind = object.as_tag().map_or(object.kind(), |tag| tag.target_type());
+        format!("{what} names a {}, not a commit", kind.map_or("git object", |kind| kind.str()))
+    })?;
     Ok(commit.id())
 }
 

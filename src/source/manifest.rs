@@ -397,6 +397,10 @@ pub(crate) fn lookup_blob(repo: &Repository, root: &Tree, path: &str) -> Result<
     if path.starts_with('/') {
         return Err(format!("{path:?} is absolute; use a path relative to the repository root"));
     }
+    // No file name holds one, and git2 cannot even look it up (it would panic).
+    if path.contains('\0') {
+        return Err(format!("{path:?} contains a NUL byte; no file in a repository has one"));
+    }
     let parts: Vec<&str> = path.split('/').filter(|part| !part.is_empty() && *part != ".").collect();
     if parts.contains(&"..") {
         return Err(format!("{path:?} contains `..`; paths must stay inside the repository"));

@@ -28,6 +28,17 @@ pub fn is_valid_key(key: &str) -> bool {
         && bytes[1..].iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-')
 }
 
+/// A tag given outside the manifest (`--tag` of enqueue and schedules) follows the manifest's rule
+/// for tags. It is also the payload of the enqueue notification, which must stay short.
+pub(crate) fn check_tag(tag: &str) -> anyhow::Result<()> {
+    if !is_valid_key(tag) {
+        let shown: String = tag.chars().take(64).collect();
+        let cut = if shown.len() < tag.len() { "..." } else { "" };
+        anyhow::bail!("tag {shown:?}{cut} must match {KEY_PATTERN}, the manifest's rule for tags");
+    }
+    Ok(())
+}
+
 /// The first 12 characters of a commit id, for humans.
 pub fn short_sha(sha: &str) -> &str {
     &sha[..sha.len().min(12)]

@@ -34,6 +34,9 @@ const MARKER_TEMP: &str = ".windforce_clone_complete.tmp";
 
 const MODE_EXECUTABLE: i32 = 0o100755;
 
+/// A tree being built is `<store>/<source>/.tmp-<commit>-<random>/` until it is renamed into place.
+const TEMPORARY_PREFIX: &str = ".tmp-";
+
 /// Where the tree of `commit_sha` of a source lives in the store.
 pub fn commit_dir(store: &Path, git_source_id: Uuid, commit_sha: &str) -> PathBuf {
     store.join(git_source_id.to_string()).join(commit_sha)
@@ -136,6 +139,8 @@ pub fn materialize(
 ) -> Result<Materialized> {
     let sha = commit.to_string();
     let dir = commit_dir(store, git_source_id, &sha);
+    let source_dir = store.join(git_source_id.to_string());
+    remove_temporary_trees(&source_dir)?;
     let mut repaired = None;
     if is_materialized(&dir) {
         match verify(&dir) {
@@ -144,17 +149,21 @@ pub fn materialize(
             Err(error) => repaired = Some(format!("{error:#}")),
         }
     }
-    let source_dir = store.join(git_source_id.to_string());
     fs::create_dir_all(&source_dir).with_context(|| {
         format!("creating {} (is WF_STORE={} a writable directory?)", source_dir.display(), store.display())
     })?;
-    remove_leftovers(&source_dir, &dir, &sha)?;
+    if dir.exists() {
+        // A tree without marker (an interrupted sync) or one that no longer matches its marker:
+        // the marker goes first, so that from that moment no worker takes the tree for complete.
+        let _ = fs::remove_file(dir.join(MARKER));
+        fs::remove_dir_all(&dir).with_context(|| format!("removing the incomplete tree {}", dir.display()))?;
+    }
 
     let tree = repo.find_commit(commit)?.tree()?;
     let mut plan = Plan::default();
     plan.collect(repo, &tree, Path::new(""))?;
 
-    let temp = source_dir.join(format!(".tmp-{sha}-{}", &Uuid::new_v4().simple().to_string()[..8]));
+    let temp = source_dir.join(format!("{TEMPORARY_PREFIX}{sha}-{}", &Uuid::new_v4().simple().to_string()[..8]));
     fs::create_dir(&temp).with_context(|| format!("creating {}", temp.display()))?;
     plan.write(repo, &temp, &mut progress).with_context(|| format!("writing the tree into {}", temp.display()))?;
 
@@ -181,19 +190,17 @@ pub(crate) fn seal(dir: &Path, sha: &str, git_source_id: Uuid) -> Result<()> {
     write_marker(dir, &marker)
 }
 
-/// A tree without marker (an interrupted sync), a tree that no longer matches its marker, and
-/// this commit's temporary directories are incomplete by definition: no worker runs them, so they
-/// can go.
-fn remove_leftovers(source_dir: &Path, dir: &Path, sha: &str) -> Result<()> {
-    if dir.exists() {
-        // The marker first: from that moment no worker takes the tree for complete.
-        let _ = fs::remove_file(dir.join(MARKER));
-        fs::remove_dir_all(dir).with_context(|| format!("removing the incomplete tree {}", dir.display()))?;
-    }
-    let prefix = format!(".tmp-{sha}-");
-    for entry in fs::read_dir(source_dir).with_context(|| format!("reading {}", source_dir.display()))? {
-        let entry = entry?;
-        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+/// Every temporary tree of the source can go: the caller holds the source's lock, so each one was
+/// left by a sync that died (of any commit, whether or not it is synced again).
+fn remove_temporary_trees(source_dir: &Path) -> Result<()> {
+    let entries = match fs::read_dir(source_dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error).with_context(|| format!("reading {}", source_dir.display())),
+    };
+    for entry in entries {
+        let entry = entry.with_context(|| format!("reading {}", source_dir.display()))?;
+        if entry.file_name().as_bytes().starts_with(TEMPORARY_PREFIX.as_bytes()) {
             fs::remove_dir_all(entry.path())
                 .with_context(|| format!("removing the stale temporary tree {}", entry.path().display()))?;
         }

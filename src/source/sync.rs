@@ -64,10 +64,13 @@ fn sync_locked(
     // 1. fetch, resolve, no going back.
     let repo = git::open_mirror(&git::mirror_path(home, source.id))?;
     let spinner = out.spinner(&format!("fetching {}", source.url));
-    git::fetch(&repo, &source.url, |received, total| {
+    let dropped = git::fetch(&repo, &source.url, target, source.branch.as_deref(), |received, total| {
         spinner.set_message(format!("fetching {}: {received}/{total} objects", source.url));
     })?;
     spinner.finish_and_clear();
+    for name in dropped {
+        out.info(&format!("left {name} out of the mirror of {}: it names no commit", source.name));
+    }
     let commit = git::resolve(&repo, target, source.branch.as_deref())?;
     let sha = commit.to_string();
     if let Some(current) = &source.commit_sha

@@ -83,6 +83,7 @@ fn bad_input_is_refused_and_changes_nothing() {
     std::fs::write(&batch, "{\"n\": 1}\n{\"n\": 2}\n{\"n\": -5}\n").unwrap();
     let not_json = path(&env, "notjson.jsonl");
     std::fs::write(&not_json, "{\"n\": 1}\n{oops\n").unwrap();
+    let huge_tag = "x".repeat(8192);
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["enqueue", "t/nope"], "unknown action t/nope"),
         (vec!["enqueue", "nope"], "not APP/ACTION"),
@@ -92,6 +93,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         (vec!["enqueue", "t/typed", "--batch", batch.to_str().unwrap()], "line 3"),
         (vec!["enqueue", "t/typed", "--batch", not_json.to_str().unwrap()], "line 2"),
         (vec!["enqueue", "t/echo", "--at", "tomorrow"], "RFC 3339"),
+        (vec!["enqueue", "t/echo", "--tag", "GPU"], "the manifest's rule for tags"),
+        (vec!["enqueue", "t/echo", "--tag", &huge_tag], "the manifest's rule for tags"),
     ];
     for (args, needle) in cases {
         let run = env.wf(&args).run();
@@ -104,6 +107,10 @@ fn bad_input_is_refused_and_changes_nothing() {
     }
     let usage = env.wf(["enqueue"]).run();
     assert_eq!(usage.code, 2, "a usage error is exit 2: {usage:?}");
+    for limit in ["-1", "0"] {
+        let run = env.wf(["jobs", "--limit", limit]).run();
+        assert_eq!(run.code, 2, "--limit {limit} is a usage error, refused before any query: {run:?}");
+    }
 }
 
 #[test]
@@ -454,6 +461,16 @@ fn a_heartbeat_longer_than_a_third_of_the_window_is_refused() {
     let run = env.wf(["work", "--drain", "--heartbeat", "30s"]).env("WF_ZOMBIE_TIMEOUT_S", "60").run();
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("third"), "{run:?}");
+}
+
+#[test]
+fn a_configuration_error_names_the_variable_and_what_it_counts() {
+    let env = TestEnv::new();
+    let run = env.wf(["reap"]).env("WF_RESTART_LIMIT", "abc").run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains(r#"WF_RESTART_LIMIT="abc" is not a whole number of restarts"#), "{run:?}");
+    let run = env.wf(["reap"]).env("WF_ZOMBIE_TIMEOUT_S", "1m").run();
+    assert!(run.stderr.contains(r#"WF_ZOMBIE_TIMEOUT_S="1m" is not a whole number of seconds"#), "{run:?}");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Cron schedules through the single enqueue path.
 
-use std::process::Stdio;
+use std::time::Duration;
 
 use chrono::{DateTime, Timelike, Utc};
 use serde_json::Value;
@@ -30,6 +30,8 @@ fn bad_schedules_are_refused_and_change_nothing() {
         (vec!["s1", "t/nope", "--cron", "* * * * *"], "unknown action"),
         (vec!["s1", "t/typed", "--cron", "* * * * *", "--input", r#"{"n": "x"}"#], "/n"),
         (vec!["Bad Name", "t/echo", "--cron", "* * * * *"], "must match"),
+        (vec!["s1", "t/echo", "--cron", "0 0 31 2 *"], "never fires"),
+        (vec!["s1", "t/echo", "--cron", "* * * * *", "--tag", "Bad Tag"], "the manifest's rule for tags"),
     ];
     for (args, needle) in cases {
         let mut all = vec!["schedule", "add"];
@@ -44,6 +46,15 @@ fn bad_schedules_are_refused_and_change_nothing() {
     env.wf(["schedule", "add", "s1", "t/echo", "--cron", "* * * * *"]).run().expect_code(1);
 }
 
+/// A time given to the tick as its `now`, so that no test races a minute boundary.
+fn at(time: &str) -> DateTime<Utc> {
+    time.parse().unwrap()
+}
+
+fn tick(env: &TestEnv, horizon_s: u64, now: DateTime<Utc>) {
+    wf::schedule::tick(&mut env.db(), Duration::from_secs(horizon_s), Some(now)).unwrap();
+}
+
 #[test]
 fn a_tick_enqueues_every_fire_time_in_the_horizon_once() {
     let env = TestEnv::new();
@@ -53,30 +64,20 @@ fn a_tick_enqueues_every_fire_time_in_the_horizon_once() {
         .ok()
         .json();
     assert!(added["next_fire_time"].is_string());
-    env.wf(["schedule", "tick", "--horizon", "3m"]).ok();
-    let fires = scheduled_jobs(&env, "minutely");
-    assert_eq!(fires.len(), 3, "{fires:?}");
-    assert!(
-        fires.iter().all(|f| f.second() == 0 && f.nanosecond() == 0),
-        "fire times are minute boundaries: {fires:?}"
-    );
+    let now = at("2030-01-01T00:00:30Z");
+    env.db().execute("UPDATE schedule SET created_at = $1", &[&now]).unwrap();
+    tick(&env, 180, now);
+    let minutes =
+        |n: i64| (1..=n).map(|m| at("2030-01-01T00:00:00Z") + chrono::Duration::minutes(m)).collect::<Vec<_>>();
+    assert_eq!(scheduled_jobs(&env, "minutely"), minutes(3));
     // Ticking again, and four ticks at once, never enqueue a fire time twice.
-    env.wf(["schedule", "tick", "--horizon", "3m"]).ok();
-    let ticks: Vec<_> = (0..4)
-        .map(|_| {
-            let mut wf = env.wf(["schedule", "tick", "--horizon", "5m"]);
-            wf.command.stdout(Stdio::null()).stderr(Stdio::null());
-            wf.command.spawn().unwrap()
-        })
-        .collect();
-    for mut tick in ticks {
-        assert!(tick.wait().unwrap().success());
-    }
-    let fires = scheduled_jobs(&env, "minutely");
-    let mut distinct = fires.clone();
-    distinct.dedup();
-    assert_eq!(fires, distinct, "a fire time was enqueued twice");
-    assert_eq!(fires.len(), 5, "{fires:?}");
+    tick(&env, 180, now);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| tick(&env, 300, now));
+        }
+    });
+    assert_eq!(scheduled_jobs(&env, "minutely"), minutes(5), "each fire time once");
     let inputs: Vec<Value> = env.db().query("SELECT input FROM job", &[]).unwrap().iter().map(|r| r.get(0)).collect();
     assert!(inputs.iter().all(|i| i["k"] == 1));
 }
@@ -86,12 +87,9 @@ fn only_the_latest_missed_fire_time_runs() {
     let env = TestEnv::new();
     synced(&env);
     env.wf(["schedule", "add", "missed", "t/echo", "--cron", "* * * * *"]).ok();
-    env.db().execute("UPDATE schedule SET last_fire_time = now() - interval '1 hour'", &[]).unwrap();
-    env.wf(["schedule", "tick", "--horizon", "0s"]).ok();
-    let fires = scheduled_jobs(&env, "missed");
-    assert_eq!(fires.len(), 1, "one missed fire time, not sixty: {fires:?}");
-    let now: DateTime<Utc> = env.scalar("SELECT now()");
-    assert!(fires[0] <= now && now - fires[0] < chrono::Duration::seconds(61), "{fires:?} at {now}");
+    env.db().execute("UPDATE schedule SET last_fire_time = '2030-01-01T00:00:00Z'", &[]).unwrap();
+    tick(&env, 0, at("2030-01-01T01:00:30Z"));
+    assert_eq!(scheduled_jobs(&env, "missed"), [at("2030-01-01T01:00:00Z")], "one missed fire time, not sixty");
 }
 
 #[test]
@@ -104,7 +102,8 @@ fn a_paused_schedule_enqueues_nothing_and_resuming_does_not_replay() {
     assert!(scheduled_jobs(&env, "p").is_empty());
     env.db().execute("UPDATE schedule SET last_fire_time = now() - interval '1 hour'", &[]).unwrap();
     env.wf(["schedule", "resume", "p"]).ok();
-    env.wf(["schedule", "tick", "--horizon", "0s"]).ok();
+    let resumed: DateTime<Utc> = env.scalar("SELECT last_fire_time FROM schedule");
+    tick(&env, 0, resumed);
     assert!(scheduled_jobs(&env, "p").is_empty(), "nothing missed while paused is replayed");
     let listed = env.wf(["schedule", "list", "--json"]).ok().json();
     assert_eq!(listed[0]["enabled"], true);

@@ -311,6 +311,25 @@ fn crash_before_marker_leaves_the_catalog_on_the_old_commit_and_the_next_sync_co
 }
 
 #[test]
+fn temporary_trees_of_killed_syncs_are_removed_by_the_next_sync() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let id = add_source(&env, "acme", &repo);
+    let c1 = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();
+    // What syncs killed while building a tree leave: of the synced commit, and of one never synced.
+    let source_dir = env.store().join(&id);
+    for stale in [format!(".tmp-{c1}-0badf00d"), format!(".tmp-{}-deadbeef", "0".repeat(40))] {
+        std::fs::create_dir_all(source_dir.join(&stale).join("billing")).unwrap();
+        std::fs::write(source_dir.join(&stale).join("billing/charge.ts"), "half written").unwrap();
+    }
+    let doc = sync_json(&env, &["acme"]);
+    assert_eq!(doc["changed"], false, "the commit was already complete: {doc}");
+    let entries: Vec<String> =
+        std::fs::read_dir(&source_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    assert_eq!(entries, [c1], "only the complete tree is left");
+}
+
+#[test]
 fn catalog_never_moves_back_to_an_older_commit() {
     let env = TestEnv::new();
     let repo = fixture_repo();
@@ -350,6 +369,38 @@ fn sync_follows_the_ref_the_branch_or_the_remote_head() {
     env.wf(["source", "rm", "by-head", "--yes"]).ok();
     env.wf(["source", "add", "by-branch", &repo.url(), "--branch", "feature"]).ok();
     assert_eq!(sync_json(&env, &["by-branch"])["commit_sha"], c1.id().to_string().as_str());
+}
+
+#[test]
+fn a_tag_naming_a_tree_never_blocks_a_source() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let tree = repo.repo.head().unwrap().peel_to_tree().unwrap();
+    repo.repo.tag_lightweight("tree-tag", tree.as_object(), false).unwrap();
+    // file://: libgit2's smart transport, which tells the remote what the mirror has from its refs.
+    let url = format!("file://{}", repo.url());
+    env.wf(["source", "add", "s", &url]).ok();
+    env.wf(["sync", "s"]).ok();
+
+    // Asked for, the tag is refused by name; fetched into the mirror, it blocks no later sync.
+    let run = env.wf(["sync", "s", "--ref", "tree-tag"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("ref tree-tag names a tree, not a commit"), "{run:?}");
+    repo.file("billing/new.ts", "export function main() { return {}; }\n");
+    let c2 = repo.commit("second");
+    assert_eq!(sync_json(&env, &["s"])["commit_sha"], c2.as_str());
+    let c2_id = repo.repo.head().unwrap().peel_to_commit().unwrap();
+    repo.repo.tag_lightweight("v2", c2_id.as_object(), false).unwrap();
+    assert_eq!(sync_json(&env, &["s", "--ref", "v2"])["commit_sha"], c2.as_str());
+
+    // Deleted upstream, the tag is gone from every later sync's way too.
+    repo.repo.tag_delete("tree-tag").unwrap();
+    repo.file("billing/newer.ts", "export function main() { return {}; }\n");
+    let c3 = repo.commit("third");
+    assert_eq!(sync_json(&env, &["s"])["commit_sha"], c3.as_str());
+    repo.file("billing/newest.ts", "export function main() { return {}; }\n");
+    let c4 = repo.commit("fourth");
+    assert_eq!(sync_json(&env, &["s", "--commit", &c4])["commit_sha"], c4.as_str());
 }
 
 #[test]
@@ -479,6 +530,16 @@ const BROKEN: &[Broken] = &[
         name: "entrypoint field missing",
         change: |repo| set_manifest(repo, |m| charge(m).as_object_mut().unwrap().clear()),
         expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", "missing"],
+    },
+    Broken {
+        name: "entrypoint with a NUL byte",
+        change: |repo| set_manifest(repo, |m| charge(m)["entrypoint"] = json!("billing/charge\0.ts")),
+        expect: &["windforce.json", "apps.billing.actions.charge.entrypoint", "NUL byte"],
+    },
+    Broken {
+        name: "schema file with a NUL byte",
+        change: |repo| set_manifest(repo, |m| charge(m)["input_schema"] = json!("billing/\0.json")),
+        expect: &["windforce.json", "apps.billing.actions.charge.input_schema", "NUL byte"],
     },
     Broken {
         name: "entrypoint with a wrong extension",

@@ -1,0 +1,109 @@
+//! Waiting on other sessions: `--wait --timeout` keeps its deadline, `logs --follow` shows every
+//! line.
+
+use std::io::BufRead;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::fixtures::{enqueue, path, synced};
+use crate::harness::{Process, TestEnv, wait_for};
+
+/// Complete a queued job the way a worker's completion transaction does: final log lines, the
+/// completion record, the queue row gone, the notification.
+const COMPLETE: &str = "
+    WITH logs AS (INSERT INTO job_logs (job_id, attempt, stream, line)
+                  SELECT $1, 1, 'stdout', l FROM unnest($2::text[]) AS l),
+         gone AS (DELETE FROM job_queue WHERE job_id = $1 RETURNING job_id)
+    INSERT INTO job_completed (job_id, status, result) SELECT job_id, 'success', '{}' FROM gone";
+
+fn complete(tx: &mut impl postgres::GenericClient, id: uuid::Uuid, lines: &[&str]) {
+    tx.execute(COMPLETE, &[&id, &lines]).unwrap();
+    tx.execute("SELECT pg_notify('wf_completed', $1::uuid::text)", &[&id]).unwrap();
+}
+
+#[test]
+fn result_wait_timeout_holds_under_a_stream_of_other_completions() {
+    let env = TestEnv::new();
+    synced(&env);
+    let batch = path(&env, "others.jsonl");
+    std::fs::write(&batch, "{}\n".repeat(300)).unwrap();
+    let others = env.wf(["enqueue", "t/echo", "--batch", batch.to_str().unwrap(), "--json"]).ok().json();
+    let never = enqueue(&env, "t/echo", json!({}));
+
+    // Other jobs complete every 100 ms (the old wait restarted its timeout at each notification),
+    // for at most 30 s.
+    let stop = AtomicBool::new(false);
+    let run = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut db = env.db();
+            for id in others["ids"].as_array().unwrap() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let mut tx = db.transaction().unwrap();
+                complete(&mut tx, id.as_str().unwrap().parse().unwrap(), &[]);
+                tx.commit().unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let started = Instant::now();
+        let run = env.wf(["result", &never, "--wait", "--timeout", "2s"]).run();
+        let elapsed = started.elapsed();
+        stop.store(true, Ordering::SeqCst);
+        (run, elapsed)
+    });
+    let (run, elapsed) = run;
+    assert_eq!(run.code, 3, "a wait that timed out exits 3: {run:?}");
+    assert!(elapsed >= Duration::from_secs(2), "the wait lasted its timeout: {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(15), "the wait ends at its deadline, not when completions stop: {elapsed:?}");
+    let completed: i64 = env.scalar("SELECT count(*) FROM job_completed");
+    assert!(completed >= 20, "other jobs completed during the wait: {completed}");
+}
+
+#[test]
+fn logs_follow_prints_the_lines_written_by_the_completion() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/echo", json!({}));
+    let job: uuid::Uuid = id.parse().unwrap();
+    let mut db = env.db();
+    db.execute("INSERT INTO job_logs (job_id, attempt, stream, line) VALUES ($1, 1, 'stdout', 'first')", &[&job])
+        .unwrap();
+
+    let mut follow = env.wf(["logs", &id, "--follow"]);
+    follow.command.stdout(Stdio::piped());
+    let mut follower = Process::new(follow.command.spawn().unwrap());
+    let (lines, printed) = mpsc::channel();
+    let stdout = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = lines.send(line.unwrap());
+        }
+    });
+    assert_eq!(printed.recv_timeout(Duration::from_secs(30)).unwrap(), "first");
+
+    // The completion writes the last lines, and commits while the follower is between two of its
+    // statements: it is held on the completion table until then. Whichever it runs there, the
+    // lines must be printed.
+    let mut tx = db.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE job_completed IN ACCESS EXCLUSIVE MODE").unwrap();
+    complete(&mut tx, job, &["last 1", "last 2"]);
+    wait_for(Duration::from_secs(30), "the follower to wait on the completion table", || {
+        let waiting: i64 = env.scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND application_name = 'wf' AND wait_event_type = 'Lock'",
+        );
+        (waiting > 0).then_some(())
+    });
+    tx.commit().unwrap();
+
+    let status = wait_for(Duration::from_secs(30), "the follower to end", || follower.try_wait().unwrap());
+    assert!(status.success(), "{status:?}");
+    let rest: Vec<String> = printed.try_iter().collect();
+    assert_eq!(rest, ["last 1", "last 2"], "every line, also those of the completion, is printed");
+}
