@@ -43,6 +43,8 @@ const BUN_JOBS_MAX: u32 = 200;
 const LATENCY_PACE: Duration = Duration::from_millis(5);
 /// A job not picked up within this long means the claimer is not woken: fail rather than hang.
 const PICKUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The window the bench's claimers claim with (they complete at once: never reaped).
+const CLAIM_WINDOW: Duration = Duration::from_secs(60);
 /// How long the idle claimer waits before looking again (a lost notification costs at most this).
 const IDLE_POLL: Duration = Duration::from_millis(250);
 
@@ -369,7 +371,7 @@ fn claim_and_complete(
                     for n in 0u64.. {
                         interrupt.check()?;
                         let claim_id = format!("{}:{worker}#{n}", namespace.tag);
-                        let Some(job) = claim::claim(client, &tags, &claim_id)? else { return Ok(()) };
+                        let Some(job) = claim::claim(client, &tags, &claim_id, CLAIM_WINDOW)? else { return Ok(()) };
                         complete_noop(client, &job)?;
                         progress.done(done.fetch_add(1, Ordering::SeqCst) + 1);
                     }
@@ -499,7 +501,9 @@ fn idle_claimer(namespace: &Namespace, stop: &AtomicBool, picked: mpsc::Sender<P
             |client| {
                 claims += 1;
                 let claim_id = format!("{}:idle#{claims}", namespace.tag);
-                let Some(job) = claim::claim(client, &tags, &claim_id)? else { return Ok(ControlFlow::Continue(())) };
+                let Some(job) = claim::claim(client, &tags, &claim_id, CLAIM_WINDOW)? else {
+                    return Ok(ControlFlow::Continue(()));
+                };
                 let told = picked.send(Pickup::Claimed(job.id, Instant::now())).is_ok();
                 complete_noop(client, &job)?;
                 Ok(ControlFlow::Break(told))

@@ -54,7 +54,10 @@ fn classify_code(code: &SqlState) -> Failure {
 /// on a connection still usable.
 pub(crate) fn is_connection_lost(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| match cause.downcast_ref::<postgres::Error>() {
-        Some(pg) => pg.is_closed() || pg.code().is_some_and(|code| code.code().starts_with("08") || code.code().starts_with("57P")),
+        Some(pg) => {
+            pg.is_closed()
+                || pg.code().is_some_and(|code| code.code().starts_with("08") || code.code().starts_with("57P"))
+        }
         None => cause.downcast_ref::<std::io::Error>().is_some(),
     })
 }
@@ -65,7 +68,9 @@ mod tests {
 
     #[test]
     fn sqlstates_are_classified_by_what_a_retry_can_change() {
-        for code in ["08006", "08001", "57P01", "57P02", "57P03", "53300", "53200", "53100", "40001", "40P01", "55P03", "57014"] {
+        for code in
+            ["08006", "08001", "57P01", "57P02", "57P03", "53300", "53200", "53100", "40001", "40P01", "55P03", "57014"]
+        {
             assert_eq!(classify_code(&SqlState::from_code(code)), Failure::Transient, "{code}");
         }
         for code in ["22P05", "22021", "22001", "54000", "54001"] {

@@ -12,6 +12,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "0001_init.sql", include_str!("../../migrations/0001_init.sql")),
     (2, "0002_job_lookup_indexes.sql", include_str!("../../migrations/0002_job_lookup_indexes.sql")),
     (3, "0003_sandbox.sql", include_str!("../../migrations/0003_sandbox.sql")),
+    (4, "0004_runtime_window.sql", include_str!("../../migrations/0004_runtime_window.sql")),
 ];
 
 /// Key of the session advisory lock held while migrating.

@@ -1,10 +1,12 @@
 //! Connections: an external database from `--database-url`, or the embedded local cluster.
 
 pub mod embedded;
+pub(crate) mod failure;
 pub(crate) mod listen;
 pub mod migrate;
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use postgres::{Client, NoTls};
@@ -59,13 +61,31 @@ impl Database {
     }
 
     /// A new connection that names itself in pg_stat_activity (e.g. `wf work NAME slot 0`).
+    ///
+    /// Every wait is bounded: connecting, and over TCP a peer that stops answering (keepalives,
+    /// and an unacknowledged send fails after TCP_USER_TIMEOUT) breaks the connection instead of
+    /// blocking forever.
     pub fn connect_as(&self, application_name: &str) -> Result<Client> {
         let mut config = self.config.clone();
         config.application_name(application_name);
         if config.get_connect_timeout().is_none() {
-            config.connect_timeout(std::time::Duration::from_secs(5));
+            config.connect_timeout(Duration::from_secs(5));
         }
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10))
+            .keepalives_interval(Duration::from_secs(2))
+            .keepalives_retries(3)
+            .tcp_user_timeout(Duration::from_secs(20));
         config.connect(NoTls).with_context(|| format!("connecting to {}", self.describe))
+    }
+
+    /// A connection whose statements give up after `statement_timeout` (waiting on a lock
+    /// included), so that a worker's calls are bounded on the server's side too.
+    pub(crate) fn connect_bounded(&self, application_name: &str, statement_timeout: Duration) -> Result<Client> {
+        let mut client = self.connect_as(application_name)?;
+        client.batch_execute(&format!("SET statement_timeout = {}", statement_timeout.as_millis().max(1)))?;
+        Ok(client)
     }
 }
 

@@ -18,6 +18,8 @@
 //!           Index Cond: tag = p.tag AND priority = p.priority AND scheduled_for <= now()
 //! ```
 
+use std::time::Duration;
+
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use postgres::Client;
@@ -99,20 +101,22 @@ claimed AS (
     RETURNING job_id, started_at, restarts
 ),
 -- Ping is stamped at claim: a worker that dies before its first heartbeat leaves a ping the
--- reaper's guard catches, never a NULL that would leave the job a zombie forever.
+-- reaper's guard catches, never a NULL that would leave the job a zombie forever. The worker's
+-- window goes with it: no reaper takes the job before that window has passed.
 stamped AS (
-    INSERT INTO job_runtime (job_id, ping)
-    SELECT job_id, now() FROM claimed
-    ON CONFLICT (job_id) DO UPDATE SET ping = now()
+    INSERT INTO job_runtime (job_id, ping, window_s)
+    SELECT job_id, now(), $3 FROM claimed
+    ON CONFLICT (job_id) DO UPDATE SET ping = now(), window_s = EXCLUDED.window_s
 )
 SELECT j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoint,
        j.output_schema, j.timeout_s, j.tag, j.input, j.trigger_kind, j.scheduled_for,
        c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes
   FROM claimed c JOIN job j ON j.id = c.job_id";
 
-/// Claim the best due job of `tags` for this claim id, if any.
-pub fn claim(client: &mut Client, tags: &[String], claim: &str) -> Result<Option<Claimed>> {
-    let row = client.query_opt(CLAIM_SQL, &[&tags, &claim])?;
+/// Claim the best due job of `tags` for this claim id, if any. `window` is the claiming worker's
+/// zombie window.
+pub fn claim(client: &mut Client, tags: &[String], claim: &str, window: Duration) -> Result<Option<Claimed>> {
+    let row = client.query_opt(CLAIM_SQL, &[&tags, &claim, &window.as_secs_f64()])?;
     Ok(row.map(|row| Claimed {
         id: row.get(0),
         claim: claim.to_string(),

@@ -1,6 +1,8 @@
 //! Heartbeat: "I am alive and still running it", and the answer "it was canceled" or "it is no
 //! longer yours".
 
+use std::time::Duration;
+
 use anyhow::Result;
 use postgres::Client;
 use uuid::Uuid;
@@ -19,7 +21,7 @@ pub(crate) enum Beat {
 /// One statement: refresh ping only while this claim still owns the job, and return the cancel
 /// mark. The row is share-locked, so a concurrent reaper pass skips it rather than reaping a job
 /// whose worker is heartbeating right now.
-pub(crate) fn heartbeat(client: &mut Client, job_id: Uuid, claim: &str) -> Result<Beat> {
+pub(crate) fn heartbeat(client: &mut Client, job_id: Uuid, claim: &str, window: Duration) -> Result<Beat> {
     let row = client.query_opt(
         "WITH owned AS (
              SELECT job_id, canceled_by, canceled_reason
@@ -28,12 +30,12 @@ pub(crate) fn heartbeat(client: &mut Client, job_id: Uuid, claim: &str) -> Resul
                 FOR SHARE
          ),
          pinged AS (
-             INSERT INTO job_runtime (job_id, ping)
-             SELECT job_id, now() FROM owned
+             INSERT INTO job_runtime (job_id, ping, window_s)
+             SELECT job_id, now(), $3 FROM owned
              ON CONFLICT (job_id) DO UPDATE SET ping = now()
          )
          SELECT canceled_by, canceled_reason FROM owned",
-        &[&job_id, &claim],
+        &[&job_id, &claim, &window.as_secs_f64()],
     )?;
     Ok(match row {
         None => Beat::Lost,

@@ -222,7 +222,8 @@ pub(crate) fn status(client: &mut Client, zombie_timeout: Duration) -> Result<Ve
                 count(*) FILTER (WHERE NOT q.running AND q.scheduled_for > now()),
                 count(*) FILTER (WHERE q.running),
                 count(*) FILTER (WHERE q.running AND (r.ping IS NULL OR
-                    greatest(r.ping, pg_postmaster_start_time()) < now() - make_interval(secs => $1))),
+                    greatest(r.ping, pg_postmaster_start_time())
+                    < now() - make_interval(secs => greatest($1, r.window_s)))),
                 extract(epoch FROM now() - min(q.scheduled_for)
                     FILTER (WHERE NOT q.running AND q.scheduled_for <= now()))::float8
            FROM job_queue q LEFT JOIN job_runtime r ON r.job_id = q.job_id

@@ -52,13 +52,15 @@ impl LogBuffer {
         self.pending.len()
     }
 
-    /// The pending lines; they stay pending until `written` is called.
-    pub(crate) fn pending(&self) -> &[LogLine] {
-        &self.pending
+    /// The pending lines, taken out to be written elsewhere.
+    pub(crate) fn take(&mut self) -> Vec<LogLine> {
+        std::mem::take(&mut self.pending)
     }
 
-    pub(crate) fn written(&mut self) {
-        self.pending.clear();
+    /// Lines taken out but not written, back in front of those pending since.
+    pub(crate) fn restore(&mut self, mut lines: Vec<LogLine>) {
+        lines.append(&mut self.pending);
+        self.pending = lines;
     }
 }
 

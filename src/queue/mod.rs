@@ -15,16 +15,3 @@ pub(crate) mod reaper;
 pub const CHANNEL_ENQUEUED: &str = "wf_enqueued";
 /// Channel notified when a job completes; the payload is the job id.
 pub const CHANNEL_COMPLETED: &str = "wf_completed";
-
-/// Whether an error means the connection is gone (as opposed to a statement that failed).
-pub fn is_connection_error(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| match cause.downcast_ref::<postgres::Error>() {
-        Some(pg) => pg.is_closed() || pg.as_db_error().is_none_or(|db| is_admin_shutdown(db.code())),
-        None => cause.downcast_ref::<std::io::Error>().is_some(),
-    })
-}
-
-fn is_admin_shutdown(code: &postgres::error::SqlState) -> bool {
-    use postgres::error::SqlState;
-    [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW].contains(code)
-}

@@ -19,8 +19,10 @@ pub(crate) struct Reaped {
 }
 
 /// One pass, one transaction. A zombie is a running job whose ping is missing or older than the
-/// window. A ping older than the database server's own start is counted from that start, so a
-/// database restart does not turn every running job into a zombie at once. SKIP LOCKED lets any
+/// window, and never younger than the window of the worker that claimed it (its worker stops the
+/// attempt by itself within its own window, so an earlier reap would run two attempts at once). A
+/// ping older than the database server's own start is counted from that start, so a database
+/// restart does not turn every running job into a zombie at once. SKIP LOCKED lets any
 /// number of reapers run at once without touching the same zombie twice, and skips jobs whose
 /// worker is heartbeating at this very moment (the heartbeat share-locks the row).
 pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_limit: i32) -> Result<Reaped> {
@@ -31,7 +33,8 @@ pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_l
            LEFT JOIN job_runtime r ON r.job_id = q.job_id
           WHERE q.running
             AND (r.ping IS NULL
-                 OR greatest(r.ping, pg_postmaster_start_time()) < now() - make_interval(secs => $1))
+                 OR greatest(r.ping, pg_postmaster_start_time())
+                    < now() - make_interval(secs => greatest($1, r.window_s)))
             FOR UPDATE OF q SKIP LOCKED",
         &[&zombie_timeout.as_secs_f64()],
     )?;

@@ -2,7 +2,9 @@
 //! a reaper pass on the side; a clean shutdown on SIGINT/SIGTERM that loses no job.
 
 mod connection;
+mod heart;
 mod slot;
+mod wake;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -14,6 +16,7 @@ use anyhow::{Context, Result, bail};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::db::Database;
+use crate::output::diag;
 use crate::runner::ScratchRoot;
 
 /// When a worker stops on its own.
@@ -99,6 +102,8 @@ struct Shared {
     budget: AtomicI64,
     /// Commits whose marker this process has seen: each commit is prepared once per process.
     prepared: Mutex<HashSet<PathBuf>>,
+    /// Moved by the listener when jobs may have become claimable.
+    wake: wake::Wake,
     succeeded: AtomicU64,
     failed: AtomicU64,
     canceled: AtomicU64,
@@ -152,7 +157,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
              without it",
         )?;
     } else if !options.quiet {
-        eprintln!(
+        diag!(
             "worker {}: --isolation none: actions run as this worker's user, can read what it can read, \
              and have no memory or process limits",
             options.name
@@ -172,6 +177,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         stopping: AtomicBool::new(false),
         kill: AtomicBool::new(false),
         prepared: Mutex::new(HashSet::new()),
+        wake: wake::Wake::default(),
         succeeded: AtomicU64::new(0),
         failed: AtomicU64::new(0),
         canceled: AtomicU64::new(0),
@@ -179,8 +185,10 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         fenced: AtomicU64::new(0),
     });
     let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    // Listening before any slot looks at the queue (see `wake`).
+    let first = wake::connect(&shared.database, &shared.options.name)?;
     if !shared.options.quiet {
-        eprintln!(
+        diag!(
             "worker {} started: tags {}, concurrency {}, bun {}",
             shared.options.name,
             shared.options.tags.join(","),
@@ -189,38 +197,65 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         );
     }
 
-    let slots: Vec<_> = (0..shared.options.concurrency)
-        .map(|index| {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name(format!("slot-{index}"))
-                .spawn(move || slot::run(&shared, index))
-                .expect("spawning a worker slot thread")
-        })
-        .collect();
-    let slots_done = Arc::new(AtomicBool::new(false));
-    let reaper = shared.options.reap.then(|| {
-        let shared = Arc::clone(&shared);
-        let done = Arc::clone(&slots_done);
+    let done = Arc::new(AtomicBool::new(false));
+    let listener = {
+        let (shared, done) = (Arc::clone(&shared), Arc::clone(&done));
         std::thread::Builder::new()
-            .name("reaper".to_string())
-            .spawn(move || reaper_loop(&shared, &done))
-            .expect("spawning the reaper thread")
-    });
+            .name("listener".to_string())
+            .spawn(move || wake::listen(&shared.database, &shared.options.name, &shared.wake, &done, first))
+            .context("starting the worker's listener thread")?
+    };
+    let mut slots = Vec::new();
+    for index in 0..shared.options.concurrency {
+        let slot_shared = Arc::clone(&shared);
+        let slot =
+            std::thread::Builder::new().name(format!("slot-{index}")).spawn(move || slot::run(&slot_shared, index));
+        match slot {
+            Ok(slot) => slots.push(slot),
+            Err(error) => {
+                // The slots already started stop claiming and end their jobs; then the error.
+                shared.stopping.store(true, Ordering::SeqCst);
+                slots.push(std::thread::spawn(move || Err(anyhow::anyhow!("starting worker slot {index}: {error}"))));
+                break;
+            }
+        }
+    }
+    let reaper = match shared.options.reap {
+        true => {
+            let (shared, done) = (Arc::clone(&shared), Arc::clone(&done));
+            Some(
+                std::thread::Builder::new()
+                    .name("reaper".to_string())
+                    .spawn(move || reaper_loop(&shared, &done))
+                    .context("starting the worker's reaper thread")?,
+            )
+        }
+        false => None,
+    };
 
     supervise_shutdown(&shared, signals, &slots);
     let mut first_error = None;
+    let mut first_panic = None;
     for slot in slots {
-        let ended = slot.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a worker slot crashed (a bug in wf)")));
-        if let Err(error) = ended {
-            first_error.get_or_insert(error);
+        match slot.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                first_error.get_or_insert(error);
+            }
+            Err(panic) => {
+                first_panic.get_or_insert(panic);
+            }
         }
     }
-    slots_done.store(true, Ordering::SeqCst);
-    if let Some(reaper) = reaper
-        && reaper.join().is_err()
-    {
-        first_error.get_or_insert(anyhow::anyhow!("the reaper thread crashed (a bug in wf)"));
+    done.store(true, Ordering::SeqCst);
+    for thread in reaper.into_iter().chain([listener]) {
+        if let Err(panic) = thread.join() {
+            first_panic.get_or_insert(panic);
+        }
+    }
+    // A panic was reported by the panic hook as it happened: passed on as it is, not reported again.
+    if let Some(panic) = first_panic {
+        std::panic::resume_unwind(panic);
     }
     if let Some(error) = first_error {
         return Err(error);
@@ -245,14 +280,17 @@ fn supervise_shutdown(
     while !slots.iter().all(|slot| slot.is_finished()) {
         for signal in signals.pending() {
             if deadline.is_none() {
-                eprintln!(
+                diag!(
                     "worker {}: signal {signal}: no more claims; running jobs get {:?} to finish, then go back to the queue",
-                    shared.options.name, shared.options.grace
+                    shared.options.name,
+                    shared.options.grace
                 );
                 shared.stopping.store(true, Ordering::SeqCst);
+                // Idle slots wake up to see it.
+                shared.wake.bump();
                 deadline = Some(Instant::now() + shared.options.grace);
             } else {
-                eprintln!("worker {}: second signal: stopping running jobs now", shared.options.name);
+                diag!("worker {}: second signal: stopping running jobs now", shared.options.name);
                 deadline = Some(Instant::now());
             }
         }
@@ -266,7 +304,11 @@ fn supervise_shutdown(
 /// A reaper pass now and then (SKIP LOCKED makes it safe on every worker at once).
 fn reaper_loop(shared: &Shared, done: &AtomicBool) {
     let period = (shared.options.zombie_timeout / 4).max(Duration::from_secs(1));
-    let mut connection = connection::Connection::new(&shared.database, &format!("wf reap {}", shared.options.name));
+    let mut connection = connection::Connection::new(
+        &shared.database,
+        &format!("wf reap {}", shared.options.name),
+        shared.options.zombie_timeout / 4,
+    );
     let mut next = Instant::now();
     while !done.load(Ordering::SeqCst) {
         if Instant::now() >= next {
@@ -275,14 +317,17 @@ fn reaper_loop(shared: &Shared, done: &AtomicBool) {
                 crate::queue::reaper::reap_once(client, shared.options.zombie_timeout, shared.options.restart_limit)
             });
             match pass {
-                Ok(reaped) if reaped != Default::default() && !shared.options.quiet => eprintln!(
+                Ok(reaped) if reaped != Default::default() && !shared.options.quiet => diag!(
                     "worker {}: reaper: requeued {}, failed {}, canceled {}",
-                    shared.options.name, reaped.requeued, reaped.failed, reaped.canceled
+                    shared.options.name,
+                    reaped.requeued,
+                    reaped.failed,
+                    reaped.canceled
                 ),
                 Ok(_) => {}
                 Err(error) => {
-                    eprintln!("worker {}: reaper pass failed: {error:#}", shared.options.name);
-                    connection.reset_if_broken(&error);
+                    diag!("worker {}: reaper pass failed: {error:#}", shared.options.name);
+                    connection.reset_if_lost(&error);
                 }
             }
         }

@@ -1,49 +1,108 @@
-//! One worker slot: claim, run, heartbeat, complete; one job at a time on its own connection.
+//! One worker slot: claim, run, complete; one job at a time on its own connection, which it lends to
+//! the attempt's heart (heartbeats and logs) while the action runs.
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use postgres::fallible_iterator::FallibleIterator;
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::connection::Connection;
+use super::heart::{Heart, Verdict};
 use super::{Isolation, Shared, Until};
+use crate::db::failure::{Failure, classify};
+use crate::output::diag;
 use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, JobError, Recorded, Status};
-use crate::queue::heartbeat::{self, Beat};
-use crate::queue::logs::{self, LogBuffer};
-use crate::queue::{CHANNEL_ENQUEUED, is_connection_error, reaper};
+use crate::queue::logs::{LogBuffer, LogLine};
+use crate::queue::reaper;
 use crate::runner::{self, Event, Limits, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Stream};
 use crate::source::store;
 use crate::token;
 
-/// How often buffered log lines are written while a job runs.
+/// How often buffered log lines are handed to the heart while a job runs.
 const LOG_FLUSH_PERIOD: Duration = Duration::from_secs(1);
 const LOG_FLUSH_LINES: usize = 500;
-/// How long to back off after the database went away.
-const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+/// Backoff after a failed database call: doubling from the first to the last.
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_LAST: Duration = Duration::from_secs(5);
+
+/// A slot's database connection and the heart it lends it to.
+struct Link {
+    connection: Connection,
+    heart: Heart,
+    name: String,
+}
+
+impl Link {
+    fn new(shared: &Shared, index: u32) -> Result<Link> {
+        let name = format!("wf work {} slot {index}", shared.options.name);
+        Ok(Link {
+            connection: Connection::new(&shared.database, &name, shared.options.heartbeat),
+            heart: Heart::start(&name)?,
+            name,
+        })
+    }
+}
+
+/// One failure said once, its end said once: a database outage is two lines, not one per retry.
+#[derive(Default)]
+struct Trouble {
+    since: Option<Instant>,
+    backoff: Duration,
+}
+
+impl Trouble {
+    /// Say the failure (the first time), drop a lost connection, and back off.
+    fn failed(&mut self, shared: &Shared, connection: &mut Connection, error: &anyhow::Error, what: &str) {
+        if self.since.is_none() {
+            diag!("worker {}: {what} failed: {error:#}; retrying", shared.options.name);
+            self.since = Some(Instant::now());
+        }
+        connection.reset_if_lost(error);
+        self.backoff = (self.backoff * 2).clamp(BACKOFF_FIRST, BACKOFF_LAST);
+        std::thread::sleep(self.backoff);
+    }
+
+    fn recovered(&mut self, shared: &Shared) {
+        if let Some(since) = self.since.take() {
+            diag!(
+                "worker {}: the database answers again (after {:.1} s)",
+                shared.options.name,
+                since.elapsed().as_secs_f64()
+            );
+        }
+        self.backoff = Duration::ZERO;
+    }
+}
 
 pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
     let name = &shared.options.name;
-    let mut connection =
-        Connection::new(&shared.database, &format!("wf work {name} slot {index}")).listening(&[CHANNEL_ENQUEUED]);
+    let mut link = Link::new(shared, index)?;
+    let mut trouble = Trouble::default();
     loop {
         if shared.stopping.load(Ordering::SeqCst) || !shared.reserve() {
             return Ok(());
         }
         let claim_id = format!("{name}#{}", &Uuid::new_v4().simple().to_string()[..12]);
-        // LISTEN happens when the connection is made, before this look: a job enqueued between
-        // the look and the wait still wakes us.
-        let claimed = connection.client().and_then(|client| claim::claim(client, &shared.options.tags, &claim_id));
+        // Read before the look: a job enqueued between the look and the wait moves it.
+        let epoch = shared.wake.epoch();
+        let claimed = link
+            .connection
+            .client()
+            .and_then(|client| claim::claim(client, &shared.options.tags, &claim_id, shared.options.zombie_timeout));
         match claimed {
-            Ok(Some(job)) => run_job(shared, &mut connection, job),
+            Ok(Some(job)) => {
+                trouble.recovered(shared);
+                link = run_job(shared, link, job)?;
+            }
             Ok(None) => {
                 shared.unreserve();
-                match next_due_in(&mut connection, shared) {
+                match link.connection.client().and_then(|client| claim::next_due_in(client, &shared.options.tags)) {
                     Ok(next) => {
+                        trouble.recovered(shared);
                         if shared.options.until == Until::Drained && next.is_none_or(|s| s > 0.0) {
                             return Ok(());
                         }
@@ -52,52 +111,24 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
                             std::thread::sleep(Duration::from_millis(5));
                             continue;
                         }
-                        wait_for_work(shared, &mut connection, next);
+                        let mut wait = shared.options.poll;
+                        if let Some(seconds) = next {
+                            wait = wait.min(Duration::from_secs_f64(seconds.max(0.0)));
+                        }
+                        if !shared.stopping.load(Ordering::SeqCst) {
+                            shared.wake.wait_past(epoch, wait);
+                        }
                     }
-                    Err(error) => pause_after(shared, &mut connection, &error, "looking at the queue"),
+                    Err(error) => trouble.failed(shared, &mut link.connection, &error, "looking at the queue"),
                 }
             }
             Err(error) => {
                 shared.unreserve();
-                pause_after(shared, &mut connection, &error, "claiming");
+                trouble.failed(shared, &mut link.connection, &error, "claiming");
             }
         }
         if shared.budget_spent() {
             return Ok(());
-        }
-    }
-}
-
-fn next_due_in(connection: &mut Connection, shared: &Shared) -> Result<Option<f64>> {
-    claim::next_due_in(connection.client()?, &shared.options.tags)
-}
-
-fn pause_after(shared: &Shared, connection: &mut Connection, error: &anyhow::Error, what: &str) {
-    eprintln!("worker {}: {what} failed: {error:#}; retrying", shared.options.name);
-    connection.reset_if_broken(error);
-    std::thread::sleep(RECONNECT_PAUSE);
-}
-
-/// Sleep until a notification, the next scheduled job, the poll interval, or a stop.
-fn wait_for_work(shared: &Shared, connection: &mut Connection, next_due_s: Option<f64>) {
-    let mut wait = shared.options.poll;
-    if let Some(seconds) = next_due_s {
-        wait = wait.min(Duration::from_secs_f64(seconds.max(0.0)));
-    }
-    let until = Instant::now() + wait;
-    while Instant::now() < until && !shared.stopping.load(Ordering::SeqCst) {
-        let slice = (until - Instant::now()).min(Duration::from_millis(250));
-        let woke = connection.client().and_then(|client| {
-            let mut notifications = client.notifications();
-            let woke = notifications.timeout_iter(slice).next()?.is_some();
-            // Take every pending notification: one look at the queue serves them all.
-            while notifications.iter().next()?.is_some() {}
-            Ok(woke)
-        });
-        match woke {
-            Ok(true) => return,
-            Ok(false) => {}
-            Err(error) => return pause_after(shared, connection, &error, "waiting for jobs"),
         }
     }
 }
@@ -107,18 +138,21 @@ fn wait_for_work(shared: &Shared, connection: &mut Connection, next_due_s: Optio
 enum StopReason {
     Canceled,
     TimedOut,
-    /// Ownership lost (reaped, or heartbeats failing past the zombie window): record nothing.
+    /// Ownership lost (reaped, or no heartbeat succeeded for too long): record nothing.
     Lost,
     /// The worker is shutting down and the grace is over: put the job back in the queue.
     Shutdown,
 }
 
-fn run_job(shared: &Shared, connection: &mut Connection, job: Claimed) {
+/// Run one claimed job to its completion; returns the link for the next (a new one when the
+/// heart got stuck in a database call).
+fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
     let name = &shared.options.name;
     let tree = store::commit_dir(&shared.store, job.git_source_id, &job.commit_sha);
     if let Err(error) = prepare(shared, &tree) {
         let error = JobError::new("SourceNotMaterialized", format!("commit {}: {error:#}", job.commit_sha));
-        return record(shared, connection, &job, Status::Failure, None, Some(error.to_value()), LogBuffer::default());
+        record(shared, &mut link.connection, &job, Status::Failure, None, Some(error.to_value()), LogBuffer::default());
+        return Ok(link);
     }
     let claims = token::Claims::for_claim(job.id, &job.claim, job.started_at, job.timeout_s);
     let env = vec![
@@ -139,28 +173,54 @@ fn run_job(shared: &Shared, connection: &mut Connection, job: Claimed) {
         Ok(running) => running,
         Err(error) => {
             let error = JobError::new("StartError", format!("{error:#}"));
-            return record(
+            record(
                 shared,
-                connection,
+                &mut link.connection,
                 &job,
                 Status::Failure,
                 None,
                 Some(error.to_value()),
                 LogBuffer::default(),
             );
+            return Ok(link);
         }
     };
+
+    let Link { connection, heart, name: link_name } = link;
+    let period = shared.options.heartbeat;
+    heart.begin(connection, job.id, &job.claim, job.attempt(), shared.options.zombie_timeout, period);
     let mut logs = LogBuffer::default();
-    let stop = watch(shared, connection, &job, &running, &mut logs);
+    let stop = watch(shared, &job, &running, &heart, &mut logs);
     let outcome = running.finish();
+    // The heart's call in flight is bounded by the connection's statement timeout (one period);
+    // one that takes longer is stuck (a frozen backend): heart and connection are left behind.
+    let mut link = match heart.end(period * 2) {
+        Ok((connection, unwritten)) => {
+            logs.restore(unwritten);
+            Link { connection, heart, name: link_name }
+        }
+        Err(unwritten) => {
+            logs.restore(unwritten);
+            diag!("worker {name}: the database did not answer a heartbeat of job {}: using a new connection", job.id);
+            Link {
+                connection: Connection::new(&shared.database, &link_name, period),
+                heart: Heart::start(&link_name)?,
+                name: link_name,
+            }
+        }
+    };
+
     let failure = |error: JobError| (Status::Failure, None, Some(error.to_value()));
     let (status, result, error) = match (stop, outcome) {
         (Some(StopReason::Lost), _) => {
-            eprintln!("worker {name}: job {} is no longer ours (reaped?): killed it, recorded nothing", job.id);
+            diag!("worker {name}: job {} is no longer ours (reaped?): killed it, recorded nothing", job.id);
             shared.fenced.fetch_add(1, Ordering::SeqCst);
-            return;
+            return Ok(link);
         }
-        (Some(StopReason::Shutdown), Outcome::Stopped) => return release(shared, connection, &job, logs),
+        (Some(StopReason::Shutdown), Outcome::Stopped) => {
+            release(shared, &mut link.connection, &job, logs);
+            return Ok(link);
+        }
         (Some(StopReason::Canceled), Outcome::Stopped) => (Status::Canceled, None, None),
         (Some(StopReason::TimedOut), Outcome::Stopped) => failure(JobError::new(
             "Timeout",
@@ -175,7 +235,8 @@ fn run_job(shared: &Shared, connection: &mut Connection, job: Claimed) {
         (_, Outcome::Failed { name, message }) => failure(JobError::new(&name, message)),
         (None, Outcome::Stopped) => failure(JobError::new("ProcessError", "the action's process was stopped")),
     };
-    record(shared, connection, &job, status, result, error, logs);
+    record(shared, &mut link.connection, &job, status, result, error, logs);
+    Ok(link)
 }
 
 /// The attempt's isolation: the worker's mode, with the sandbox settings the job pinned.
@@ -198,20 +259,16 @@ fn isolation_of(mode: &Isolation, job: &Claimed) -> runner::Isolation {
     }
 }
 
-/// While the action runs: pump its output, heartbeat, enforce the timeout, honour a shutdown.
-/// Returns why the worker stopped it, if it did; returns once the supervisor is gone.
-fn watch(
-    shared: &Shared,
-    connection: &mut Connection,
-    job: &Claimed,
-    running: &Running,
-    logs: &mut LogBuffer,
-) -> Option<StopReason> {
-    let period = shared.options.heartbeat;
+/// While the action runs: pump its output, enforce the timeout and the self-fence, act on what the
+/// heart learned, honour a shutdown. No database call here: the heart makes them. Returns why the
+/// worker stopped the action, if it did; returns once the supervisor is gone.
+fn watch(shared: &Shared, job: &Claimed, running: &Running, heart: &Heart, logs: &mut LogBuffer) -> Option<StopReason> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(u64::try_from(job.timeout_s).unwrap_or(0));
-    let mut last_beat = started;
-    let mut next_beat = started + period;
+    // The reaper may take the job once its ping is older than the window. The attempt is stopped a
+    // heartbeat period before that, counted from the last heartbeat known to have landed: never
+    // two attempts of one job at once.
+    let fence = shared.options.zombie_timeout.saturating_sub(shared.options.heartbeat);
     let mut last_flush = started;
     let mut stop: Option<StopReason> = None;
     loop {
@@ -222,43 +279,31 @@ fn watch(
         }
         let now = Instant::now();
         if stop.is_none() {
-            if now >= next_beat {
-                next_beat = now + period;
-                let beat = connection.client().and_then(|client| heartbeat::heartbeat(client, job.id, &job.claim));
-                match beat {
-                    Ok(Beat::Owned) => last_beat = now,
-                    Ok(Beat::CancelRequested { .. }) => stop = Some(StopReason::Canceled),
-                    Ok(Beat::Lost) => stop = Some(StopReason::Lost),
-                    // Not a lost ownership: keep the job and retry, unless the last good
-                    // heartbeat is older than the zombie window (then it must be presumed reaped).
-                    Err(error) => {
-                        eprintln!("worker {}: heartbeat of job {} failed: {error:#}", shared.options.name, job.id);
-                        connection.reset_if_broken(&error);
-                        if now.duration_since(last_beat) >= shared.options.zombie_timeout {
-                            stop = Some(StopReason::Lost);
-                        }
-                    }
+            let pulse = heart.pulse();
+            stop = match pulse.as_ref().and_then(|pulse| pulse.verdict.clone()) {
+                Some(Verdict::Canceled) => Some(StopReason::Canceled),
+                Some(Verdict::Lost) => Some(StopReason::Lost),
+                None if pulse.is_some_and(|pulse| now.duration_since(pulse.last_ok) >= fence) => {
+                    diag!(
+                        "worker {}: no heartbeat of job {} succeeded for {} s: stopping it before the reaper may \
+                         take it",
+                        shared.options.name,
+                        job.id,
+                        fence.as_secs()
+                    );
+                    Some(StopReason::Lost)
                 }
-            }
-            if stop.is_none() && now >= deadline {
-                stop = Some(StopReason::TimedOut);
-            }
-            if stop.is_none() && shared.kill.load(Ordering::SeqCst) {
-                stop = Some(StopReason::Shutdown);
-            }
+                None if now >= deadline => Some(StopReason::TimedOut),
+                None if shared.kill.load(Ordering::SeqCst) => Some(StopReason::Shutdown),
+                None => None,
+            };
             if stop.is_some() {
                 running.stop();
             }
         }
         if logs.len() >= LOG_FLUSH_LINES || (!logs.is_empty() && now.duration_since(last_flush) >= LOG_FLUSH_PERIOD) {
             last_flush = now;
-            let written = connection
-                .client()
-                .and_then(|client| logs::append(client, job.id, &job.claim, job.attempt(), logs.pending()));
-            match written {
-                Ok(_) => logs.written(),
-                Err(error) => connection.reset_if_broken(&error),
-            }
+            heart.write(logs.take());
         }
     }
 }
@@ -319,9 +364,10 @@ fn check_result(value: &Value, output_schema: Option<&Value>) -> Result<(), JobE
     }
 }
 
-/// Complete the job, retrying with the result kept in memory when the connection fails. A
-/// statement that fails for another reason (a result PostgreSQL cannot store) completes the job
-/// as failure saying so, rather than leaving it to the reaper.
+/// Complete the job, retrying with the result kept in memory while the failure is one a retry can
+/// change (the connection, a lock, a timeout, too many clients), until the window has passed. A
+/// statement that proves the data cannot be stored (a result PostgreSQL cannot hold) completes the
+/// job as failure saying so, rather than leaving it to the reaper.
 fn record(
     shared: &Shared,
     connection: &mut Connection,
@@ -339,10 +385,10 @@ fn record(
         status,
         result,
         error,
-        logs: logs.pending().to_vec(),
+        logs: logs.take(),
     };
-    logs.written();
     let give_up = Instant::now() + shared.options.zombie_timeout;
+    let mut trouble = Trouble::default();
     let mut retried = false;
     let mut rewritten = false;
     loop {
@@ -354,8 +400,12 @@ fn record(
                 retried = true;
                 connection.reset();
             }
-            Ok(Recorded::Completed) => break count(shared, completion.status),
+            Ok(Recorded::Completed) => {
+                trouble.recovered(shared);
+                break count(shared, completion.status);
+            }
             Ok(Recorded::Fenced) => {
+                trouble.recovered(shared);
                 // After a lost acknowledgement the gate finds nothing: did our own commit land?
                 let ours = retried
                     && connection
@@ -365,15 +415,11 @@ fn record(
                 if ours {
                     break count(shared, completion.status);
                 }
-                eprintln!("worker {name}: job {} is no longer ours (reaped?): completion skipped", job.id);
+                diag!("worker {name}: job {} is no longer ours (reaped?): completion skipped", job.id);
                 shared.fenced.fetch_add(1, Ordering::SeqCst);
                 break;
             }
-            Err(error) if is_connection_error(&error) && Instant::now() < give_up => {
-                retried = true;
-                pause_after(shared, connection, &error, &format!("completing job {}", job.id));
-            }
-            Err(error) if !is_connection_error(&error) && !rewritten => {
+            Err(error) if classify(&error) == Failure::Data && !rewritten => {
                 rewritten = true;
                 completion.status = Status::Failure;
                 completion.result = None;
@@ -382,8 +428,13 @@ fn record(
                         .to_value(),
                 );
             }
+            Err(error) if Instant::now() < give_up => {
+                // Whether the failed call committed is unknown: the gate and completed_by tell.
+                retried = true;
+                trouble.failed(shared, connection, &error, &format!("completing job {}", job.id));
+            }
             Err(error) => {
-                eprintln!("worker {name}: giving up completing job {}: {error:#} (the reaper will recover it)", job.id);
+                diag!("worker {name}: giving up completing job {}: {error:#} (the reaper will recover it)", job.id);
                 break;
             }
         }
@@ -399,13 +450,15 @@ fn count(shared: &Shared, status: Status) {
     counter.fetch_add(1, Ordering::SeqCst);
 }
 
-/// Shutdown past the grace: the job goes back in the queue at once, ownership-gated.
-fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, logs: LogBuffer) {
+/// Shutdown past the grace: the job goes back in the queue at once, ownership-gated, retried as a
+/// completion is.
+fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, mut logs: LogBuffer) {
     let give_up = Instant::now() + shared.options.zombie_timeout;
+    let mut trouble = Trouble::default();
+    let lines: Vec<LogLine> = logs.take();
     loop {
-        let released = connection
-            .client()
-            .and_then(|client| reaper::release(client, job.id, &job.claim, job.attempt(), logs.pending()));
+        let released =
+            connection.client().and_then(|client| reaper::release(client, job.id, &job.claim, job.attempt(), &lines));
         match released {
             Ok(true) => {
                 shared.released.fetch_add(1, Ordering::SeqCst);
@@ -415,14 +468,11 @@ fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, logs: Lo
                 shared.fenced.fetch_add(1, Ordering::SeqCst);
                 return;
             }
-            Err(error) if is_connection_error(&error) && Instant::now() < give_up => {
-                pause_after(shared, connection, &error, &format!("releasing job {}", job.id));
+            Err(error) if classify(&error) != Failure::Data && Instant::now() < give_up => {
+                trouble.failed(shared, connection, &error, &format!("releasing job {}", job.id));
             }
             Err(error) => {
-                eprintln!(
-                    "worker {}: could not release job {}: {error:#} (the reaper will)",
-                    shared.options.name, job.id
-                );
+                diag!("worker {}: could not release job {}: {error:#} (the reaper will)", shared.options.name, job.id);
                 return;
             }
         }

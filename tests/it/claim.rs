@@ -37,7 +37,7 @@ fn explain_claim(env: &TestEnv, tags: &[&str]) -> Value {
     let mut tx = client.transaction().unwrap();
     let tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
     let sql = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", wf::queue::claim::CLAIM_SQL);
-    let plan: Value = tx.query_one(&sql, &[&tags, &"explain#1"]).unwrap().get(0);
+    let plan: Value = tx.query_one(&sql, &[&tags, &"explain#1", &60.0f64]).unwrap().get(0);
     tx.rollback().unwrap();
     plan
 }
@@ -112,7 +112,9 @@ fn claim_takes_the_best_due_job_across_tags() {
     let mut client = env.db();
     let tags = vec!["a".to_string(), "b".to_string()];
     let mut priorities = Vec::new();
-    while let Some(job) = wf::queue::claim::claim(&mut client, &tags, "w#1").unwrap() {
+    while let Some(job) =
+        wf::queue::claim::claim(&mut client, &tags, "w#1", std::time::Duration::from_secs(60)).unwrap()
+    {
         let priority: i32 =
             client.query_one("SELECT priority FROM job_queue WHERE job_id = $1", &[&job.id]).unwrap().get(0);
         priorities.push(priority);

@@ -27,6 +27,8 @@ pub(crate) fn actions_repo() -> GitRepo {
                     "spawn": {"entrypoint": "t/spawn.ts", "timeout": 3},
                     "spawn_long": {"entrypoint": "t/spawn.ts", "timeout": 600},
                     "killer": {"entrypoint": "t/killer.ts"},
+                    "ledger": {"entrypoint": "t/ledger.ts", "timeout": 4},
+                    "ledger_long": {"entrypoint": "t/ledger.ts", "timeout": 600},
                     "typed": {
                         "entrypoint": "t/echo.ts",
                         "input_schema": {"type": "object", "required": ["n"],
@@ -122,6 +124,25 @@ export async function main(input: any) {
   const pids = [process.pid, child.pid, detached.pid];
   writeFileSync(input.pids, JSON.stringify({ pids, own_session: session(detached.pid!) !== session(process.pid) }));
   await new Promise(() => {});
+}
+"#,
+    );
+    // Writes `<attempt> <unix ms>` to input.ledger every 50 ms while it runs, for
+    // input.ms_by_attempt[attempt] ms (forever when not given), then returns: a ledger of when each
+    // attempt really ran.
+    repo.file(
+        "t/ledger.ts",
+        r#"
+import { appendFileSync } from "node:fs";
+export async function main(input: any) {
+  const attempt = process.env.WF_ATTEMPT;
+  const ms = input.ms_by_attempt?.[attempt] ?? Infinity;
+  const start = Date.now();
+  while (Date.now() - start < ms) {
+    appendFileSync(input.ledger, `${attempt} ${Date.now()}\n`);
+    await Bun.sleep(50);
+  }
+  return { attempt: Number(attempt) };
 }
 "#,
     );

@@ -18,6 +18,7 @@ mod reaper;
 mod runner;
 mod sandbox;
 mod schedule;
+mod sick;
 mod sync;
 mod waits;
 mod work;

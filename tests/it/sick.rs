@@ -1,0 +1,222 @@
+//! The guarantees under a sick database: a worker whose database connections hang, a completion
+//! that meets a lock and a statement timeout, a flood of notifications, a reaper given a window
+//! shorter than the workers'.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::checks::{completed, wait_completed};
+use crate::fixtures::{enqueue, executions, path, synced, worker};
+use crate::harness::{TestEnv, wait_for};
+
+/// The PostgreSQL backends of worker `name`, stopped with SIGSTOP while idle (a stuck backend,
+/// a partition that drops packets) and continued when dropped.
+struct Frozen(Vec<i32>);
+
+impl Frozen {
+    fn worker(env: &TestEnv, name: &str) -> Frozen {
+        let pattern = format!("wf work {name} %");
+        let mut db = env.db();
+        loop {
+            let pids: Vec<i32> = db
+                .query(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE $2",
+                    &[&env.dbname, &pattern],
+                )
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            assert!(!pids.is_empty(), "worker {name} has no connection");
+            for pid in &pids {
+                // SAFETY: a signal to a PostgreSQL backend of this test's database.
+                unsafe { libc::kill(*pid, libc::SIGSTOP) };
+            }
+            let frozen = Frozen(pids);
+            // Stopped between statements, a backend holds no lock: otherwise try again.
+            let busy: i64 = db
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1) AND state <> 'idle'",
+                    &[&frozen.0],
+                )
+                .unwrap()
+                .get(0);
+            if busy == 0 {
+                return frozen;
+            }
+            drop(frozen);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            // SAFETY: as above.
+            unsafe { libc::kill(*pid, libc::SIGCONT) };
+        }
+    }
+}
+
+/// The ledger of a `t/ledger` job: (attempt, unix ms) per line.
+fn ledger(file: &std::path::Path) -> Vec<(i32, i64)> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (attempt, at) = line.split_once(' ')?;
+            Some((attempt.parse().ok()?, at.parse().ok()?))
+        })
+        .collect()
+}
+
+fn span(entries: &[(i32, i64)], attempt: i32) -> Option<(i64, i64)> {
+    let times: Vec<i64> = entries.iter().filter(|(a, _)| *a == attempt).map(|(_, at)| *at).collect();
+    Some((*times.iter().min()?, *times.iter().max()?))
+}
+
+/// A worker whose every database connection hangs still kills its job at the job's timeout: the
+/// timeout does not wait for a heartbeat to return.
+#[test]
+fn a_hung_database_does_not_hold_up_a_timeout() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "30");
+    synced(&env);
+    let file = path(&env, "ledger");
+    let job = enqueue(&env, "t/ledger", json!({"ledger": file}));
+    let _w = worker(&env, "w1", &["--once", "--heartbeat", "1s", "--no-reap"]);
+    wait_for(Duration::from_secs(30), "the job to run", || (!ledger(&file).is_empty()).then_some(()));
+    let frozen = Frozen::worker(&env, "w1");
+    let entries = wait_for(Duration::from_secs(20), "the ledger to stop", || {
+        let before = ledger(&file);
+        std::thread::sleep(Duration::from_millis(500));
+        (ledger(&file).len() == before.len()).then_some(before)
+    });
+    let (first, last) = span(&entries, 1).unwrap();
+    assert!(last - first < 4_000 + 1_500, "the 4 s job ran {} ms with its worker's database hung", last - first);
+    drop(frozen);
+    let done = wait_completed(&env, &job, Duration::from_secs(30));
+    assert_eq!(done.status, "failure");
+    let error: serde_json::Value = serde_json::from_str(&env.wf(["result", &job]).run().expect_code(4).stdout).unwrap();
+    assert_eq!(error["name"], "Timeout", "{error}");
+}
+
+/// A worker cut off from its database stops its attempt by itself before the reaper may take the
+/// job; another worker's reaper then requeues it and runs it again: the two attempts never overlap,
+/// and the cut-off worker, back, records nothing.
+#[test]
+fn a_worker_cut_off_stops_its_attempt_before_another_may_run_it() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "6");
+    synced(&env);
+    let file = path(&env, "ledger");
+    let job = enqueue(&env, "t/ledger_long", json!({"ledger": file, "ms_by_attempt": {"2": 1500}}));
+    let mut first = crate::checks::spawn_capturing(
+        &env,
+        "w1",
+        &["work", "--name", "w1", "--heartbeat", "1s", "--no-reap", "--json"],
+    );
+    wait_for(Duration::from_secs(30), "attempt 1 to run", || (!ledger(&file).is_empty()).then_some(()));
+    let frozen = Frozen::worker(&env, "w1");
+    let frozen_at = Instant::now();
+    let _second = worker(&env, "w2", &["--heartbeat", "1s"]);
+    let done = wait_completed(&env, &job, Duration::from_secs(60));
+    let entries = ledger(&file);
+    let (_, last_1) = span(&entries, 1).unwrap();
+    let (first_2, _) = span(&entries, 2).expect("attempt 2 ran");
+    assert!(last_1 < first_2, "attempt 1 ran until {last_1}, attempt 2 from {first_2}: they overlapped");
+    assert_eq!((done.status.as_str(), done.restarts), ("success", 1), "{done:?}");
+    assert!(done.worker.as_deref().unwrap().starts_with("w2#"), "{done:?}");
+
+    // Back: the cut-off worker finds the job is no longer its own and records nothing.
+    assert!(frozen_at.elapsed() > Duration::from_secs(6));
+    drop(frozen);
+    std::thread::sleep(Duration::from_secs(2));
+    crate::checks::stop_worker(&mut first, "the worker that was cut off");
+    let summary = crate::checks::captured_json(&env, "w1");
+    assert_eq!((summary["fenced"].as_u64(), summary["succeeded"].as_u64()), (Some(1), Some(0)), "{summary}");
+    assert_eq!(completed(&env, &job).unwrap().worker, done.worker, "the record stays the second worker's");
+}
+
+/// A completion that meets a lock held by another session, with a statement timeout shorter than
+/// the lock (set on the database, as an operator might), is retried with the result kept: the job
+/// is recorded once, as the success it was.
+#[test]
+fn a_completion_that_times_out_on_a_lock_is_retried_and_recorded_once() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.db().batch_execute(&format!("ALTER DATABASE {} SET statement_timeout = '300ms'", env.dbname)).unwrap();
+    let log = path(&env, "runs.log");
+    let job = enqueue(&env, "t/sleep", json!({"ms": 1500, "log": log}));
+    let mut w = worker(&env, "w", &["--once", "--heartbeat", "1s"]);
+    wait_for(Duration::from_secs(30), "the job to run", || (!executions(&log).is_empty()).then_some(()));
+    // Lock the job's queue row until well after the action finished: the completion's gate (and
+    // the heartbeats) wait on it and time out.
+    let mut locker = env.db();
+    let mut tx = locker.transaction().unwrap();
+    tx.batch_execute("SET LOCAL statement_timeout = 0").unwrap();
+    let id = crate::checks::uuid(&job);
+    tx.query("SELECT 1 FROM job_queue WHERE job_id = $1 FOR UPDATE", &[&id]).unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    tx.commit().unwrap();
+    assert!(crate::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
+    let done = completed(&env, &job).unwrap();
+    assert_eq!(done.status, "success", "{done:?}");
+    assert_eq!(executions(&log).len(), 1, "the action ran once");
+}
+
+/// Enqueue notifications arriving while every slot is busy are read as they come, not piled up
+/// in the busy slots' connections: the worker's memory stays flat under a flood.
+#[test]
+fn a_notification_flood_does_not_grow_a_busy_worker() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let job = enqueue(&env, "t/sleep", json!({"ms": 60000, "log": log}));
+    let w = worker(&env, "w", &["--heartbeat", "1s"]);
+    wait_for(Duration::from_secs(30), "the job to run", || (!executions(&log).is_empty()).then_some(()));
+    let rss = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", w.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .unwrap()
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let before = rss();
+    let mut db = env.db();
+    for round in 0..4 {
+        db.execute(
+            "SELECT pg_notify('wf_enqueued', $1 || ':' || n) FROM generate_series(1, 100000) AS n",
+            &[&round.to_string()],
+        )
+        .unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let after = rss();
+    assert!(after < before + 20 * 1024, "the worker grew from {before} KiB to {after} KiB under 400,000 notifications");
+    env.wf(["cancel", &job, "--yes"]).ok();
+}
+
+/// `wf reap` given a window shorter than the one the job's worker claimed it with does not take a
+/// live job: the worker's own window, stored at claim, is the least any reaper waits.
+#[test]
+fn a_reaper_never_takes_a_job_before_its_workers_window() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let job = enqueue(&env, "t/sleep", json!({"ms": 8000, "log": log}));
+    let mut w = worker(&env, "w", &["--once", "--heartbeat", "3s", "--no-reap"]);
+    wait_for(Duration::from_secs(30), "the job to run", || (!executions(&log).is_empty()).then_some(()));
+    std::thread::sleep(Duration::from_secs(2));
+    let reaped = env.wf(["reap", "--zombie-timeout", "1s", "--json"]).ok().json();
+    assert_eq!(reaped["requeued"], 0, "{reaped}");
+    assert!(crate::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
+    let done = completed(&env, &job).unwrap();
+    assert_eq!((done.status.as_str(), done.restarts), ("success", 0), "{done:?}");
+    assert_eq!(executions(&log).len(), 1);
+}
