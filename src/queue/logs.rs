@@ -36,7 +36,7 @@ impl LogBuffer {
             self.truncated = true;
             self.pending.push(LogLine {
                 stream: "wf",
-                line: format!("[wf] output truncated: this attempt wrote more than {MAX_BYTES_PER_ATTEMPT} bytes"),
+                line: format!("output truncated: this attempt wrote more than {MAX_BYTES_PER_ATTEMPT} bytes"),
             });
             return;
         }

@@ -76,7 +76,7 @@ fn requeue(tx: &mut postgres::Transaction<'_>, ids: &[Uuid]) -> Result<()> {
     tx.execute(
         "INSERT INTO job_logs (job_id, attempt, stream, line)
          SELECT q.job_id, q.restarts + 1, 'wf',
-                format('[wf] reaped: worker %s stopped sending heartbeats (last ping %s); '
+                format('reaped: worker %s stopped sending heartbeats (last ping %s); '
                        'requeued as attempt %s after %s s', q.worker,
                        coalesce(to_char(r.ping AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), 'never'),
                        q.restarts + 2, least(power(2, q.restarts), 300))
@@ -125,7 +125,7 @@ pub(crate) fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i
             &mut tx,
             job_id,
             attempt,
-            "[wf] worker shutting down: the job was stopped and put back in the queue",
+            "worker shutting down: the job was stopped and put back in the queue",
         )?;
         tx.execute(
             "UPDATE job_queue SET running = false, worker = NULL, started_at = NULL, scheduled_for = now()

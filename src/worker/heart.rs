@@ -262,7 +262,10 @@ fn beat(shared: &Shared) {
                         // The same lines would fail the same way every time: dropped, said once.
                         Failure::Data | Failure::Other if !beating.dropped => {
                             beating.dropped = true;
-                            let note = format!("[wf] output could not be stored and was dropped: {error:#}");
+                            // The error's first line: its detail may quote the refused line itself.
+                            let reason = format!("{error:#}");
+                            let reason = reason.lines().next().unwrap_or_default();
+                            let note = format!("output could not be stored and was dropped: {reason}");
                             beating.lines.insert(0, LogLine { stream: "wf", line: note });
                         }
                         Failure::Data | Failure::Other => {}

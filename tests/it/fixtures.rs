@@ -28,6 +28,7 @@ pub(crate) fn actions_repo() -> GitRepo {
                     "spawn_long": {"entrypoint": "t/spawn.ts", "timeout": 600},
                     "killer": {"entrypoint": "t/killer.ts"},
                     "ledger": {"entrypoint": "t/ledger.ts", "timeout": 4},
+                    "chatty_poison": {"entrypoint": "t/poison.ts"},
                     "ledger_long": {"entrypoint": "t/ledger.ts", "timeout": 600},
                     "typed": {
                         "entrypoint": "t/echo.ts",
@@ -124,6 +125,19 @@ export async function main(input: any) {
   const pids = [process.pid, child.pid, detached.pid];
   writeFileSync(input.pids, JSON.stringify({ pids, own_session: session(detached.pid!) !== session(process.pid) }));
   await new Promise(() => {});
+}
+"#,
+    );
+    // Prints lines a test's database refuses ("poison"), waits for them to be written while it
+    // runs, then prints more.
+    repo.file(
+        "t/poison.ts",
+        r#"
+export async function main() {
+  for (let i = 0; i < 3; i++) console.log(`poison ${i}`);
+  await Bun.sleep(2500);
+  console.log("a clean line after");
+  return {};
 }
 "#,
     );

@@ -220,3 +220,23 @@ fn a_reaper_never_takes_a_job_before_its_workers_window() {
     assert_eq!((done.status.as_str(), done.restarts), ("success", 0), "{done:?}");
     assert_eq!(executions(&log).len(), 1);
 }
+
+/// Output that the database refuses for a reason a retry cannot change is dropped once, with a
+/// note in the logs, instead of being retried at every turn and then sinking the completion.
+#[test]
+fn output_the_database_refuses_is_dropped_with_one_note_and_the_job_still_succeeds() {
+    let env = TestEnv::new();
+    synced(&env);
+    // As a rule of the operator's might: lines holding "poison" are refused.
+    env.db()
+        .batch_execute("ALTER TABLE job_logs ADD CONSTRAINT refused_lines CHECK (line NOT LIKE '%poison%')")
+        .unwrap();
+    let job = enqueue(&env, "t/chatty_poison", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    let done = completed(&env, &job).unwrap();
+    assert_eq!(done.status, "success", "{done:?}");
+    let logs = env.wf(["logs", &job]).ok().stdout;
+    assert_eq!(logs.matches("could not be stored").count(), 1, "{logs}");
+    assert!(logs.contains("a clean line after"), "the lines written after are kept: {logs}");
+    assert!(!logs.contains("[wf] [wf]"), "{logs}");
+}
