@@ -501,3 +501,65 @@ impl Drop for Process {
         }
     }
 }
+
+/// A TCP front for the test cluster's Unix socket that a test can cut: while cut, no byte moves
+/// either way and new connections are accepted but never answered, as with a server that stopped
+/// answering or a network that drops everything; once restored, everything moves again.
+pub(crate) struct Proxy {
+    pub(crate) port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    pub(crate) fn start() -> Proxy {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let socket = socket_dir().join(".s.PGSQL.5432");
+        let accept_cut = Arc::clone(&cut);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let (cut, socket) = (Arc::clone(&accept_cut), socket.clone());
+                std::thread::spawn(move || {
+                    while cut.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    let Ok(server) = std::os::unix::net::UnixStream::connect(&socket) else { return };
+                    let (Ok(client_in), Ok(server_in)) = (client.try_clone(), server.try_clone()) else { return };
+                    let up = Arc::clone(&cut);
+                    std::thread::spawn(move || pump(client_in, server, &up));
+                    pump(server_in, client, &cut);
+                });
+            }
+        });
+        Proxy { port, cut }
+    }
+
+    /// The URL of database `dbname` through this proxy.
+    pub(crate) fn url(&self, dbname: &str) -> String {
+        format!("host=127.0.0.1 port={} user={SUPERUSER} dbname={dbname}", self.port)
+    }
+
+    pub(crate) fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::SeqCst);
+    }
+}
+
+/// Copy `from` to `to` until either closes, holding every byte while `cut` is set.
+fn pump(mut from: impl std::io::Read, mut to: impl std::io::Write, cut: &std::sync::atomic::AtomicBool) {
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        let Ok(n) = from.read(&mut buffer) else { return };
+        if n == 0 {
+            return;
+        }
+        while cut.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if to.write_all(&buffer[..n]).is_err() {
+            return;
+        }
+    }
+}
