@@ -22,8 +22,8 @@ use serde_json::{Value, json};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use uuid::Uuid;
 
-use crate::db::Database;
 use crate::db::listen::Listener;
+use crate::db::{Database, Session};
 use crate::output::diag;
 use crate::queue::CHANNEL_ENQUEUED;
 use crate::queue::claim::{self, Claimed};
@@ -357,8 +357,8 @@ fn claim_and_complete(
     progress.begin("claim + complete (no-op)", u64::from(jobs));
     let done = AtomicU64::new(0);
     let mut clients = (0..workers)
-        .map(|worker| namespace.database.connect_as(&format!("{} claimer {worker}", namespace.tag)))
-        .collect::<Result<Vec<Client>>>()?;
+        .map(|worker| namespace.database.connect_as(&format!("{} claimer {worker}", namespace.tag)).map(Session::new))
+        .collect::<Result<Vec<Session>>>()?;
     let started = Instant::now();
     let results: Vec<Result<()>> = std::thread::scope(|scope| {
         let threads: Vec<_> = clients
@@ -388,7 +388,7 @@ fn claim_and_complete(
 }
 
 /// Complete a claimed job at once as success with the result `{}`.
-fn complete_noop(client: &mut Client, job: &Claimed) -> Result<()> {
+fn complete_noop(client: &mut Session, job: &Claimed) -> Result<()> {
     let completion = Completion {
         job_id: job.id,
         claim: job.claim.clone(),
@@ -485,7 +485,9 @@ fn next_pickup<T>(pickups: &mpsc::Receiver<Pickup>, wanted: impl Fn(Pickup) -> O
 /// Claim like an idle worker slot: LISTEN, then look, then wait for a notification; complete each
 /// job at once. Until `stop`.
 fn idle_claimer(namespace: &Namespace, stop: &AtomicBool, picked: mpsc::Sender<Pickup>) -> Result<()> {
-    let mut client = namespace.database.connect_as(&format!("{} idle claimer", namespace.tag))?;
+    // LISTEN on one connection, claim on another: listening started before the first look.
+    let mut client = namespace.database.connect_as(&format!("{} idle listener", namespace.tag))?;
+    let mut session = Session::new(namespace.database.connect_as(&format!("{} idle claimer", namespace.tag))?);
     let mut listener = Listener::listen(&mut client, CHANNEL_ENQUEUED)?;
     if picked.send(Pickup::Listening).is_err() {
         return Ok(());
@@ -498,14 +500,14 @@ fn idle_claimer(namespace: &Namespace, stop: &AtomicBool, picked: mpsc::Sender<P
             Some(Instant::now() + IDLE_POLL),
             IDLE_POLL,
             |notification| notification.payload() == namespace.tag,
-            |client| {
+            |_| {
                 claims += 1;
                 let claim_id = format!("{}:idle#{claims}", namespace.tag);
-                let Some(job) = claim::claim(client, &tags, &claim_id, CLAIM_WINDOW)? else {
+                let Some(job) = claim::claim(&mut session, &tags, &claim_id, CLAIM_WINDOW)? else {
                     return Ok(ControlFlow::Continue(()));
                 };
                 let told = picked.send(Pickup::Claimed(job.id, Instant::now())).is_ok();
-                complete_noop(client, &job)?;
+                complete_noop(&mut session, &job)?;
                 Ok(ControlFlow::Break(told))
             },
         )?;

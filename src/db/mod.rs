@@ -4,6 +4,7 @@ pub mod embedded;
 pub(crate) mod failure;
 pub(crate) mod listen;
 pub mod migrate;
+mod session;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use anyhow::{Context, Result};
 use postgres::{Client, NoTls};
 
 use crate::output::Output;
+pub use session::Session;
 
 /// Where the database is. Cheap to clone: workers open one connection per slot from it.
 #[derive(Debug, Clone)]

@@ -7,6 +7,10 @@
 //! (tag, priority DESC, scheduled_for) one (tag, priority) range at a time: a loose index scan
 //! over the distinct priorities of each tag, stopping at the first priority that has a due job,
 //! so future jobs of higher priority cost one index probe per distinct priority, not one per job.
+//! The "no due job at this priority" test is a LIMIT 1 subquery in the index's order, not a
+//! NOT EXISTS: once the table is analyzed, PostgreSQL turns a NOT EXISTS inside the recursion into a
+//! hash anti-join over the whole queue (about 100 ms per claim at 200k jobs in one tag), and an
+//! unordered LIMIT 1 into a sequential scan that, mid-drain, walks every claimed row.
 //! `tests/it/claim.rs` checks with EXPLAIN ANALYZE that no plan node reads more than a handful of
 //! job_queue rows on a deep queue. The plan (200k jobs, 4 tags, worker on 2):
 //!
@@ -22,9 +26,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use postgres::Client;
 use serde_json::Value;
 use uuid::Uuid;
+
+use crate::db::Session;
 
 /// Everything a worker needs to run a claimed job, as pinned at enqueue.
 #[derive(Debug, Clone)]
@@ -74,10 +79,12 @@ priorities AS (
                AND q.priority < p.priority)
       FROM priorities p
      WHERE p.priority IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM job_queue q
-                        WHERE q.tag = p.tag AND q.priority = p.priority
-                          AND NOT q.running AND q.canceled_by IS NULL
-                          AND q.scheduled_for <= now())
+       AND (SELECT 1 FROM job_queue q
+             WHERE q.tag = p.tag AND q.priority = p.priority
+               AND NOT q.running AND q.canceled_by IS NULL
+               AND q.scheduled_for <= now()
+             ORDER BY q.scheduled_for
+             LIMIT 1) IS NULL
 ),
 peek AS (
     SELECT c.job_id
@@ -115,8 +122,8 @@ SELECT j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoin
 
 /// Claim the best due job of `tags` for this claim id, if any. `window` is the claiming worker's
 /// zombie window.
-pub fn claim(client: &mut Client, tags: &[String], claim: &str, window: Duration) -> Result<Option<Claimed>> {
-    let row = client.query_opt(CLAIM_SQL, &[&tags, &claim, &window.as_secs_f64()])?;
+pub fn claim(session: &mut Session, tags: &[String], claim: &str, window: Duration) -> Result<Option<Claimed>> {
+    let row = session.query_opt(CLAIM_SQL, &[&tags, &claim, &window.as_secs_f64()])?;
     Ok(row.map(|row| Claimed {
         id: row.get(0),
         claim: claim.to_string(),
@@ -141,16 +148,16 @@ pub fn claim(client: &mut Client, tags: &[String], claim: &str, window: Duration
 
 /// Seconds until the next unclaimed job of `tags` is due (<= 0: one is due now); None when
 /// there is none. A plain look: used by idle workers to decide how long to sleep, and by --drain.
-pub fn next_due_in(client: &mut Client, tags: &[String]) -> Result<Option<f64>> {
-    let row = client.query_one(
-        "SELECT extract(epoch FROM min(n.scheduled_for) - now())::float8
-           FROM unnest($1::text[]) AS s(tag)
-          CROSS JOIN LATERAL (
-                SELECT q.scheduled_for FROM job_queue q
-                 WHERE q.tag = s.tag AND NOT q.running AND q.canceled_by IS NULL
-                 ORDER BY q.scheduled_for
-                 LIMIT 1) n",
-        &[&tags],
-    )?;
+pub fn next_due_in(session: &mut Session, tags: &[String]) -> Result<Option<f64>> {
+    let row = session.query_one(NEXT_DUE_SQL, &[&tags])?;
     Ok(row.get(0))
 }
+
+const NEXT_DUE_SQL: &str = "
+SELECT extract(epoch FROM min(n.scheduled_for) - now())::float8
+  FROM unnest($1::text[]) AS s(tag)
+ CROSS JOIN LATERAL (
+       SELECT q.scheduled_for FROM job_queue q
+        WHERE q.tag = s.tag AND NOT q.running AND q.canceled_by IS NULL
+        ORDER BY q.scheduled_for
+        LIMIT 1) n";

@@ -1,13 +1,14 @@
 //! Completion: all or nothing, gated by ownership.
 
 use anyhow::Result;
-use postgres::{Client, Transaction};
+use postgres::Transaction;
 use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::CHANNEL_COMPLETED;
 use super::logs::{self, LogLine};
+use crate::db::Session;
 
 /// How a job ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,42 +68,58 @@ pub(crate) enum Recorded {
     Fenced,
 }
 
-/// One transaction: the ownership gate (`DELETE FROM job_queue WHERE job_id=$1 AND worker=$2`;
-/// 0 rows means skip), the final log flush, the completion record carrying what the queue row
-/// knew (worker, started_at, restarts, cancel fields), the runtime row removed, and a notification
-/// for waiters. If a result is recorded, the queue row is gone; if the queue row remains, there is
-/// no result.
-pub(crate) fn complete(client: &mut Client, completion: &Completion) -> Result<Recorded> {
-    let mut tx = client.transaction()?;
-    logs::append(&mut tx, completion.job_id, &completion.claim, completion.attempt, &completion.logs)?;
-    let recorded = tx.query_opt(
-        "WITH gate AS (
-             DELETE FROM job_queue WHERE job_id = $1 AND worker = $2
-             RETURNING job_id, worker, started_at, restarts, canceled_by, canceled_reason
-         ),
-         runtime AS (
-             DELETE FROM job_runtime WHERE job_id IN (SELECT job_id FROM gate)
-         )
-         INSERT INTO job_completed (job_id, status, result, error, worker, started_at, restarts,
-                                    canceled_by, canceled_reason)
-         SELECT job_id, $3, $4, $5, worker, started_at, restarts, canceled_by, canceled_reason
-           FROM gate
-         RETURNING job_id",
-        &[&completion.job_id, &completion.claim, &completion.status.as_str(), &completion.result, &completion.error],
+/// One statement, so one transaction and one round trip: the ownership gate
+/// (`DELETE FROM job_queue WHERE job_id=$1 AND worker=$2`; 0 rows means skip), the final log flush,
+/// the completion record carrying what the queue row knew (worker, started_at, restarts, cancel
+/// fields), the runtime row removed, and a notification for waiters. If a result is recorded, the
+/// queue row is gone; if the queue row remains, there is no result. Every part hangs on the gate's
+/// row, so a claim that no longer owns the job writes nothing at all.
+pub(crate) fn complete(session: &mut Session, completion: &Completion) -> Result<Recorded> {
+    let (streams, texts) = logs::columns(&completion.logs);
+    let recorded = session.query_opt(
+        COMPLETE_SQL,
+        &[
+            &completion.job_id,
+            &completion.claim,
+            &completion.status.as_str(),
+            &completion.result,
+            &completion.error,
+            &completion.attempt,
+            &streams,
+            &texts,
+            &CHANNEL_COMPLETED,
+        ],
     )?;
-    if recorded.is_none() {
-        tx.rollback()?;
-        return Ok(Recorded::Fenced);
-    }
-    notify_completed(&mut tx, &[completion.job_id])?;
-    tx.commit()?;
-    Ok(Recorded::Completed)
+    Ok(if recorded.is_some() { Recorded::Completed } else { Recorded::Fenced })
 }
+
+const COMPLETE_SQL: &str = "
+WITH gate AS (
+    DELETE FROM job_queue WHERE job_id = $1 AND worker = $2
+    RETURNING job_id, worker, started_at, restarts, canceled_by, canceled_reason
+),
+runtime AS (
+    DELETE FROM job_runtime WHERE job_id IN (SELECT job_id FROM gate)
+),
+logged AS (
+    INSERT INTO job_logs (job_id, attempt, stream, line)
+    SELECT g.job_id, $6, l.stream, l.line
+      FROM gate g, unnest($7::text[], $8::text[]) WITH ORDINALITY AS l(stream, line, n)
+     ORDER BY l.n
+),
+recorded AS (
+    INSERT INTO job_completed (job_id, status, result, error, worker, started_at, restarts,
+                               canceled_by, canceled_reason)
+    SELECT job_id, $3, $4, $5, worker, started_at, restarts, canceled_by, canceled_reason
+      FROM gate
+    RETURNING job_id
+)
+SELECT job_id, pg_notify($9, job_id::text) FROM recorded";
 
 /// After a completion whose commit acknowledgement was lost, the gate finds no row: the record
 /// tells whether our own commit landed.
-pub(crate) fn completed_by(client: &mut Client, job_id: Uuid, claim: &str) -> Result<bool> {
-    let row = client.query_opt("SELECT 1 FROM job_completed WHERE job_id = $1 AND worker = $2", &[&job_id, &claim])?;
+pub(crate) fn completed_by(session: &mut Session, job_id: Uuid, claim: &str) -> Result<bool> {
+    let row = session.query_opt("SELECT 1 FROM job_completed WHERE job_id = $1 AND worker = $2", &[&job_id, &claim])?;
     Ok(row.is_some())
 }
 

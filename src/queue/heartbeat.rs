@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use crate::db::Session;
 use anyhow::Result;
-use postgres::Client;
 use uuid::Uuid;
 
 /// What one heartbeat learned.
@@ -21,8 +21,8 @@ pub(crate) enum Beat {
 /// One statement: refresh ping only while this claim still owns the job, and return the cancel
 /// mark. The row is share-locked, so a concurrent reaper pass skips it rather than reaping a job
 /// whose worker is heartbeating right now.
-pub(crate) fn heartbeat(client: &mut Client, job_id: Uuid, claim: &str, window: Duration) -> Result<Beat> {
-    let row = client.query_opt(
+pub(crate) fn heartbeat(session: &mut Session, job_id: Uuid, claim: &str, window: Duration) -> Result<Beat> {
+    let row = session.query_opt(
         "WITH owned AS (
              SELECT job_id, canceled_by, canceled_reason
                FROM job_queue

@@ -1,7 +1,9 @@
 //! Job logs: lines of each attempt, written while the job runs and fenced by the claim.
 
 use anyhow::Result;
-use postgres::GenericClient;
+use postgres::{GenericClient, Transaction};
+
+use crate::db::Session;
 use uuid::Uuid;
 
 /// Bytes of output kept per attempt; past it, one truncation mark and nothing more.
@@ -66,8 +68,17 @@ impl LogBuffer {
 
 /// Append lines to an attempt's logs, only while `claim` still owns the job: a fenced worker
 /// cannot write into the logs of a later attempt.
-pub(crate) fn append(
-    client: &mut impl GenericClient,
+pub(crate) fn append(session: &mut Session, job_id: Uuid, claim: &str, attempt: i32, lines: &[LogLine]) -> Result<u64> {
+    if lines.is_empty() {
+        return Ok(0);
+    }
+    let (streams, texts) = columns(lines);
+    session.execute(APPEND_SQL, &[&job_id, &claim, &attempt, &streams, &texts])
+}
+
+/// The same, inside a transaction of the caller's (a clean shutdown's release).
+pub(crate) fn append_in(
+    tx: &mut Transaction<'_>,
     job_id: Uuid,
     claim: &str,
     attempt: i32,
@@ -76,18 +87,21 @@ pub(crate) fn append(
     if lines.is_empty() {
         return Ok(0);
     }
-    let streams: Vec<&str> = lines.iter().map(|l| l.stream).collect();
-    let texts: Vec<&str> = lines.iter().map(|l| l.line.as_str()).collect();
-    let written = client.execute(
-        "INSERT INTO job_logs (job_id, attempt, stream, line)
-         SELECT $1, $3, l.stream, l.line
-           FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS l(stream, line, n)
-          WHERE EXISTS (SELECT 1 FROM job_queue WHERE job_id = $1 AND worker = $2)
-          ORDER BY l.n",
-        &[&job_id, &claim, &attempt, &streams, &texts],
-    )?;
-    Ok(written)
+    let (streams, texts) = columns(lines);
+    Ok(tx.execute(APPEND_SQL, &[&job_id, &claim, &attempt, &streams, &texts])?)
 }
+
+/// Lines as the two arrays the statements unnest.
+pub(crate) fn columns(lines: &[LogLine]) -> (Vec<&str>, Vec<&str>) {
+    lines.iter().map(|line| (line.stream, line.line.as_str())).unzip()
+}
+
+const APPEND_SQL: &str = "
+INSERT INTO job_logs (job_id, attempt, stream, line)
+SELECT $1, $3, l.stream, l.line
+  FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS l(stream, line, n)
+ WHERE EXISTS (SELECT 1 FROM job_queue WHERE job_id = $1 AND worker = $2)
+ ORDER BY l.n";
 
 /// A line written by windforce itself (reaper, shutdown), outside any claim.
 pub(crate) fn note(client: &mut impl GenericClient, job_id: Uuid, attempt: i32, line: &str) -> Result<()> {

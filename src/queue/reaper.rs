@@ -109,7 +109,7 @@ fn requeue(tx: &mut postgres::Transaction<'_>, ids: &[Uuid]) -> Result<()> {
 /// claim no longer owned the job (nothing is written then).
 pub(crate) fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i32, lines: &[LogLine]) -> Result<bool> {
     let mut tx = client.transaction()?;
-    super::logs::append(&mut tx, job_id, claim, attempt, lines)?;
+    super::logs::append_in(&mut tx, job_id, claim, attempt, lines)?;
     let row = tx.query_opt(
         "SELECT canceled_by IS NOT NULL, tag FROM job_queue WHERE job_id = $1 AND worker = $2 FOR UPDATE",
         &[&job_id, &claim],

@@ -4,16 +4,15 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use postgres::Client;
 
-use crate::db::Database;
 use crate::db::failure::is_connection_lost;
+use crate::db::{Database, Session};
 
 pub(super) struct Connection {
     database: Database,
     application_name: String,
     statement_timeout: Duration,
-    client: Option<Client>,
+    session: Option<Session>,
 }
 
 impl Connection {
@@ -22,19 +21,20 @@ impl Connection {
             database: database.clone(),
             application_name: application_name.to_string(),
             statement_timeout,
-            client: None,
+            session: None,
         }
     }
 
-    /// The connection, reconnecting when it is gone.
-    pub(super) fn client(&mut self) -> Result<&mut Client> {
-        if self.client.as_ref().is_some_and(Client::is_closed) {
-            self.client = None;
+    /// The connection, reconnecting when it is gone (its statements are prepared again).
+    pub(super) fn client(&mut self) -> Result<&mut Session> {
+        if self.session.as_ref().is_some_and(Session::is_closed) {
+            self.session = None;
         }
-        if self.client.is_none() {
-            self.client = Some(self.database.connect_bounded(&self.application_name, self.statement_timeout)?);
+        if self.session.is_none() {
+            let client = self.database.connect_bounded(&self.application_name, self.statement_timeout)?;
+            self.session = Some(Session::new(client));
         }
-        Ok(self.client.as_mut().expect("just connected"))
+        Ok(self.session.as_mut().expect("just connected"))
     }
 
     /// Drop the connection after an error that means it is gone.
@@ -46,6 +46,6 @@ impl Connection {
 
     /// Drop the connection; the next use makes a new one.
     pub(super) fn reset(&mut self) {
-        self.client = None;
+        self.session = None;
     }
 }

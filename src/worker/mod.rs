@@ -314,7 +314,11 @@ fn reaper_loop(shared: &Shared, done: &AtomicBool) {
         if Instant::now() >= next {
             next = Instant::now() + period;
             let pass = connection.client().and_then(|client| {
-                crate::queue::reaper::reap_once(client, shared.options.zombie_timeout, shared.options.restart_limit)
+                crate::queue::reaper::reap_once(
+                    client.client(),
+                    shared.options.zombie_timeout,
+                    shared.options.restart_limit,
+                )
             });
             match pass {
                 Ok(reaped) if reaped != Default::default() && !shared.options.quiet => diag!(

@@ -457,8 +457,9 @@ fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, mut logs
     let mut trouble = Trouble::default();
     let lines: Vec<LogLine> = logs.take();
     loop {
-        let released =
-            connection.client().and_then(|client| reaper::release(client, job.id, &job.claim, job.attempt(), &lines));
+        let released = connection
+            .client()
+            .and_then(|session| reaper::release(session.client(), job.id, &job.claim, job.attempt(), &lines));
         match released {
             Ok(true) => {
                 shared.released.fetch_add(1, Ordering::SeqCst);

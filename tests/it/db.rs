@@ -51,6 +51,11 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
              ALTER TABLE action DROP COLUMN network, DROP COLUMN memory_mb, DROP COLUMN max_processes;
              ALTER TABLE job DROP COLUMN network, DROP COLUMN memory_mb, DROP COLUMN max_processes;
              ALTER TABLE job_runtime DROP COLUMN window_s;
+             ALTER TABLE job_queue RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,
+                 autovacuum_vacuum_insert_scale_factor, autovacuum_vacuum_insert_threshold,
+                 autovacuum_analyze_scale_factor, autovacuum_vacuum_cost_delay);
+             ALTER TABLE job_runtime RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,
+                 autovacuum_vacuum_cost_delay);
              DELETE FROM wf_migration WHERE version > 1;",
         )
         .unwrap();
@@ -58,7 +63,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     assert_eq!(behind.code, 1, "{behind:?}");
     assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
-    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4]));
+    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5]));
     env.wf(["actions"]).ok();
     let indexes: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");
