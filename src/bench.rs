@@ -57,6 +57,8 @@ pub(crate) struct Plan {
     pub workers: u32,
     /// Also measure end to end with a trivial bun action.
     pub bun: bool,
+    /// Also measure the floor: the seed's minimal statements, prepared, on a scratch schema.
+    pub floor: bool,
 }
 
 /// How long a number of jobs took.
@@ -95,6 +97,8 @@ pub(crate) struct Report {
     pub pickup: Latency,
     /// A real worker running a trivial bun action (with `--bun`), in sandboxes, and without.
     pub bun: Option<BunRates>,
+    /// The seed's minimal claim and completion, prepared, over `workers` connections (`--floor`).
+    pub floor: Option<Rate>,
 }
 
 /// The end-to-end rate with and without the sandbox, measured one after the other.
@@ -154,6 +158,10 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
     let claim_complete = claim_and_complete(namespace, jobs, plan.workers, progress, interrupt)?;
     expect_succeeded(&mut client, &namespace.tag, jobs, "claim-to-complete")?;
     delete_jobs(&mut client, &namespace.tag)?;
+    let floor = match plan.floor {
+        true => Some(floor(namespace, jobs, plan.workers, progress, interrupt)?),
+        false => None,
+    };
 
     let pickup = pickup_latency(&mut client, namespace, jobs.min(LATENCY_SAMPLES_MAX), progress, interrupt)?;
     delete_jobs(&mut client, &namespace.tag)?;
@@ -182,6 +190,7 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
         claim_complete,
         pickup,
         bun,
+        floor,
     })
 }
 
@@ -264,6 +273,7 @@ impl Namespace {
         let rows = self.database.connect_as(&format!("{} cleanup", self.tag)).and_then(|mut client| {
             let mut tx = client.transaction()?;
             delete_jobs(&mut tx, &self.tag)?;
+            tx.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.floor_schema()))?;
             // The app and action rows go with their source (ON DELETE CASCADE).
             tx.execute("DELETE FROM git_source WHERE id = $1", &[&self.git_source_id])?;
             tx.commit()?;
@@ -292,6 +302,108 @@ impl Drop for Namespace {
             );
         }
     }
+}
+
+impl Namespace {
+    /// The scratch schema of the floor measurement.
+    fn floor_schema(&self) -> String {
+        format!("wf_bench_floor_{}", self.tag.trim_start_matches("wf-bench-"))
+    }
+}
+
+/// The floor: the seed's claim for one tag (`tag = $1`: with `tag = ANY($1)` PostgreSQL 15 cannot
+/// walk the index in order and sorts the queue at every claim) and a one-statement completion,
+/// prepared once per connection, on tables with just the columns they touch, in a schema of their
+/// own, over `workers` connections. What the spine's claim-to-complete is measured against: the same
+/// database, the same connections, the least work the design allows.
+fn floor(
+    namespace: &Namespace,
+    jobs: u32,
+    workers: u32,
+    progress: &dyn Progress,
+    interrupt: &Interrupt,
+) -> Result<Rate> {
+    let schema = namespace.floor_schema();
+    let mut client = namespace.database.connect_as(&format!("{} floor setup", namespace.tag))?;
+    client.batch_execute(&format!(
+        "CREATE SCHEMA {schema};
+         CREATE TABLE {schema}.job_queue (
+             job_id uuid PRIMARY KEY, tag text NOT NULL, priority integer NOT NULL,
+             scheduled_for timestamptz NOT NULL, running boolean NOT NULL DEFAULT false,
+             started_at timestamptz, worker text, canceled_by text);
+         CREATE INDEX ON {schema}.job_queue (tag, priority DESC NULLS LAST, scheduled_for)
+             WHERE NOT running AND canceled_by IS NULL;
+         CREATE TABLE {schema}.job_runtime (job_id uuid PRIMARY KEY, ping timestamptz NOT NULL);
+         CREATE TABLE {schema}.job_completed (
+             job_id uuid PRIMARY KEY, status text NOT NULL, result jsonb,
+             completed_at timestamptz NOT NULL DEFAULT now());"
+    ))?;
+    client.execute(
+        &format!(
+            "INSERT INTO {schema}.job_queue (job_id, tag, priority, scheduled_for)
+             SELECT gen_random_uuid(), 'floor', 0, now() - interval '1 minute' + n * interval '1 microsecond'
+               FROM generate_series(1, $1::bigint) AS n"
+        ),
+        &[&i64::from(jobs)],
+    )?;
+    client.batch_execute(&format!("ANALYZE {schema}.job_queue"))?;
+    let claim_sql = format!(
+        "WITH peek AS (
+             SELECT job_id FROM {schema}.job_queue
+              WHERE running = false AND canceled_by IS NULL AND scheduled_for <= now() AND tag = $1
+              ORDER BY priority DESC NULLS LAST, scheduled_for
+                FOR UPDATE SKIP LOCKED LIMIT 1),
+         q AS (
+             UPDATE {schema}.job_queue SET running = true, started_at = now(), worker = $2
+              WHERE job_id = (SELECT job_id FROM peek) RETURNING job_id),
+         r AS (
+             INSERT INTO {schema}.job_runtime (job_id, ping) SELECT job_id, now() FROM q
+             ON CONFLICT (job_id) DO UPDATE SET ping = now())
+         SELECT job_id FROM q"
+    );
+    let complete_sql = format!(
+        "WITH gate AS (DELETE FROM {schema}.job_queue WHERE job_id = $1 AND worker = $2 RETURNING job_id),
+         runtime AS (DELETE FROM {schema}.job_runtime WHERE job_id IN (SELECT job_id FROM gate))
+         INSERT INTO {schema}.job_completed (job_id, status, result) SELECT job_id, 'success', '{{}}' FROM gate"
+    );
+    progress.begin("floor: the seed's statements, prepared", u64::from(jobs));
+    let done = AtomicU64::new(0);
+    let mut clients = (0..workers)
+        .map(|worker| namespace.database.connect_as(&format!("{} floor {worker}", namespace.tag)))
+        .collect::<Result<Vec<Client>>>()?;
+    let started = Instant::now();
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = clients
+            .iter_mut()
+            .enumerate()
+            .map(|(worker, client)| {
+                let (done, claim_sql, complete_sql) = (&done, &claim_sql, &complete_sql);
+                scope.spawn(move || -> Result<()> {
+                    let claim = client.prepare(claim_sql)?;
+                    let complete = client.prepare(complete_sql)?;
+                    let tag = "floor";
+                    for n in 0u64.. {
+                        interrupt.check()?;
+                        let owner = format!("floor:{worker}#{n}");
+                        let Some(row) = client.query_opt(&claim, &[&tag, &owner])? else { return Ok(()) };
+                        let job: Uuid = row.get(0);
+                        client.execute(&complete, &[&job, &owner])?;
+                        progress.done(done.fetch_add(1, Ordering::SeqCst) + 1);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        threads.into_iter().map(|thread| thread.join().unwrap_or_else(|panic| resume_unwind(panic))).collect()
+    });
+    let elapsed = started.elapsed();
+    results.into_iter().collect::<Result<()>>()?;
+    let completed: i64 = client.query_one(&format!("SELECT count(*) FROM {schema}.job_completed"), &[])?.get(0);
+    if completed != i64::from(jobs) {
+        bail!("the floor measurement completed {completed} of {jobs} jobs");
+    }
+    client.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))?;
+    Ok(Rate { jobs: u64::from(jobs), elapsed })
 }
 
 /// Delete every job of `tag` with its queue, heartbeat, completion and log rows. job_queue refers

@@ -436,9 +436,14 @@ pub(crate) struct BenchArgs {
     /// Concurrent claimers for the claim-to-complete rate.
     #[arg(long, default_value_t = 4)]
     pub workers: u32,
-    /// Also measure end to end with a trivial bun action (at most 200 jobs).
+    /// Also measure end to end with a trivial bun action (at most 200 jobs), with and without the
+    /// sandbox.
     #[arg(long)]
     pub bun: bool,
+    /// Also measure the floor: the seed's minimal claim and completion statements, prepared, on a
+    /// scratch schema, over the same connections; prints the spine's rate against it.
+    #[arg(long)]
+    pub floor: bool,
 }
 
 #[derive(Debug, Args)]

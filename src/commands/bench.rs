@@ -23,7 +23,11 @@ pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> Result<Outcome> {
         if args.bun { ", with bun" } else { "" }
     ));
     let bars = Bars { out: ctx.out, bar: Mutex::new(ProgressBar::hidden()) };
-    let report = bench::run(&database, &Plan { jobs: args.jobs, workers: args.workers, bun: args.bun }, &bars);
+    let report = bench::run(
+        &database,
+        &Plan { jobs: args.jobs, workers: args.workers, bun: args.bun, floor: args.floor },
+        &bars,
+    );
     bars.finish();
     let report = report?;
     if ctx.out.json {
@@ -51,6 +55,8 @@ fn to_json(report: &Report) -> Value {
         "bun_no_sandbox_per_s": report.bun.map(|bun| bun.none.per_second()),
         "sandbox_ms_per_attempt": report.bun.map(|bun| millis(bun.sandbox_cost_per_attempt(report.workers))),
         "bun_jobs": report.bun.map(|bun| bun.sandbox.jobs),
+        "floor_per_s": report.floor.map(|floor| floor.per_second()),
+        "spine_vs_floor": report.floor.map(|floor| report.claim_complete.per_second() / floor.per_second()),
     })
 }
 
@@ -78,6 +84,18 @@ fn rows(report: &Report) -> Vec<Vec<String>> {
             format!("{:.2}", millis(report.pickup.p99)),
         ],
     ];
+    if let Some(floor) = &report.floor {
+        rows.push(rate(&format!("floor: the seed's statements ({} workers)", report.workers), floor));
+        let ratio = report.claim_complete.per_second() / floor.per_second();
+        rows.push(vec![
+            "claim + complete / floor".to_string(),
+            "-".into(),
+            "-".into(),
+            format!("{ratio:.2}"),
+            "-".into(),
+            "-".into(),
+        ]);
+    }
     if let Some(bun) = &report.bun {
         rows.push(rate(&format!("bun end to end ({} workers)", report.workers), &bun.sandbox));
         rows.push(rate(&format!("bun end to end, no sandbox ({} workers)", report.workers), &bun.none));

@@ -70,7 +70,7 @@ impl Default for SandboxOptions {
 pub struct Spec {
     /// The bun executable (WF_BUN, else `bun` on PATH).
     pub bun: String,
-    /// The `wf` binary that runs the supervisor (`wf __supervise`).
+    /// The binary that runs the supervisor as `<it> __supervise PLAN`: `wf-supervise`, or `wf`.
     pub wf_exe: PathBuf,
     /// The action wrapper (`ScratchRoot::wrapper`).
     pub wrapper: PathBuf,
@@ -100,9 +100,7 @@ impl Spec {
     ) -> Spec {
         Spec {
             bun: "bun".to_string(),
-            // The worker's own binary, even after an upgrade replaced or deleted the file on disk:
-            // its supervisor then speaks the same protocol.
-            wf_exe: PathBuf::from("/proc/self/exe"),
+            wf_exe: super::supervisor_exe(),
             wrapper: root.wrapper().to_path_buf(),
             source,
             entrypoint: entrypoint.to_string(),
@@ -341,7 +339,8 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
                 utf8(bun)?,
                 "run".to_string(),
                 utf8(&spec.wrapper)?,
-                utf8(&spec.source.join(&spec.entrypoint))?,
+                // The wrapper imports it by path: absolute, or bun would take it for a package.
+                utf8(&std::path::absolute(spec.source.join(&spec.entrypoint))?)?,
                 utf8(&paths.input)?,
                 utf8(&paths.result)?,
             ];

@@ -29,6 +29,37 @@ pub use pump::MAX_LINE;
 pub use sandbox::Limits;
 pub use scratch::ScratchRoot;
 
+/// The supervisor's entry point (`wf-supervise __supervise PLAN`, or `wf __supervise PLAN`): run
+/// the plan, return the supervisor's exit code (bun's, or 128 + a signal; 1 when the plan is bad).
+pub fn supervise_main(mut args: impl Iterator<Item = String>) -> i32 {
+    let plan = match (args.next().as_deref(), args.next()) {
+        (Some("__supervise"), Some(plan)) => supervisor::Supervision::from_arg(&plan),
+        _ => Err(anyhow::anyhow!("usage: wf-supervise __supervise PLAN (started by wf work, not by hand)")),
+    };
+    match plan.and_then(|plan| supervisor::supervise(&plan)) {
+        Ok(code) => code,
+        Err(error) => {
+            crate::output::diag!("error: {error:#}");
+            1
+        }
+    }
+}
+
+/// The binary that runs an attempt's supervisor: `wf-supervise` beside this executable, opened
+/// once (an upgrade that replaces it later does not mix versions: the worker keeps running the
+/// one it started with), else this very executable (`wf __supervise`).
+pub(crate) fn supervisor_exe() -> PathBuf {
+    static SUPERVISOR: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let sibling = SUPERVISOR.get_or_init(|| {
+        let path = std::env::current_exe().ok()?.with_file_name("wf-supervise");
+        is_executable(&path).then(|| std::fs::File::open(&path).ok()).flatten()
+    });
+    match sibling {
+        Some(file) => PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(file))),
+        None => PathBuf::from("/proc/self/exe"),
+    }
+}
+
 /// Run `bun --version`: the check a worker makes before it claims anything, so a missing bun is one
 /// clear error at start rather than a failure per job.
 pub fn check_bun(bun: &str) -> Result<String> {

@@ -2,12 +2,11 @@
 //
 //   bun run wrapper.mjs <entrypoint> <input.json> <result.json>
 //
-// It imports the entrypoint, awaits main(input) and writes {"ok":true,"result":...} or
+// It imports the entrypoint (an absolute path), awaits main(input) and writes {"ok":true,"result":...} or
 // {"ok":false,"error":{"name","message","stack"}} to the result file, then exits 0 or 1. The result
 // file lives outside the action's cwd and is not stdout, so whatever the action prints stays its log
 // and can never be mistaken for its result.
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
-import { pathToFileURL } from "node:url";
 
 const [entrypoint, inputPath, resultPath] = process.argv.slice(2);
 
@@ -100,6 +99,9 @@ function flushThenExit(code) {
   }
 }
 
+// How long bun may take to end by itself once the result is written (see settle).
+const LINGER_MS = 20;
+
 // The first outcome wins: a stray exception after main() settled does not rewrite the result.
 function settle(outcome) {
   if (settled) return;
@@ -115,7 +117,11 @@ function settle(outcome) {
     flushThenExit(70);
     return;
   }
-  flushThenExit(ok ? 0 : 1);
+  // bun usually ends by itself now, with all the output written, and without building the Node
+  // streams a flush needs (that costs milliseconds per attempt). An action that left a timer or a
+  // socket open would keep it alive: then the exit is forced, once the streams are flushed.
+  process.exitCode = ok ? 0 : 1;
+  setTimeout(() => flushThenExit(ok ? 0 : 1), LINGER_MS).unref();
 }
 
 process.on("uncaughtException", (error) => settle({ ok: false, error: errorObject(error) }));
@@ -123,7 +129,7 @@ process.on("unhandledRejection", (reason) => settle({ ok: false, error: errorObj
 
 async function run() {
   const input = JSON.parse(readFileSync(inputPath, "utf8"));
-  const module = await import(pathToFileURL(entrypoint).href);
+  const module = await import(entrypoint);
   if (typeof module.main !== "function") {
     throw new TypeError(`${entrypoint} does not export a function main(input)`);
   }

@@ -71,8 +71,9 @@ impl World {
     fn spec(&self, entrypoint: String, input: Value, env: Vec<(String, String)>) -> Spec {
         let mut spec = Spec::new(&self.root, &Uuid::new_v4(), 1, self.store(), &entrypoint, input, env);
         spec.bun = bun().display().to_string();
-        // In a test, the running binary is the test harness, not wf.
-        spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf"));
+        // In a test, the running binary is the test harness, not wf: the supervisor binary is
+        // named, as a worker finds it beside itself.
+        spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf-supervise"));
         spec.isolation = self.isolation.clone();
         spec
     }
@@ -244,6 +245,17 @@ fn main_return_value_is_the_result() {
     }
 }
 
+/// Without `wf-supervise` beside it, a worker runs its supervisors as `wf __supervise`: the same.
+#[test]
+fn the_supervisor_runs_as_wf_itself_too() {
+    for world in World::both() {
+        let entrypoint = world.action("sum.ts", "export function main(input) { return input.a + input.b; }");
+        let mut spec = world.spec(entrypoint, json!({"a": 1, "b": 2}), Vec::new());
+        spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf"));
+        assert_eq!(returned(collect(Running::start(spec).unwrap())), json!(3));
+    }
+}
+
 #[test]
 fn thrown_error_is_reported_with_name_message_and_stack() {
     for world in World::both() {
@@ -291,6 +303,28 @@ fn exit_without_a_result_is_died_with_the_code_or_signal() {
         let killed = world.run("export function main() { process.kill(process.pid, 'SIGKILL'); }", json!({}));
         assert_eq!(killed.outcome, failed("ProcessError", "bun was killed by signal 9"));
     }
+}
+
+/// An action that leaves a timer (or a socket) open would keep bun alive after main() returned:
+/// the attempt still ends, with its result and every line it wrote.
+#[test]
+fn an_action_that_leaves_a_timer_open_still_ends_with_all_its_output() {
+    let world = World::new();
+    let started = Instant::now();
+    let finished = world.run(
+        r#"
+        export function main() {
+          setInterval(() => {}, 1000);
+          for (let i = 0; i < 2000; i++) process.stdout.write(`line ${i}\n`);
+          return "done";
+        }
+        "#,
+        json!({}),
+    );
+    assert_eq!(finished.outcome, Outcome::Returned(json!("done")));
+    let lines = finished.lines.iter().filter(|(stream, _)| *stream == Stream::Stdout).count();
+    assert_eq!(lines, 2000);
+    assert!(started.elapsed() < Duration::from_secs(30), "the open timer kept the attempt alive");
 }
 
 /// A result counts only when the wrapper itself ended bun: a well-formed result file next to a
@@ -525,7 +559,7 @@ fn worker_process_for_the_sigkill_test() {
         vec![("WF_JOB_ID".to_string(), job)],
     );
     spec.bun = bun().display().to_string();
-    spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf"));
+    spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf-supervise"));
     spec.isolation = if std::env::var("WF_RUNNER_TEST_SANDBOX").as_deref() == Ok("true") {
         Isolation::Sandbox(SandboxOptions { allow_write: vec![shared], ..Default::default() })
     } else {
@@ -682,9 +716,10 @@ fn a_sigkilled_supervisor_leaves_no_process_of_its_sandbox() {
     unsafe { libc::kill(supervisor.pid, libc::SIGKILL) };
     let finished = collect(running);
     assert!(matches!(finished.outcome, Outcome::Failed { .. }), "{:?}", finished.outcome);
-    for process in processes {
-        assert!(!process.running(), "{process:?} survived its supervisor");
-    }
+    // Nobody is left to wait for the kernel's kill of the sandbox to finish: it must happen.
+    wait_for(Duration::from_secs(10), "the sandbox's processes to die with their supervisor", || {
+        processes.iter().all(|process| !process.running()).then_some(())
+    });
     assert!(processes_of(&job).is_empty());
 }
 
