@@ -329,7 +329,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__bench)
-            opts="-q -h --jobs --workers --bun --database-url --json --output --quiet --help"
+            opts="-q -h --jobs --workers --bun --floor --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
