@@ -209,15 +209,27 @@ impl Running {
                 break;
             }
         }
-        let status = match self.waiter.take().map(JoinHandle::join) {
-            Some(Ok(Ok(status))) => Some(status),
-            _ => None,
-        };
         let paths = Paths::new(&self.scratch);
-        let outcome = match status.and_then(|status| status.code()).and_then(|code| read_result(&paths.result, code)) {
+        // The supervisor writes its account before it lets go of the pipes, so with Done it is
+        // there, unless the supervisor itself was killed: then its own end tells.
+        let status = read_status(&paths.status);
+        let supervisor = match status {
+            // It may still be reaping the sandbox's init: its thread reaps it, in the background.
+            Some(_) => None,
+            None => match self.waiter.take().map(JoinHandle::join) {
+                Some(Ok(Ok(status))) => Some(status),
+                _ => None,
+            },
+        };
+        self.waiter = None;
+        let code = status.as_ref().and_then(|status| status.code);
+        let outcome = match code.and_then(|code| read_result(&paths.result, code)) {
             Some(outcome) => outcome,
             None if self.supervisor.stop_requested.load(Ordering::SeqCst) => Outcome::Stopped,
-            None => how_it_ended(&paths.status, status),
+            None => match status {
+                Some(status) => Outcome::Failed { name: status.name, message: status.message },
+                None => supervisor_ended(supervisor),
+            },
         };
         // A directory that cannot be removed now goes with the scratch root (dropped at the
         // worker's exit, or swept by the next worker).
@@ -422,11 +434,25 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
     let waiter = std::thread::Builder::new()
         .name("wf-action-waiter".to_string())
         .spawn(move || {
-            let status = child.wait();
-            let deadline = Instant::now() + PIPE_GRACE;
-            for _ in 0..readers.len() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if closed_rx.recv_timeout(left).is_err() {
+            // The attempt is over when both pipes closed: the supervisor lets go of them once it
+            // wrote its account, and every process of the action is dead. It may still be
+            // running then (reaping the sandbox's init): it is reaped after Done.
+            let mut closed = 0;
+            let mut exited: Option<io::Result<ExitStatus>> = None;
+            let mut deadline = None;
+            while closed < readers.len() {
+                match closed_rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(()) => closed += 1,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                }
+                if exited.is_none()
+                    && let Ok(Some(status)) = child.try_wait()
+                {
+                    exited = Some(Ok(status));
+                    deadline = Some(Instant::now() + PIPE_GRACE);
+                }
+                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                     break;
                 }
             }
@@ -435,7 +461,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
                 let _ = reader.join();
             }
             let _ = events_tx.send(Event::Done);
-            status
+            exited.unwrap_or_else(|| child.wait())
         })
         .context("starting the supervisor's waiter thread")?;
     Ok(Running { events, supervisor, waiter: Some(waiter), scratch: spec.scratch.clone() })
@@ -488,14 +514,13 @@ fn read_result(path: &Path, code: i32) -> Option<Outcome> {
     }
 }
 
-/// Why there is no result: the supervisor's account of how the attempt ended, or else how the
-/// supervisor itself ended.
-fn how_it_ended(status_file: &Path, supervisor: Option<ExitStatus>) -> Outcome {
-    if let Ok(bytes) = fs::read(status_file)
-        && let Ok(status) = serde_json::from_slice::<Status>(&bytes)
-    {
-        return Outcome::Failed { name: status.name, message: status.message };
-    }
+/// The supervisor's account of how the attempt ended, if it wrote one.
+fn read_status(path: &Path) -> Option<Status> {
+    serde_json::from_slice(&fs::read(path).ok()?).ok()
+}
+
+/// Why there is no result when the supervisor left no account: how the supervisor itself ended.
+fn supervisor_ended(supervisor: Option<ExitStatus>) -> Outcome {
     let message = match supervisor {
         Some(status) => match (status.code(), status.signal()) {
             (Some(code), _) => format!("the action supervisor exited with code {code} before bun finished"),

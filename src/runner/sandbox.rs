@@ -169,16 +169,30 @@ pub(super) enum Report {
 pub(super) struct Init {
     pub pid: i32,
     report: File,
+    text: Vec<u8>,
     /// Held open for init's life: init takes its end closing as the supervisor's death.
     _alive: OwnedFd,
 }
 
 impl Init {
-    /// What init reported; read once init has exited (its report is in the pipe by then).
-    pub(super) fn report(mut self) -> Option<Report> {
-        let mut text = String::new();
-        self.report.read_to_string(&mut text).ok()?;
-        serde_json::from_str(&text).ok()
+    /// Readable when init wrote its report, and at its end (init's end of the pipe closes as it
+    /// exits, before the kernel dismantles its namespaces).
+    pub(super) fn report_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.report)
+    }
+
+    /// Read what init wrote so far; true once its end is closed (the report is complete, or
+    /// there is none).
+    pub(super) fn read_report(&mut self) -> io::Result<bool> {
+        let mut buffer = [0u8; 4096];
+        let read = self.report.read(&mut buffer)?;
+        self.text.extend_from_slice(&buffer[..read]);
+        Ok(read == 0)
+    }
+
+    /// The report, once `read_report` said it is complete.
+    pub(super) fn report(&self) -> Option<Report> {
+        serde_json::from_slice(&self.text).ok()
     }
 }
 
@@ -233,7 +247,7 @@ pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)]) -
         return Err(error);
     }
     go.write_all(b"g").context("starting the sandbox's init")?;
-    Ok(Init { pid, report: File::from(report_read), _alive: go.into() })
+    Ok(Init { pid, report: File::from(report_read), text: Vec::new(), _alive: go.into() })
 }
 
 /// The sandbox user is the only id mapped, to itself. `deny` is required of an unprivileged writer
@@ -248,8 +262,9 @@ fn write_id_maps(pid: i32, user: User) -> Result<()> {
     Ok(())
 }
 
-/// Init: PID 1 of the sandbox. Reports how the attempt ended, then exits (which kills whatever is
-/// left in the sandbox).
+/// Init: PID 1 of the sandbox. Kills and reaps every other process of the sandbox, then reports
+/// how the attempt ended and exits: once the supervisor has the report, nothing of the attempt runs
+/// any more (what is left is the kernel dismantling the namespaces, which nobody needs to wait for).
 fn init(plan: &Plan, command: &[CString], env: &[CString], go: OwnedFd, report: OwnedFd) -> ! {
     let outcome = match prepare(plan, &go) {
         Ok(()) => match spawn_bun(plan, command, env) {
@@ -258,9 +273,9 @@ fn init(plan: &Plan, command: &[CString], env: &[CString], go: OwnedFd, report: 
         },
         Err(error) => Report::Setup(format!("{error:#}")),
     };
+    kill_all();
     let text = serde_json::to_string(&outcome).unwrap_or_default();
     let _ = File::from(report).write_all(text.as_bytes());
-    kill_all();
     // SAFETY: _exit ends init at once; nothing of the supervisor's state is init's to flush.
     unsafe { libc::_exit(0) }
 }

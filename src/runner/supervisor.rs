@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -82,9 +83,11 @@ impl Supervision {
     }
 }
 
-/// How the attempt ended, as written to the status file: a JobError's name and message.
+/// How the attempt ended, as written to the status file: bun's exit code when it exited by
+/// itself, and a JobError's name and message for when there is no result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Status {
+    pub code: Option<i32>,
     pub name: String,
     pub message: String,
 }
@@ -112,34 +115,33 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
     let signals = take_signals()?;
     // The parent-death signal is only sent if the worker dies after it was armed (in the forked
     // child, before exec). Had the worker died earlier, we were already adopted by someone else.
-    if rustix::process::getppid().map(|pid| pid.as_raw_nonzero().get()) != Some(plan.parent) {
-        write_status(plan, "ProcessError", "stopped: the worker was gone before the action started");
+    if worker_gone(plan) {
+        write_status(plan, None, "ProcessError", "stopped: the worker was gone before the action started");
         return Ok(128 + libc::SIGTERM);
     }
-    let ending = match &plan.sandbox {
+    let (ending, init) = match &plan.sandbox {
         Some(sandbox) => run_sandboxed(plan, sandbox, &signals),
-        None => run_plain(plan, &signals)?,
+        None => (run_plain(plan, &signals)?, None),
     };
-    let (name, message, code) = match ending {
+    let (code, name, message, exit) = match ending {
         Ending::Finished(status) if libc::WIFEXITED(status) => {
             let code = libc::WEXITSTATUS(status);
-            ("ProcessError", format!("bun exited with code {code}"), code)
+            (Some(code), "ProcessError".to_string(), format!("bun exited with code {code}"), code)
         }
         Ending::Finished(status) => {
             let signal = libc::WTERMSIG(status);
-            ("ProcessError", format!("bun was killed by signal {signal}"), 128 + signal)
+            (None, "ProcessError".to_string(), format!("bun was killed by signal {signal}"), 128 + signal)
         }
         Ending::Stopped(signal) => {
-            ("ProcessError", format!("stopped by signal {signal} before bun finished"), 128 + signal)
+            (None, "ProcessError".to_string(), format!("stopped by signal {signal} before bun finished"), 128 + signal)
         }
-        Ending::Orphaned => ("ProcessError", "stopped: the worker is gone".to_string(), 128 + libc::SIGTERM),
-        Ending::Limit(status) => {
-            write_status(plan, &status.name, &status.message);
-            return Ok(128 + libc::SIGKILL);
+        Ending::Orphaned => {
+            (None, "ProcessError".to_string(), "stopped: the worker is gone".to_string(), 128 + libc::SIGTERM)
         }
+        Ending::Limit(status) => (None, status.name, status.message, 128 + libc::SIGKILL),
         Ending::NotStarted(message) => {
             say(&message);
-            ("ProcessError", message, 127)
+            (None, "ProcessError".to_string(), message, 127)
         }
         Ending::InitDied(status) => {
             let how = if libc::WIFSIGNALED(status) {
@@ -147,15 +149,20 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
             } else {
                 format!("exited with code {}", libc::WEXITSTATUS(status))
             };
-            (
-                "ProcessError",
-                format!("the sandbox's init {how}: every process of the action was killed"),
-                128 + libc::SIGKILL,
-            )
+            let message = format!("the sandbox's init {how}: every process of the action was killed");
+            (None, "ProcessError".to_string(), message, 128 + libc::SIGKILL)
         }
     };
-    write_status(plan, name, &message);
-    Ok(code)
+    write_status(plan, code, &name, &message);
+    if let Some(init) = init {
+        // The worker ends the attempt when the pipes close, after the status: let go of them now,
+        // then reap init, which exits as slowly as the kernel dismantles its namespaces.
+        release_output();
+        while reap_exited(init).is_none() {
+            wait_signal(&signals, PARENT_CHECK);
+        }
+    }
+    Ok(exit)
 }
 
 /// Without a sandbox: bun is our child, and we are the child subreaper of everything it starts.
@@ -186,25 +193,49 @@ fn run_plain(plan: &Supervision, signals: &libc::sigset_t) -> Result<Ending> {
     Ok(ending)
 }
 
-/// In a sandbox: init is our only child; killing it kills every process of the attempt.
-fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &libc::sigset_t) -> Ending {
-    let init = match sandbox::start(sandbox, &plan.command, &plan.environment()) {
+/// In a sandbox: init is our only child; killing it kills every process of the attempt. Returns
+/// init's pid when it is still to be reaped: it reported, and every process of the attempt is
+/// dead, but it is still exiting.
+fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &libc::sigset_t) -> (Ending, Option<i32>) {
+    let mut init = match sandbox::start(sandbox, &plan.command, &plan.environment()) {
         Ok(init) => init,
-        Err(error) => return Ending::NotStarted(format!("the sandbox could not be set up: {error:#}")),
+        Err(error) => return (Ending::NotStarted(format!("the sandbox could not be set up: {error:#}")), None),
+    };
+    let signal_fd = match signal_fd(signals) {
+        Ok(fd) => fd,
+        Err(error) => {
+            // SAFETY: init is our unreaped child.
+            unsafe { libc::kill(init.pid, libc::SIGKILL) };
+            return (Ending::NotStarted(format!("the supervisor's signals: {error}")), Some(init.pid));
+        }
     };
     let stopped = loop {
-        let signal = wait_signal(signals, PARENT_CHECK);
-        if let Some(status) = reap_exited(init.pid) {
-            return match init.report() {
-                Some(sandbox::Report::Ended(status)) => Ending::Finished(status),
-                Some(sandbox::Report::Limit { name, message }) => Ending::Limit(Status { name, message }),
-                Some(sandbox::Report::Setup(message)) => {
-                    Ending::NotStarted(format!("the sandbox could not be set up: {message}"))
+        match wait_readable(&[signal_fd.as_fd(), init.report_fd()], PARENT_CHECK) {
+            Ok(ready) if ready[1] => match init.read_report() {
+                Ok(false) => continue,
+                Ok(true) | Err(_) => {
+                    let ending = match init.report() {
+                        Some(sandbox::Report::Ended(status)) => Ending::Finished(status),
+                        Some(sandbox::Report::Limit { name, message }) => {
+                            Ending::Limit(Status { code: None, name, message })
+                        }
+                        Some(sandbox::Report::Setup(message)) => {
+                            Ending::NotStarted(format!("the sandbox could not be set up: {message}"))
+                        }
+                        // Init died without a report: its end must be known first.
+                        None => loop {
+                            if let Some(status) = reap_exited(init.pid) {
+                                return (Ending::InitDied(status), None);
+                            }
+                            wait_signal(signals, PARENT_CHECK);
+                        },
+                    };
+                    return (ending, Some(init.pid));
                 }
-                None => Ending::InitDied(status),
-            };
+            },
+            Ok(_) | Err(_) => {}
         }
-        if STOP_SIGNALS.contains(&signal) {
+        if let Some(signal) = pending_stop(&signal_fd) {
             break Ending::Stopped(signal);
         }
         if worker_gone(plan) {
@@ -217,7 +248,59 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &libc::si
     while reap_exited(init.pid).is_none() {
         wait_signal(signals, PARENT_CHECK);
     }
-    stopped
+    (stopped, None)
+}
+
+/// A descriptor that is readable while one of `signals` (blocked) is pending.
+fn signal_fd(signals: &libc::sigset_t) -> io::Result<OwnedFd> {
+    // SAFETY: a valid signal set; the call returns a new descriptor or -1.
+    let fd = unsafe { libc::signalfd(-1, signals, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just returned to us, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Consume the pending signals; the last stop signal among them, if any.
+fn pending_stop(signal_fd: &OwnedFd) -> Option<libc::c_int> {
+    let mut stop = None;
+    loop {
+        // SAFETY: a zeroed signalfd_siginfo is valid; read writes at most its size into it.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: as above.
+        let read =
+            unsafe { libc::read(signal_fd.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
+        if read != size as isize {
+            return stop;
+        }
+        let signal = info.ssi_signo as libc::c_int;
+        if STOP_SIGNALS.contains(&signal) {
+            stop = Some(signal);
+        }
+    }
+}
+
+/// Wait until one of `fds` is readable (or closed), at most `timeout`; which ones are.
+fn wait_readable(fds: &[BorrowedFd<'_>; 2], timeout: Duration) -> io::Result<[bool; 2]> {
+    let mut polls = fds.map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+    // SAFETY: two valid pollfds that outlive the call.
+    let ready = unsafe { libc::poll(polls.as_mut_ptr(), 2, timeout.as_millis() as libc::c_int) };
+    if ready < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(polls.map(|poll| poll.revents != 0))
+}
+
+/// Point stdout and stderr at /dev/null: the worker's pipes close once nobody else holds them.
+fn release_output() {
+    if let Ok(null) = fs::File::options().write(true).open("/dev/null") {
+        for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+            // SAFETY: dup2 onto our own standard descriptors.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
 }
 
 fn worker_gone(plan: &Supervision) -> bool {
@@ -350,8 +433,8 @@ fn parent_of(pid: i32) -> Option<i32> {
     fields.next()?.parse().ok()
 }
 
-fn write_status(plan: &Supervision, name: &str, message: &str) {
-    let status = Status { name: name.to_string(), message: message.to_string() };
+fn write_status(plan: &Supervision, code: Option<i32>, name: &str, message: &str) {
+    let status = Status { code, name: name.to_string(), message: message.to_string() };
     if let Err(error) =
         serde_json::to_vec(&status).map_err(io::Error::from).and_then(|bytes| fs::write(&plan.status, bytes))
     {
