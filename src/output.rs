@@ -8,7 +8,7 @@ use comfy_table::{ContentArrangement, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use crate::error::Refused;
+use crate::error::CommandError;
 
 /// `eprintln!` that never panics: one line on stderr, for messages, warnings and errors. stderr may
 /// be a pipe whose reader went away (`wf ... 2>&1 | head`, a restarted journald); `eprintln!` panics
@@ -116,15 +116,17 @@ impl Output {
 }
 
 /// Ask before a destructive step. `--yes` skips; without a TTY and without `--yes`, refuse (exit 3).
-pub fn confirm(prompt: &str, yes: bool) -> Result<()> {
+pub(crate) fn confirm(prompt: &str, yes: bool) -> Result<(), CommandError> {
     if yes {
         return Ok(());
     }
     if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
-        return Err(Refused(format!("{prompt}: refused without a terminal; pass --yes to confirm")).into());
+        return Err(
+            CommandError::refused(format!("{prompt}: refused without a terminal")).hint("pass --yes to confirm")
+        );
     }
     let confirmed = dialoguer::Confirm::new().with_prompt(prompt).default(false).interact()?;
-    if confirmed { Ok(()) } else { Err(Refused("declined".to_string()).into()) }
+    if confirmed { Ok(()) } else { Err(CommandError::refused("declined")) }
 }
 
 /// A timestamp as JSON: RFC 3339 in UTC.

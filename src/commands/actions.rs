@@ -1,14 +1,13 @@
 //! `wf actions [--source NAME]`: the catalog.
 
-use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::ActionsArgs;
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::source::{catalog, git_source, short_sha};
 
-pub(super) fn run(ctx: &Ctx, args: ActionsArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: ActionsArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     if let Some(name) = &args.source {
         git_source::find(&mut client, name)?;
@@ -44,5 +43,5 @@ pub(super) fn run(ctx: &Ctx, args: ActionsArgs) -> Result<Outcome> {
             ctx.out.info("the catalog is empty; add a source with `wf source add` and run `wf sync`");
         }
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }

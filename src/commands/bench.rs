@@ -3,17 +3,16 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use anyhow::Result;
 use indicatif::ProgressBar;
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::bench::{self, Plan, Progress, Rate, Report};
 use crate::cli::BenchArgs;
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::output::Output;
 
-pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> CommandResult {
     let database = ctx.database()?;
     ctx.out.info(&format!(
         "wf bench on {}: {} jobs per measurement, {} workers{}",
@@ -31,7 +30,7 @@ pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> Result<Outcome> {
     } else {
         ctx.out.table(&["measurement", "jobs", "seconds", "jobs/s", "p50 ms", "p99 ms"], rows(&report))?;
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
 fn to_json(report: &Report) -> Value {

@@ -1,16 +1,16 @@
 //! `wf cancel` and `wf reap`.
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow};
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::{CancelArgs, ReapArgs};
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::output::confirm;
 use crate::queue::cancel::{self, CancelOutcome};
 use crate::queue::{inspect, reaper};
 
-pub(super) fn cancel(ctx: &Ctx, args: CancelArgs) -> Result<Outcome> {
+pub(super) fn cancel(ctx: &Ctx, args: CancelArgs) -> CommandResult {
     let ids = args.ids.iter().map(|id| inspect::parse_id(id)).collect::<Result<Vec<_>>>()?;
     if ids.len() > 1 {
         confirm(&format!("cancel {} jobs", ids.len()), args.yes)?;
@@ -31,12 +31,12 @@ pub(super) fn cancel(ctx: &Ctx, args: CancelArgs) -> Result<Outcome> {
         .map(|(id, _)| id.to_string())
         .collect();
     if !finished.is_empty() {
-        bail!("already completed, not canceled: {}", finished.join(", "));
+        return Err(anyhow!("already completed, not canceled: {}", finished.join(", ")).into());
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-pub(super) fn reap(ctx: &Ctx, args: ReapArgs) -> Result<Outcome> {
+pub(super) fn reap(ctx: &Ctx, args: ReapArgs) -> CommandResult {
     let zombie_timeout = match args.zombie_timeout {
         Some(timeout) => timeout,
         None => crate::config::zombie_timeout()?,
@@ -55,5 +55,5 @@ pub(super) fn reap(ctx: &Ctx, args: ReapArgs) -> Result<Outcome> {
             vec![vec![reaped.requeued.to_string(), reaped.failed.to_string(), reaped.canceled.to_string()]],
         )?;
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }

@@ -1,14 +1,14 @@
 //! `wf db up | down | status | migrate`.
 
-use anyhow::{Context, Result};
+use anyhow::Context;
 use serde_json::json;
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::DbCommand;
 use crate::db::{Database, embedded::Cluster, migrate};
-use crate::error::Outcome;
+use crate::error::Exit;
 
-pub(super) fn run(ctx: &Ctx, command: DbCommand) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, command: DbCommand) -> CommandResult {
     match command {
         DbCommand::Up => up(ctx),
         DbCommand::Down => down(ctx),
@@ -17,7 +17,7 @@ pub(super) fn run(ctx: &Ctx, command: DbCommand) -> Result<Outcome> {
     }
 }
 
-fn up(ctx: &Ctx) -> Result<Outcome> {
+fn up(ctx: &Ctx) -> CommandResult {
     let cluster = Cluster::locate()?;
     let database = Database::open(None, &ctx.out)?;
     let mut client = database.connect()?;
@@ -30,10 +30,10 @@ fn up(ctx: &Ctx) -> Result<Outcome> {
     if ctx.database_url().is_some() {
         ctx.out.info("note: DATABASE_URL is set, so the other commands use that database, not this cluster");
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn down(ctx: &Ctx) -> Result<Outcome> {
+fn down(ctx: &Ctx) -> CommandResult {
     let cluster = Cluster::locate()?;
     let stopped = cluster.stop()?;
     if ctx.out.json {
@@ -43,10 +43,10 @@ fn down(ctx: &Ctx) -> Result<Outcome> {
     } else {
         ctx.out.info("embedded cluster was not running");
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn status(ctx: &Ctx) -> Result<Outcome> {
+fn status(ctx: &Ctx) -> CommandResult {
     let latest = migrate::latest_version();
     let (embedded, running, path, version) = match &ctx.database_url() {
         Some(url) => {
@@ -84,10 +84,10 @@ fn status(ctx: &Ctx) -> Result<Outcome> {
             ]],
         )?;
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn migrate(ctx: &Ctx) -> Result<Outcome> {
+fn migrate(ctx: &Ctx) -> CommandResult {
     let database = Database::locate(ctx.database_url().as_deref(), &ctx.out)?;
     let mut client = database.connect()?;
     let applied = migrate::apply(&mut client, &ctx.out)?;
@@ -97,5 +97,5 @@ fn migrate(ctx: &Ctx) -> Result<Outcome> {
     } else if applied.is_empty() {
         ctx.out.info(&format!("schema is up to date (version {})", version.unwrap_or(0)));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }

@@ -5,15 +5,15 @@ use std::io::Read;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::Ctx;
 use super::jobs::print_result;
+use super::{CommandResult, Ctx};
 use crate::cli::EnqueueArgs;
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::output::diag;
 use crate::queue::enqueue::{self, Request, When};
 use crate::queue::inspect;
 
-pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     let (app, action) = split_target(&args.target)?;
     let inputs = match &args.batch {
         Some(path) => read_batch(path)?,
@@ -52,7 +52,7 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
             }
             ctx.out.info(&format!("enqueued {} jobs of {}", jobs.len(), args.target));
         }
-        return Ok(Outcome::Ok);
+        return Ok(Exit::Ok);
     }
     let job = &jobs[0];
     if args.wait {
@@ -65,7 +65,7 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
     } else {
         ctx.out.line(&job.id.to_string())?;
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
 pub(super) fn split_target(target: &str) -> Result<(&str, &str)> {

@@ -5,19 +5,19 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::{JobsArgs, LogsArgs, ResultArgs, ShowArgs};
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::output::{Output, diag, time_cell};
 use crate::queue::inspect::{self, JobView, LogEntry};
 
-pub(super) fn jobs(ctx: &Ctx, args: JobsArgs) -> Result<Outcome> {
+pub(super) fn jobs(ctx: &Ctx, args: JobsArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let status = args.status.map(|s| s.as_str());
     let jobs = inspect::list(&mut client, status, args.app.as_deref(), args.tag.as_deref(), args.limit)?;
     if ctx.out.json {
         ctx.out.json(&Value::Array(jobs.iter().map(JobView::to_json).collect()))?;
-        return Ok(Outcome::Ok);
+        return Ok(Exit::Ok);
     }
     let rows = jobs
         .iter()
@@ -35,16 +35,16 @@ pub(super) fn jobs(ctx: &Ctx, args: JobsArgs) -> Result<Outcome> {
         })
         .collect();
     ctx.out.table(&["id", "status", "action", "tag", "priority", "restarts", "created", "completed"], rows)?;
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-pub(super) fn show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome> {
+pub(super) fn show(ctx: &Ctx, args: ShowArgs) -> CommandResult {
     let id = inspect::parse_id(&args.id)?;
     let mut client = ctx.connect()?;
     let job = inspect::show_existing(&mut client, id)?;
     if ctx.out.json {
         ctx.out.json(&job.to_json())?;
-        return Ok(Outcome::Ok);
+        return Ok(Exit::Ok);
     }
     let compact = |value: &Option<Value>| value.as_ref().map_or("-".to_string(), Value::to_string);
     let text = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".to_string());
@@ -69,10 +69,10 @@ pub(super) fn show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome> {
         ("cancel reason", text(&job.canceled_reason)),
     ];
     ctx.out.table(&["field", "value"], rows.into_iter().map(|(k, v)| vec![k.to_string(), v]).collect())?;
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-pub(super) fn result(ctx: &Ctx, args: ResultArgs) -> Result<Outcome> {
+pub(super) fn result(ctx: &Ctx, args: ResultArgs) -> CommandResult {
     let id = inspect::parse_id(&args.id)?;
     let mut client = ctx.connect()?;
     let job = if args.wait {
@@ -84,13 +84,13 @@ pub(super) fn result(ctx: &Ctx, args: ResultArgs) -> Result<Outcome> {
 }
 
 /// Print a job's outcome as `wf result` does, and return the matching exit outcome.
-pub(super) fn print_result(out: &Output, job: &JobView) -> Result<Outcome> {
+pub(super) fn print_result(out: &Output, job: &JobView) -> CommandResult {
     let cancel = json!({"canceled_by": job.canceled_by, "canceled_reason": job.canceled_reason});
     let (document, outcome) = match job.status.as_str() {
-        "success" => (job.result.clone().unwrap_or(Value::Null), Outcome::Ok),
-        "failure" => (job.error.clone().unwrap_or(Value::Null), Outcome::JobFailed),
-        "canceled" => (cancel.clone(), Outcome::JobFailed),
-        _ => (Value::Null, Outcome::NotFinished),
+        "success" => (job.result.clone().unwrap_or(Value::Null), Exit::Ok),
+        "failure" => (job.error.clone().unwrap_or(Value::Null), Exit::JobFailed),
+        "canceled" => (cancel.clone(), Exit::JobFailed),
+        _ => (Value::Null, Exit::NotFinished),
     };
     if out.json {
         let mut full = json!({"id": job.id, "status": job.status});
@@ -101,7 +101,7 @@ pub(super) fn print_result(out: &Output, job: &JobView) -> Result<Outcome> {
             _ => {}
         }
         out.json(&full)?;
-    } else if outcome == Outcome::NotFinished {
+    } else if outcome == Exit::NotFinished {
         diag!("job {} is {}: not finished (use --wait to wait for it)", job.id, job.status);
     } else {
         out.line(&serde_json::to_string_pretty(&document)?)?;
@@ -109,7 +109,7 @@ pub(super) fn print_result(out: &Output, job: &JobView) -> Result<Outcome> {
     Ok(outcome)
 }
 
-pub(super) fn logs(ctx: &Ctx, args: LogsArgs) -> Result<Outcome> {
+pub(super) fn logs(ctx: &Ctx, args: LogsArgs) -> CommandResult {
     let id = inspect::parse_id(&args.id)?;
     let mut client = ctx.connect()?;
     inspect::show_existing(&mut client, id)?;
@@ -143,10 +143,10 @@ pub(super) fn logs(ctx: &Ctx, args: LogsArgs) -> Result<Outcome> {
     if ctx.out.json {
         ctx.out.json(&Value::Array(all))?;
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-pub(super) fn status(ctx: &Ctx) -> Result<Outcome> {
+pub(super) fn status(ctx: &Ctx) -> CommandResult {
     let mut client = ctx.connect()?;
     let tags = inspect::status(&mut client, crate::config::zombie_timeout()?)?;
     if ctx.out.json {
@@ -158,7 +158,7 @@ pub(super) fn status(ctx: &Ctx) -> Result<Outcome> {
             })
             .collect();
         ctx.out.json(&Value::Array(document))?;
-        return Ok(Outcome::Ok);
+        return Ok(Exit::Ok);
     }
     let rows = tags
         .iter()
@@ -175,5 +175,5 @@ pub(super) fn status(ctx: &Ctx) -> Result<Outcome> {
         })
         .collect();
     ctx.out.table(&["tag", "queued", "scheduled", "running", "zombies", "oldest wait"], rows)?;
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }

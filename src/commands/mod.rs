@@ -19,7 +19,7 @@ use anyhow::Result;
 
 use crate::cli::{Cli, Command, OutputFormat};
 use crate::db::Database;
-use crate::error::Outcome;
+use crate::error::{CommandError, Exit};
 use crate::output::Output;
 
 /// What every command gets: how to render, and how to reach the database.
@@ -44,7 +44,10 @@ impl Ctx {
     }
 }
 
-pub(crate) fn dispatch(cli: Cli) -> Result<Outcome> {
+/// What a command ends with: how it ended, or why it did not do what was asked.
+pub(crate) type CommandResult = std::result::Result<Exit, CommandError>;
+
+pub(crate) fn dispatch(cli: Cli) -> CommandResult {
     let json = cli.json || cli.output == OutputFormat::Json;
     let ctx = Ctx { out: Output::new(json, cli.quiet), database_url: cli.database_url };
     if crate::fault::at("panic") {

@@ -1,15 +1,14 @@
 //! `wf prune`: delete completed jobs older than a cutoff, in batches.
 
-use anyhow::Result;
 use serde_json::json;
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::PruneArgs;
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::output::{confirm, time_cell};
 use crate::queue::prune;
 
-pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> CommandResult {
     let status = args.status.map(|s| s.as_str());
     let mut client = ctx.connect()?;
     let cutoff = prune::cutoff(&mut client, args.older_than)?;
@@ -23,7 +22,7 @@ pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> Result<Outcome> {
                 time_cell(Some(cutoff))
             ));
         }
-        return Ok(Outcome::Ok);
+        return Ok(Exit::Ok);
     }
     if candidates > 0 {
         confirm(
@@ -47,5 +46,5 @@ pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> Result<Outcome> {
     } else {
         ctx.out.info(&format!("deleted {deleted} completed job(s) finished before {}", time_cell(Some(cutoff))));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }

@@ -1,16 +1,15 @@
 //! `wf schedule add | list | rm | pause | resume | tick`.
 
-use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::Ctx;
 use super::enqueue::{read_input, split_target};
+use super::{CommandResult, Ctx};
 use crate::cli::{ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleTickArgs};
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::output::{confirm, diag, time_cell};
 use crate::schedule::{self, NewSchedule};
 
-pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> CommandResult {
     match command {
         ScheduleCommand::Add(args) => add(ctx, args),
         ScheduleCommand::List => list(ctx),
@@ -21,7 +20,7 @@ pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> Result<Outcome> {
     }
 }
 
-fn add(ctx: &Ctx, args: ScheduleAddArgs) -> Result<Outcome> {
+fn add(ctx: &Ctx, args: ScheduleAddArgs) -> CommandResult {
     let (app, action) = split_target(&args.target)?;
     let new = NewSchedule {
         name: &args.name,
@@ -46,17 +45,17 @@ fn add(ctx: &Ctx, args: ScheduleAddArgs) -> Result<Outcome> {
             time_cell(Some(next))
         ));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn list(ctx: &Ctx) -> Result<Outcome> {
+fn list(ctx: &Ctx) -> CommandResult {
     let mut client = ctx.connect()?;
     let now: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[])?.get(0);
     let schedules = schedule::list(&mut client)?;
     if ctx.out.json {
         let document: Vec<Value> = schedules.iter().map(|s| s.to_json(s.next_fire(now).ok())).collect();
         ctx.out.json(&Value::Array(document))?;
-        return Ok(Outcome::Ok);
+        return Ok(Exit::Ok);
     }
     let rows = schedules
         .iter()
@@ -73,10 +72,10 @@ fn list(ctx: &Ctx) -> Result<Outcome> {
         })
         .collect();
     ctx.out.table(&["name", "action", "cron", "tz", "enabled", "last fire", "next fire"], rows)?;
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> Result<Outcome> {
+fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> CommandResult {
     confirm(&format!("remove schedule {}", args.name), args.yes)?;
     let mut client = ctx.connect()?;
     schedule::remove(&mut client, &args.name)?;
@@ -85,10 +84,10 @@ fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> Result<Outcome> {
     } else {
         ctx.out.info(&format!("removed schedule {} (jobs it enqueued stay)", args.name));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn set_enabled(ctx: &Ctx, args: ScheduleNameArgs, enabled: bool) -> Result<Outcome> {
+fn set_enabled(ctx: &Ctx, args: ScheduleNameArgs, enabled: bool) -> CommandResult {
     let mut client = ctx.connect()?;
     schedule::set_enabled(&mut client, &args.name, enabled)?;
     if ctx.out.json {
@@ -96,10 +95,10 @@ fn set_enabled(ctx: &Ctx, args: ScheduleNameArgs, enabled: bool) -> Result<Outco
     } else {
         ctx.out.info(&format!("schedule {} {}", args.name, if enabled { "resumed" } else { "paused" }));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> Result<Outcome> {
+fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let fired = schedule::tick(&mut client, args.horizon, None)?;
     if ctx.out.json {
@@ -117,7 +116,7 @@ fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> Result<Outcome> {
         }
     }
     if fired.iter().any(|f| f.error.is_some()) {
-        anyhow::bail!("some schedules could not enqueue (see above)");
+        return Err(anyhow::anyhow!("some schedules could not enqueue (see above)").into());
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }

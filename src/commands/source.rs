@@ -1,17 +1,16 @@
 //! `wf source add | list | rm`.
 
-use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::{SourceAddArgs, SourceCommand, SourceRmArgs};
 use crate::config;
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::output::{self, time_cell, time_json};
 use crate::source::git_source::{self, GitSource};
 use crate::source::{catalog, short_sha};
 
-pub(super) fn run(ctx: &Ctx, command: SourceCommand) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, command: SourceCommand) -> CommandResult {
     match command {
         SourceCommand::Add(args) => add(ctx, args),
         SourceCommand::List => list(ctx),
@@ -19,7 +18,7 @@ pub(super) fn run(ctx: &Ctx, command: SourceCommand) -> Result<Outcome> {
     }
 }
 
-fn add(ctx: &Ctx, args: SourceAddArgs) -> Result<Outcome> {
+fn add(ctx: &Ctx, args: SourceAddArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let source = git_source::add(&mut client, &args.name, &args.url, args.branch.as_deref())?;
     if ctx.out.json {
@@ -30,10 +29,10 @@ fn add(ctx: &Ctx, args: SourceAddArgs) -> Result<Outcome> {
         ctx.out.line(&source.id.to_string())?;
         ctx.out.info(&format!("added source {} ({}); next: `wf sync {}`", source.name, source.url, source.name));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn list(ctx: &Ctx) -> Result<Outcome> {
+fn list(ctx: &Ctx) -> CommandResult {
     let mut client = ctx.connect()?;
     let sources = git_source::list(&mut client)?;
     if ctx.out.json {
@@ -53,7 +52,7 @@ fn list(ctx: &Ctx) -> Result<Outcome> {
             .collect();
         ctx.out.table(&["name", "url", "branch", "commit", "synced at"], rows)?;
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
 fn source_json(source: &GitSource) -> Value {
@@ -67,7 +66,7 @@ fn source_json(source: &GitSource) -> Value {
     })
 }
 
-fn rm(ctx: &Ctx, args: SourceRmArgs) -> Result<Outcome> {
+fn rm(ctx: &Ctx, args: SourceRmArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let source = git_source::find(&mut client, &args.name)?;
     let actions = catalog::list(&mut client, Some(&source.name))?.len();
@@ -87,5 +86,5 @@ fn rm(ctx: &Ctx, args: SourceRmArgs) -> Result<Outcome> {
             removed.source.name, removed.apps, removed.actions
         ));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }

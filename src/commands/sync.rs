@@ -1,16 +1,15 @@
 //! `wf sync NAME [--ref REF | --commit SHA]`.
 
-use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::SyncArgs;
 use crate::config;
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::source::git::Target;
 use crate::source::{short_sha, sync};
 
-pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
     let target = match (args.r#ref, args.commit) {
         (_, Some(commit)) => Target::Commit(commit),
         (Some(name), None) => Target::Ref(name),
@@ -35,7 +34,7 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> Result<Outcome> {
             "source": report.source, "commit_sha": report.commit_sha,
             "changed": report.changed, "actions": actions,
         }))?;
-        return Ok(Outcome::Ok);
+        return Ok(Exit::Ok);
     }
     let rows = actions
         .iter()
@@ -63,5 +62,5 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> Result<Outcome> {
         short_sha(&report.commit_sha),
         actions.len()
     ));
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }

@@ -1,15 +1,15 @@
 //! `wf token verify`.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, anyhow};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::{TokenCommand, TokenVerifyArgs};
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::token;
 
-pub(super) fn run(ctx: &Ctx, command: TokenCommand) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, command: TokenCommand) -> CommandResult {
     match command {
         TokenCommand::Verify(args) => verify(ctx, args),
     }
@@ -18,7 +18,7 @@ pub(super) fn run(ctx: &Ctx, command: TokenCommand) -> Result<Outcome> {
 /// A token is valid while it is well signed, unexpired, and its claim still owns the job: a
 /// token that outlived its attempt (completed, reaped, put back) is printed with `current: false`
 /// and refused (exit 1).
-fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> Result<Outcome> {
+fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> CommandResult {
     let secret = token::load_secret()?;
     let mut client = ctx.connect()?;
     // Expiry is judged on the database's clock, like every time that matters.
@@ -43,11 +43,12 @@ fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> Result<Outcome> {
         )?;
     }
     if !current {
-        bail!(
+        return Err(anyhow!(
             "token no longer current: claim {} does not own job {} any more (its attempt ended)",
             claims.claim,
             claims.job
-        );
+        )
+        .into());
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }

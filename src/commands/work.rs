@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::{self, WorkArgs};
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::worker::{self, Isolation, Options, Until};
 
-pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> CommandResult {
     let until = if args.drain {
         Until::Drained
     } else if args.once {
@@ -54,7 +54,7 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
             summary.succeeded, summary.failed, summary.canceled, summary.released, summary.fenced
         ));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
 /// `--allow-write` folders: existing directories, by their real path (a sandbox binds what the
