@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 use wf::db::embedded::is_root;
 
+use crate::documents::pin;
 use crate::harness::{Run, TestEnv, Wf, wait_for};
 
 const CLUSTER_MESSAGE: &str = "embedded PostgreSQL cluster";
@@ -199,12 +200,20 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
     let again = embedded.wf(["db", "up"]).ok();
     assert_eq!(mentions_of_the_cluster(&again), 0, "a running cluster is left alone: {again:?}");
     embedded.assert_running_and_migrated();
+    let up = embedded.wf(["db", "up", "--json"]).ok();
+    let dir = &embedded.home;
+    pin(&up, dir, &["schema_version"], r#"{"path": "<dir>/pg", "running": true, "schema_version": "<number>"}"#);
+    let status = embedded.wf(["db", "status", "--json"]).ok();
+    let expected = r#"{"embedded": true, "latest_version": "<number>", "location": "<dir>/pg", "running": true,
+                       "schema_version": "<number>"}"#;
+    pin(&status, dir, &["schema_version", "latest_version"], expected);
 
     let down = embedded.wf(["db", "down"]).ok();
     assert!(down.stderr.contains("embedded cluster stopped"), "{down:?}");
     embedded.assert_stopped();
     let down_again = embedded.wf(["db", "down"]).ok();
     assert!(down_again.stderr.contains("was not running"), "{down_again:?}");
+    pin(&embedded.wf(["db", "down", "--json"]).ok(), &embedded.home, &[], r#"{"stopped": false}"#);
 
     let restart = embedded.wf(["db", "up"]).ok();
     assert!(restart.stderr.contains("starting the embedded PostgreSQL cluster"), "{restart:?}");

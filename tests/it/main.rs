@@ -9,6 +9,7 @@ mod claim;
 mod crash;
 mod db;
 mod docs;
+mod documents;
 mod embedded;
 mod fixtures;
 mod jobs;
