@@ -27,8 +27,9 @@ use crate::db::listen::Listener;
 use crate::output::diag;
 use crate::queue::CHANNEL_ENQUEUED;
 use crate::queue::claim::{self, Claimed};
-use crate::queue::complete::{self, Completion, Recorded, Status};
+use crate::queue::complete::{self, Completion, Recorded};
 use crate::queue::enqueue::{self, Request, When};
+use crate::queue::job::{JobStatus, TriggerKind};
 use crate::source::store;
 use crate::worker::{self, Isolation, Options, Until};
 
@@ -249,7 +250,7 @@ impl Namespace {
             priority: 0,
             tag: None,
             when: When::Now,
-            trigger_kind: "manual",
+            trigger_kind: TriggerKind::Manual,
             schedule_name: None,
         }
     }
@@ -393,7 +394,7 @@ fn complete_noop(client: &mut Client, job: &Claimed) -> Result<()> {
         job_id: job.id,
         claim: job.claim.clone(),
         attempt: job.attempt(),
-        status: Status::Success,
+        status: JobStatus::Success,
         result: Some(json!({})),
         error: None,
         logs: Vec::new(),

@@ -4,9 +4,10 @@ use std::fmt;
 use std::io::{IsTerminal, Write};
 
 use anyhow::Result;
+use chrono::{DateTime, SecondsFormat, Utc};
 use comfy_table::{ContentArrangement, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::Value;
+use serde::{Serialize, Serializer};
 
 use crate::error::CommandError;
 
@@ -37,12 +38,10 @@ impl Output {
         Output { json, quiet }
     }
 
-    /// Print the one JSON document of a `--json` command.
-    pub fn json(&self, document: &Value) -> Result<()> {
-        let mut stdout = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut stdout, document)?;
-        writeln!(stdout)?;
-        Ok(())
+    /// Print the one JSON document of a `--json` command, pretty, its keys in alphabetical order
+    /// (through a `Value`, whose maps are sorted) as wf has always printed them.
+    pub(crate) fn json(&self, document: &impl Serialize) -> Result<()> {
+        self.line(&pretty(document)?)
     }
 
     /// Print data lines to stdout.
@@ -129,16 +128,26 @@ pub(crate) fn confirm(prompt: &str, yes: bool) -> Result<(), CommandError> {
     if confirmed { Ok(()) } else { Err(CommandError::refused("declined")) }
 }
 
-/// A timestamp as JSON: RFC 3339 in UTC.
-pub fn time_json(time: Option<chrono::DateTime<chrono::Utc>>) -> Value {
+/// A document as `--json` prints it (see `Output::json`).
+pub(crate) fn pretty(document: &impl Serialize) -> Result<String> {
+    Ok(serde_json::to_string_pretty(&serde_json::to_value(document)?)?)
+}
+
+/// A time in a document: RFC 3339 in UTC, to the millisecond (`serialize_with`).
+pub(crate) fn rfc3339<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&time.to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
+/// An optional time in a document: null, or as `rfc3339`.
+pub(crate) fn rfc3339_or_null<S: Serializer>(time: &Option<DateTime<Utc>>, serializer: S) -> Result<S::Ok, S::Error> {
     match time {
-        Some(t) => Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-        None => Value::Null,
+        Some(time) => rfc3339(time, serializer),
+        None => serializer.serialize_none(),
     }
 }
 
 /// A timestamp for a table cell.
-pub fn time_cell(time: Option<chrono::DateTime<chrono::Utc>>) -> String {
+pub(crate) fn time_cell(time: Option<DateTime<Utc>>) -> String {
     match time {
         Some(t) => t.format("%Y-%m-%d %H:%M:%S").to_string(),
         None => "-".to_string(),

@@ -4,7 +4,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::ProgressBar;
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::{CommandResult, Ctx};
 use crate::bench::{self, Plan, Progress, Rate, Report};
@@ -26,31 +26,57 @@ pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> CommandResult {
     bars.finish();
     let report = report?;
     if ctx.out.json {
-        ctx.out.json(&to_json(&report))?;
+        ctx.out.json(&BenchDocument::from(&report))?;
     } else {
         ctx.out.table(&["measurement", "jobs", "seconds", "jobs/s", "p50 ms", "p99 ms"], rows(&report))?;
     }
     Ok(Exit::Ok)
 }
 
-fn to_json(report: &Report) -> Value {
-    json!({
-        "tag": report.tag,
-        "jobs": report.jobs,
-        "workers": report.workers,
-        "enqueue_single_per_s": report.enqueue_single.per_second(),
-        "enqueue_batch_per_s": report.enqueue_batch.per_second(),
-        "claim_complete_per_s": report.claim_complete.per_second(),
-        "pickup_latency_ms": {
-            "p50": millis(report.pickup.p50),
-            "p99": millis(report.pickup.p99),
-            "samples": report.pickup.samples,
-        },
-        "bun_end_to_end_per_s": report.bun.map(|bun| bun.sandbox.per_second()),
-        "bun_no_sandbox_per_s": report.bun.map(|bun| bun.none.per_second()),
-        "sandbox_ms_per_attempt": report.bun.map(|bun| millis(bun.sandbox_cost_per_attempt(report.workers))),
-        "bun_jobs": report.bun.map(|bun| bun.sandbox.jobs),
-    })
+/// What `wf bench --json` prints: rates in jobs per second, latencies in milliseconds; the `bun`
+/// fields are null without `--bun`.
+#[derive(Serialize)]
+struct BenchDocument<'a> {
+    tag: &'a str,
+    jobs: u32,
+    workers: u32,
+    enqueue_single_per_s: f64,
+    enqueue_batch_per_s: f64,
+    claim_complete_per_s: f64,
+    pickup_latency_ms: LatencyDocument,
+    bun_end_to_end_per_s: Option<f64>,
+    bun_no_sandbox_per_s: Option<f64>,
+    sandbox_ms_per_attempt: Option<f64>,
+    bun_jobs: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct LatencyDocument {
+    p50: f64,
+    p99: f64,
+    samples: usize,
+}
+
+impl<'a> From<&'a Report> for BenchDocument<'a> {
+    fn from(report: &'a Report) -> BenchDocument<'a> {
+        BenchDocument {
+            tag: &report.tag,
+            jobs: report.jobs,
+            workers: report.workers,
+            enqueue_single_per_s: report.enqueue_single.per_second(),
+            enqueue_batch_per_s: report.enqueue_batch.per_second(),
+            claim_complete_per_s: report.claim_complete.per_second(),
+            pickup_latency_ms: LatencyDocument {
+                p50: millis(report.pickup.p50),
+                p99: millis(report.pickup.p99),
+                samples: report.pickup.samples,
+            },
+            bun_end_to_end_per_s: report.bun.map(|bun| bun.sandbox.per_second()),
+            bun_no_sandbox_per_s: report.bun.map(|bun| bun.none.per_second()),
+            sandbox_ms_per_attempt: report.bun.map(|bun| millis(bun.sandbox_cost_per_attempt(report.workers))),
+            bun_jobs: report.bun.map(|bun| bun.sandbox.jobs),
+        }
+    }
 }
 
 fn rows(report: &Report) -> Vec<Vec<String>> {

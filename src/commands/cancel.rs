@@ -1,7 +1,8 @@
 //! `wf cancel` and `wf reap`.
 
 use anyhow::{Result, anyhow};
-use serde_json::{Value, json};
+use serde::Serialize;
+use uuid::Uuid;
 
 use super::{CommandResult, Ctx};
 use crate::cli::{CancelArgs, ReapArgs};
@@ -18,9 +19,9 @@ pub(super) fn cancel(ctx: &Ctx, args: CancelArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let outcomes = cancel::cancel(&mut client, &ids, &crate::config::operator(), args.reason.as_deref())?;
     if ctx.out.json {
-        let document: Vec<Value> =
-            outcomes.iter().map(|(id, outcome)| json!({"id": id, "outcome": outcome.as_str()})).collect();
-        ctx.out.json(&Value::Array(document))?;
+        let document: Vec<CancelDocument> =
+            outcomes.iter().map(|&(id, outcome)| CancelDocument { id, outcome: outcome.as_str() }).collect();
+        ctx.out.json(&document)?;
     } else {
         let rows = outcomes.iter().map(|(id, outcome)| vec![id.to_string(), outcome.as_str().to_string()]).collect();
         ctx.out.table(&["id", "outcome"], rows)?;
@@ -48,7 +49,7 @@ pub(super) fn reap(ctx: &Ctx, args: ReapArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let reaped = reaper::reap_once(&mut client, zombie_timeout, restart_limit)?;
     if ctx.out.json {
-        ctx.out.json(&json!({"requeued": reaped.requeued, "failed": reaped.failed, "canceled": reaped.canceled}))?;
+        ctx.out.json(&ReapDocument { requeued: reaped.requeued, failed: reaped.failed, canceled: reaped.canceled })?;
     } else {
         ctx.out.table(
             &["requeued", "failed", "canceled"],
@@ -56,4 +57,19 @@ pub(super) fn reap(ctx: &Ctx, args: ReapArgs) -> CommandResult {
         )?;
     }
     Ok(Exit::Ok)
+}
+
+/// What `wf cancel --json` says of each job: `canceled`, `cancel_requested` or `already_completed`.
+#[derive(Serialize)]
+struct CancelDocument {
+    id: Uuid,
+    outcome: &'static str,
+}
+
+/// What one reaper pass did.
+#[derive(Serialize)]
+struct ReapDocument {
+    requeued: u64,
+    failed: u64,
+    canceled: u64,
 }

@@ -1,7 +1,9 @@
 //! `wf db up | down | status | migrate`.
 
+use std::path::Path;
+
 use anyhow::Context;
-use serde_json::json;
+use serde::Serialize;
 
 use super::{CommandResult, Ctx};
 use crate::cli::DbCommand;
@@ -23,7 +25,7 @@ fn up(ctx: &Ctx) -> CommandResult {
     let mut client = database.connect()?;
     let version = migrate::current_version(&mut client)?;
     if ctx.out.json {
-        ctx.out.json(&json!({"running": true, "path": cluster.home_pg(), "schema_version": version}))?;
+        ctx.out.json(&UpDocument { running: true, path: cluster.home_pg(), schema_version: version })?;
     } else {
         ctx.out.info(&format!("embedded cluster running in {}", cluster.home_pg().display()));
     }
@@ -37,7 +39,7 @@ fn down(ctx: &Ctx) -> CommandResult {
     let cluster = Cluster::locate()?;
     let stopped = cluster.stop()?;
     if ctx.out.json {
-        ctx.out.json(&json!({"stopped": stopped}))?;
+        ctx.out.json(&DownDocument { stopped })?;
     } else if stopped {
         ctx.out.info("embedded cluster stopped");
     } else {
@@ -69,10 +71,13 @@ fn status(ctx: &Ctx) -> CommandResult {
         }
     };
     if ctx.out.json {
-        ctx.out.json(&json!({
-            "embedded": embedded, "running": running, "location": path,
-            "schema_version": version, "latest_version": latest,
-        }))?;
+        ctx.out.json(&StatusDocument {
+            embedded,
+            running,
+            location: &path,
+            schema_version: version,
+            latest_version: latest,
+        })?;
     } else {
         ctx.out.table(
             &["database", "running", "schema", "wf needs"],
@@ -93,9 +98,42 @@ fn migrate(ctx: &Ctx) -> CommandResult {
     let applied = migrate::apply(&mut client, &ctx.out)?;
     let version = migrate::current_version(&mut client)?;
     if ctx.out.json {
-        ctx.out.json(&json!({"applied": applied, "schema_version": version}))?;
+        ctx.out.json(&MigrateDocument { applied: &applied, schema_version: version })?;
     } else if applied.is_empty() {
         ctx.out.info(&format!("schema is up to date (version {})", version.unwrap_or(0)));
     }
     Ok(Exit::Ok)
+}
+
+/// `wf db up --json`: the embedded cluster runs, in `path`, at this schema version.
+#[derive(Serialize)]
+struct UpDocument<'a> {
+    running: bool,
+    path: &'a Path,
+    schema_version: Option<i32>,
+}
+
+/// `wf db down --json`: whether it was running and was stopped.
+#[derive(Serialize)]
+struct DownDocument {
+    stopped: bool,
+}
+
+#[derive(Serialize)]
+struct StatusDocument<'a> {
+    embedded: bool,
+    running: bool,
+    /// The embedded cluster's folder, or the external database's description.
+    location: &'a str,
+    /// None: no windforce schema.
+    schema_version: Option<i32>,
+    /// The version this wf needs.
+    latest_version: i32,
+}
+
+#[derive(Serialize)]
+struct MigrateDocument<'a> {
+    /// The versions this call applied.
+    applied: &'a [i32],
+    schema_version: Option<i32>,
 }

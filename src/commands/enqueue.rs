@@ -3,15 +3,19 @@
 use std::io::Read;
 
 use anyhow::{Context, Result, bail};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
 use serde_json::{Value, json};
+use uuid::Uuid;
 
 use super::jobs::print_result;
 use super::{CommandResult, Ctx};
 use crate::cli::EnqueueArgs;
 use crate::error::Exit;
-use crate::output::diag;
-use crate::queue::enqueue::{self, Request, When};
+use crate::output::{diag, rfc3339};
+use crate::queue::enqueue::{self, Enqueued, Request, When};
 use crate::queue::inspect;
+use crate::queue::job::TriggerKind;
 
 pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     let (app, action) = split_target(&args.target)?;
@@ -35,7 +39,7 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
         priority: args.priority,
         tag: args.tag.as_deref(),
         when,
-        trigger_kind: args.trigger_kind.as_str(),
+        trigger_kind: args.trigger_kind,
         schedule_name: None,
     };
     let mut client = ctx.connect()?;
@@ -45,7 +49,7 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
 
     if args.batch.is_some() {
         if ctx.out.json {
-            ctx.out.json(&json!({"ids": jobs.iter().map(|j| j.id).collect::<Vec<_>>()}))?;
+            ctx.out.json(&BatchDocument { ids: jobs.iter().map(|job| job.id).collect() })?;
         } else {
             for job in &jobs {
                 ctx.out.line(&job.id.to_string())?;
@@ -61,7 +65,7 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
         return print_result(&ctx.out, &view);
     }
     if ctx.out.json {
-        ctx.out.json(&job.to_json())?;
+        ctx.out.json(&EnqueuedDocument::from(job))?;
     } else {
         ctx.out.line(&job.id.to_string())?;
     }
@@ -112,4 +116,40 @@ fn read_batch(path: &std::path::Path) -> Result<Vec<Value>> {
         bail!("{} has no inputs", path.display());
     }
     Ok(inputs)
+}
+
+/// A job the enqueue path created (SPEC: `{"id","app","action","tag","priority","commit_sha",
+/// "scheduled_for","trigger_kind"}`).
+#[derive(Serialize)]
+struct EnqueuedDocument<'a> {
+    id: Uuid,
+    app: &'a str,
+    action: &'a str,
+    tag: &'a str,
+    priority: i32,
+    commit_sha: &'a str,
+    #[serde(serialize_with = "rfc3339")]
+    scheduled_for: DateTime<Utc>,
+    trigger_kind: TriggerKind,
+}
+
+impl<'a> From<&'a Enqueued> for EnqueuedDocument<'a> {
+    fn from(job: &'a Enqueued) -> EnqueuedDocument<'a> {
+        EnqueuedDocument {
+            id: job.id,
+            app: &job.app,
+            action: &job.action,
+            tag: &job.tag,
+            priority: job.priority,
+            commit_sha: &job.commit_sha,
+            scheduled_for: job.scheduled_for,
+            trigger_kind: job.trigger_kind,
+        }
+    }
+}
+
+/// `wf enqueue --batch --json`: the jobs' ids, in the order of the file's lines.
+#[derive(Serialize)]
+struct BatchDocument {
+    ids: Vec<Uuid>,
 }

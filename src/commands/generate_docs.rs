@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Command, CommandFactory};
 use clap_complete::{Generator, Shell};
 use clap_mangen::Man;
+use serde::Serialize;
 
 use super::{CommandResult, Ctx};
 use crate::cli::{Cli, GenerateDocsArgs};
@@ -51,7 +52,7 @@ pub(super) fn run(ctx: &Ctx, args: GenerateDocsArgs) -> CommandResult {
         written.push(write(&man_dir.join(format!("{name}.1")), &page)?);
     }
     if ctx.out.json {
-        ctx.out.json(&serde_json::json!({ "files": written }))?;
+        ctx.out.json(&WrittenDocument { files: &written })?;
     } else {
         ctx.out.info(&format!(
             "wrote {} files into {} and {}",
@@ -107,4 +108,10 @@ fn without_hidden_subcommands(command: &Command) -> Command {
 fn write(path: &Path, content: &[u8]) -> Result<PathBuf> {
     fs::write(path, content).with_context(|| format!("writing {}", path.display()))?;
     Ok(path.to_path_buf())
+}
+
+/// The files written.
+#[derive(Serialize)]
+struct WrittenDocument<'a> {
+    files: &'a [PathBuf],
 }

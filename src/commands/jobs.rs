@@ -3,20 +3,23 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use serde_json::{Value, json};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
 
 use super::{CommandResult, Ctx};
 use crate::cli::{JobsArgs, LogsArgs, ResultArgs, ShowArgs};
 use crate::error::Exit;
-use crate::output::{Output, diag, time_cell};
+use crate::output::{Output, diag, pretty, rfc3339, rfc3339_or_null, time_cell};
 use crate::queue::inspect::{self, JobView, LogEntry};
+use crate::queue::job::{JobStatus, TriggerKind};
 
 pub(super) fn jobs(ctx: &Ctx, args: JobsArgs) -> CommandResult {
     let mut client = ctx.connect()?;
-    let status = args.status.map(|s| s.as_str());
-    let jobs = inspect::list(&mut client, status, args.app.as_deref(), args.tag.as_deref(), args.limit)?;
+    let jobs = inspect::list(&mut client, args.status, args.app.as_deref(), args.tag.as_deref(), args.limit)?;
     if ctx.out.json {
-        ctx.out.json(&Value::Array(jobs.iter().map(JobView::to_json).collect()))?;
+        ctx.out.json(&jobs.iter().map(JobDocument::from).collect::<Vec<_>>())?;
         return Ok(Exit::Ok);
     }
     let rows = jobs
@@ -24,7 +27,7 @@ pub(super) fn jobs(ctx: &Ctx, args: JobsArgs) -> CommandResult {
         .map(|job| {
             vec![
                 job.id.to_string(),
-                job.status.clone(),
+                job.status.to_string(),
                 format!("{}/{}", job.app, job.action),
                 job.tag.clone(),
                 job.priority.to_string(),
@@ -43,19 +46,19 @@ pub(super) fn show(ctx: &Ctx, args: ShowArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let job = inspect::show_existing(&mut client, id)?;
     if ctx.out.json {
-        ctx.out.json(&job.to_json())?;
+        ctx.out.json(&JobDocument::from(&job))?;
         return Ok(Exit::Ok);
     }
     let compact = |value: &Option<Value>| value.as_ref().map_or("-".to_string(), Value::to_string);
     let text = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".to_string());
     let rows = vec![
         ("id", job.id.to_string()),
-        ("status", job.status.clone()),
+        ("status", job.status.to_string()),
         ("action", format!("{}/{}", job.app, job.action)),
         ("commit", job.commit_sha.clone()),
         ("tag", job.tag.clone()),
         ("priority", job.priority.to_string()),
-        ("trigger", job.trigger_kind.clone()),
+        ("trigger", job.trigger_kind.to_string()),
         ("input", job.input.to_string()),
         ("result", compact(&job.result)),
         ("error", compact(&job.error)),
@@ -83,30 +86,29 @@ pub(super) fn result(ctx: &Ctx, args: ResultArgs) -> CommandResult {
     print_result(&ctx.out, &job)
 }
 
-/// Print a job's outcome as `wf result` does, and return the matching exit outcome.
+/// Print a job's outcome as `wf result` does, and return the matching exit.
 pub(super) fn print_result(out: &Output, job: &JobView) -> CommandResult {
-    let cancel = json!({"canceled_by": job.canceled_by, "canceled_reason": job.canceled_reason});
-    let (document, outcome) = match job.status.as_str() {
-        "success" => (job.result.clone().unwrap_or(Value::Null), Exit::Ok),
-        "failure" => (job.error.clone().unwrap_or(Value::Null), Exit::JobFailed),
-        "canceled" => (cancel.clone(), Exit::JobFailed),
-        _ => (Value::Null, Exit::NotFinished),
+    let cancellation =
+        || Cancellation { canceled_by: job.canceled_by.as_deref(), canceled_reason: job.canceled_reason.as_deref() };
+    let (ending, exit) = match job.status {
+        JobStatus::Success => (Some(Ending::Result(job.result.clone().unwrap_or(Value::Null))), Exit::Ok),
+        JobStatus::Failure => (Some(Ending::Error(job.error.clone().unwrap_or(Value::Null))), Exit::JobFailed),
+        JobStatus::Canceled => (Some(Ending::Canceled(cancellation())), Exit::JobFailed),
+        JobStatus::Queued | JobStatus::Scheduled | JobStatus::Running => (None, Exit::NotFinished),
     };
     if out.json {
-        let mut full = json!({"id": job.id, "status": job.status});
-        match job.status.as_str() {
-            "success" => full["result"] = document,
-            "failure" => full["error"] = document,
-            "canceled" => full["error"] = cancel,
-            _ => {}
-        }
-        out.json(&full)?;
-    } else if outcome == Exit::NotFinished {
-        diag!("job {} is {}: not finished (use --wait to wait for it)", job.id, job.status);
+        let (result, error) = match &ending {
+            Some(ending @ Ending::Result(_)) => (Some(ending), None),
+            Some(ending) => (None, Some(ending)),
+            None => (None, None),
+        };
+        out.json(&ResultDocument { id: job.id, status: job.status, result, error })?;
+    } else if let Some(ending) = ending {
+        out.line(&pretty(&ending)?)?;
     } else {
-        out.line(&serde_json::to_string_pretty(&document)?)?;
+        diag!("job {} is {}: not finished (use --wait to wait for it)", job.id, job.status);
     }
-    Ok(outcome)
+    Ok(exit)
 }
 
 pub(super) fn logs(ctx: &Ctx, args: LogsArgs) -> CommandResult {
@@ -118,10 +120,12 @@ pub(super) fn logs(ctx: &Ctx, args: LogsArgs) -> CommandResult {
     let mut show = |entries: &[LogEntry]| -> Result<()> {
         for entry in entries {
             if ctx.out.json {
-                all.push(json!({
-                    "attempt": entry.attempt, "stream": entry.stream, "line": entry.line,
-                    "time": crate::output::time_json(Some(entry.created_at)),
-                }));
+                all.push(LogDocument {
+                    attempt: entry.attempt,
+                    stream: entry.stream.clone(),
+                    line: entry.line.clone(),
+                    time: entry.created_at,
+                });
                 continue;
             }
             if entry.attempt != attempt {
@@ -141,7 +145,7 @@ pub(super) fn logs(ctx: &Ctx, args: LogsArgs) -> CommandResult {
         show(&inspect::logs(&mut client, id, 0)?)?;
     }
     if ctx.out.json {
-        ctx.out.json(&Value::Array(all))?;
+        ctx.out.json(&all)?;
     }
     Ok(Exit::Ok)
 }
@@ -150,14 +154,18 @@ pub(super) fn status(ctx: &Ctx) -> CommandResult {
     let mut client = ctx.connect()?;
     let tags = inspect::status(&mut client, crate::config::zombie_timeout()?)?;
     if ctx.out.json {
-        let document: Vec<Value> = tags
+        let document: Vec<TagDocument> = tags
             .iter()
-            .map(|t| {
-                json!({"tag": t.tag, "queued": t.queued, "scheduled": t.scheduled, "running": t.running,
-                       "zombies": t.zombies, "oldest_wait_s": t.oldest_wait_s})
+            .map(|t| TagDocument {
+                tag: &t.tag,
+                queued: t.queued,
+                scheduled: t.scheduled,
+                running: t.running,
+                zombies: t.zombies,
+                oldest_wait_s: t.oldest_wait_s,
             })
             .collect();
-        ctx.out.json(&Value::Array(document))?;
+        ctx.out.json(&document)?;
         return Ok(Exit::Ok);
     }
     let rows = tags
@@ -176,4 +184,107 @@ pub(super) fn status(ctx: &Ctx) -> CommandResult {
         .collect();
     ctx.out.table(&["tag", "queued", "scheduled", "running", "zombies", "oldest wait"], rows)?;
     Ok(Exit::Ok)
+}
+
+/// Everything about one job (SPEC: `wf show --json`); `wf jobs --json` lists these.
+#[derive(Serialize)]
+pub(super) struct JobDocument<'a> {
+    id: Uuid,
+    status: JobStatus,
+    app: &'a str,
+    action: &'a str,
+    commit_sha: &'a str,
+    tag: &'a str,
+    priority: i32,
+    trigger_kind: TriggerKind,
+    input: &'a Value,
+    result: &'a Option<Value>,
+    error: &'a Option<Value>,
+    worker: &'a Option<String>,
+    restarts: i32,
+    #[serde(serialize_with = "rfc3339")]
+    created_at: DateTime<Utc>,
+    #[serde(serialize_with = "rfc3339")]
+    scheduled_for: DateTime<Utc>,
+    #[serde(serialize_with = "rfc3339_or_null")]
+    started_at: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "rfc3339_or_null")]
+    completed_at: Option<DateTime<Utc>>,
+    canceled_by: &'a Option<String>,
+    canceled_reason: &'a Option<String>,
+}
+
+impl<'a> From<&'a JobView> for JobDocument<'a> {
+    fn from(job: &'a JobView) -> JobDocument<'a> {
+        JobDocument {
+            id: job.id,
+            status: job.status,
+            app: &job.app,
+            action: &job.action,
+            commit_sha: &job.commit_sha,
+            tag: &job.tag,
+            priority: job.priority,
+            trigger_kind: job.trigger_kind,
+            input: &job.input,
+            result: &job.result,
+            error: &job.error,
+            worker: &job.worker,
+            restarts: job.restarts,
+            created_at: job.created_at,
+            scheduled_for: job.scheduled_for,
+            started_at: job.started_at,
+            completed_at: job.completed_at,
+            canceled_by: &job.canceled_by,
+            canceled_reason: &job.canceled_reason,
+        }
+    }
+}
+
+/// `wf result --json`: `{"id","status"}` and, once the job finished, its `result` or its `error`
+/// (a canceled job's error is its cancellation).
+#[derive(Serialize)]
+struct ResultDocument<'a> {
+    id: Uuid,
+    status: JobStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Ending<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a Ending<'a>>,
+}
+
+/// How a finished job ended; without `--json`, `wf result` prints this alone.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Ending<'a> {
+    Result(Value),
+    Error(Value),
+    Canceled(Cancellation<'a>),
+}
+
+/// Who canceled a job, and why.
+#[derive(Serialize)]
+struct Cancellation<'a> {
+    canceled_by: Option<&'a str>,
+    canceled_reason: Option<&'a str>,
+}
+
+/// One log line (`wf logs --json` lists them in order).
+#[derive(Serialize)]
+struct LogDocument {
+    attempt: i32,
+    stream: String,
+    line: String,
+    #[serde(serialize_with = "rfc3339")]
+    time: DateTime<Utc>,
+}
+
+/// The queue of one tag (`wf status --json` lists them by tag).
+#[derive(Serialize)]
+struct TagDocument<'a> {
+    tag: &'a str,
+    queued: i64,
+    scheduled: i64,
+    running: i64,
+    zombies: i64,
+    oldest_wait_s: Option<f64>,
 }

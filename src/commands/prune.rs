@@ -1,6 +1,6 @@
 //! `wf prune`: delete completed jobs older than a cutoff, in batches.
 
-use serde_json::json;
+use serde::Serialize;
 
 use super::{CommandResult, Ctx};
 use crate::cli::PruneArgs;
@@ -9,13 +9,13 @@ use crate::output::{confirm, time_cell};
 use crate::queue::prune;
 
 pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> CommandResult {
-    let status = args.status.map(|s| s.as_str());
+    let status = args.status;
     let mut client = ctx.connect()?;
     let cutoff = prune::cutoff(&mut client, args.older_than)?;
     let candidates = prune::count(&mut client, cutoff, status)?;
     if args.dry_run {
         if ctx.out.json {
-            ctx.out.json(&json!({"deleted": 0, "would_delete": candidates}))?;
+            ctx.out.json(&PruneDocument { deleted: 0, would_delete: Some(candidates) })?;
         } else {
             ctx.out.info(&format!(
                 "would delete {candidates} completed job(s) finished before {}",
@@ -42,9 +42,17 @@ pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> CommandResult {
     }
     bar.finish_and_clear();
     if ctx.out.json {
-        ctx.out.json(&json!({"deleted": deleted}))?;
+        ctx.out.json(&PruneDocument { deleted, would_delete: None })?;
     } else {
         ctx.out.info(&format!("deleted {deleted} completed job(s) finished before {}", time_cell(Some(cutoff))));
     }
     Ok(Exit::Ok)
+}
+
+/// How many completed jobs went; with `--dry-run`, none, and how many would have.
+#[derive(Serialize)]
+struct PruneDocument {
+    deleted: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    would_delete: Option<i64>,
 }

@@ -1,13 +1,17 @@
 //! `wf schedule add | list | rm | pause | resume | tick`.
 
-use serde_json::{Value, json};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
 
 use super::enqueue::{read_input, split_target};
 use super::{CommandResult, Ctx};
 use crate::cli::{ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleTickArgs};
 use crate::error::Exit;
+use crate::output::rfc3339_or_null;
 use crate::output::{confirm, diag, time_cell};
-use crate::schedule::{self, NewSchedule};
+use crate::schedule::{self, NewSchedule, Schedule};
 
 pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> CommandResult {
     match command {
@@ -35,7 +39,7 @@ fn add(ctx: &Ctx, args: ScheduleAddArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let (added, next) = schedule::add(&mut client, &new)?;
     if ctx.out.json {
-        ctx.out.json(&added.to_json(Some(next)))?;
+        ctx.out.json(&ScheduleDocument::new(&added, Some(next)))?;
     } else {
         ctx.out.info(&format!(
             "added schedule {} ({} in {}), next fire {}; run `wf schedule tick` from cron every minute",
@@ -53,8 +57,9 @@ fn list(ctx: &Ctx) -> CommandResult {
     let now: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[])?.get(0);
     let schedules = schedule::list(&mut client)?;
     if ctx.out.json {
-        let document: Vec<Value> = schedules.iter().map(|s| s.to_json(s.next_fire(now).ok())).collect();
-        ctx.out.json(&Value::Array(document))?;
+        let document: Vec<ScheduleDocument> =
+            schedules.iter().map(|s| ScheduleDocument::new(s, s.next_fire(now).ok())).collect();
+        ctx.out.json(&document)?;
         return Ok(Exit::Ok);
     }
     let rows = schedules
@@ -80,7 +85,7 @@ fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     schedule::remove(&mut client, &args.name)?;
     if ctx.out.json {
-        ctx.out.json(&json!({"removed": args.name}))?;
+        ctx.out.json(&RemovedDocument { removed: &args.name })?;
     } else {
         ctx.out.info(&format!("removed schedule {} (jobs it enqueued stay)", args.name));
     }
@@ -91,7 +96,7 @@ fn set_enabled(ctx: &Ctx, args: ScheduleNameArgs, enabled: bool) -> CommandResul
     let mut client = ctx.connect()?;
     schedule::set_enabled(&mut client, &args.name, enabled)?;
     if ctx.out.json {
-        ctx.out.json(&json!({"name": args.name, "enabled": enabled}))?;
+        ctx.out.json(&EnabledDocument { name: &args.name, enabled })?;
     } else {
         ctx.out.info(&format!("schedule {} {}", args.name, if enabled { "resumed" } else { "paused" }));
     }
@@ -102,11 +107,15 @@ fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let fired = schedule::tick(&mut client, args.horizon, None)?;
     if ctx.out.json {
-        let document: Vec<Value> = fired
+        let document: Vec<FiredDocument> = fired
             .iter()
-            .map(|f| json!({"schedule": f.schedule, "ids": f.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), "error": f.error}))
+            .map(|f| FiredDocument {
+                schedule: &f.schedule,
+                ids: f.jobs.iter().map(|job| job.id).collect(),
+                error: f.error.as_deref(),
+            })
             .collect();
-        ctx.out.json(&json!({"fired": document}))?;
+        ctx.out.json(&TickDocument { fired: document })?;
     } else {
         for f in &fired {
             match &f.error {
@@ -119,4 +128,66 @@ fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> CommandResult {
         return Err(anyhow::anyhow!("some schedules could not enqueue (see above)").into());
     }
     Ok(Exit::Ok)
+}
+
+/// A schedule with its next fire time (`add` prints it, `list` lists them).
+#[derive(Serialize)]
+struct ScheduleDocument<'a> {
+    name: &'a str,
+    app: &'a str,
+    action: &'a str,
+    cron: &'a str,
+    tz: &'a str,
+    input: &'a Value,
+    priority: i32,
+    tag: Option<&'a str>,
+    enabled: bool,
+    #[serde(serialize_with = "rfc3339_or_null")]
+    last_fire_time: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "rfc3339_or_null")]
+    next_fire_time: Option<DateTime<Utc>>,
+}
+
+impl<'a> ScheduleDocument<'a> {
+    fn new(schedule: &'a Schedule, next_fire_time: Option<DateTime<Utc>>) -> ScheduleDocument<'a> {
+        ScheduleDocument {
+            name: &schedule.name,
+            app: &schedule.app,
+            action: &schedule.action,
+            cron: &schedule.cron,
+            tz: &schedule.tz,
+            input: &schedule.input,
+            priority: schedule.priority,
+            tag: schedule.tag.as_deref(),
+            enabled: schedule.enabled,
+            last_fire_time: schedule.last_fire_time,
+            next_fire_time,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct RemovedDocument<'a> {
+    removed: &'a str,
+}
+
+/// After `pause` or `resume`.
+#[derive(Serialize)]
+struct EnabledDocument<'a> {
+    name: &'a str,
+    enabled: bool,
+}
+
+/// What one tick enqueued, per schedule.
+#[derive(Serialize)]
+struct TickDocument<'a> {
+    fired: Vec<FiredDocument<'a>>,
+}
+
+#[derive(Serialize)]
+struct FiredDocument<'a> {
+    schedule: &'a str,
+    ids: Vec<Uuid>,
+    /// Why this schedule enqueued nothing.
+    error: Option<&'a str>,
 }

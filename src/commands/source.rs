@@ -1,12 +1,14 @@
 //! `wf source add | list | rm`.
 
-use serde_json::{Value, json};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
 
 use super::{CommandResult, Ctx};
 use crate::cli::{SourceAddArgs, SourceCommand, SourceRmArgs};
 use crate::config;
 use crate::error::Exit;
-use crate::output::{self, time_cell, time_json};
+use crate::output::{self, rfc3339_or_null, time_cell};
 use crate::source::git_source::{self, GitSource};
 use crate::source::{catalog, short_sha};
 
@@ -22,9 +24,12 @@ fn add(ctx: &Ctx, args: SourceAddArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let source = git_source::add(&mut client, &args.name, &args.url, args.branch.as_deref())?;
     if ctx.out.json {
-        ctx.out.json(&json!({
-            "id": source.id, "name": source.name, "url": source.url, "branch": source.branch,
-        }))?;
+        ctx.out.json(&AddedDocument {
+            id: source.id,
+            name: &source.name,
+            url: &source.url,
+            branch: source.branch.as_deref(),
+        })?;
     } else {
         ctx.out.line(&source.id.to_string())?;
         ctx.out.info(&format!("added source {} ({}); next: `wf sync {}`", source.name, source.url, source.name));
@@ -36,7 +41,7 @@ fn list(ctx: &Ctx) -> CommandResult {
     let mut client = ctx.connect()?;
     let sources = git_source::list(&mut client)?;
     if ctx.out.json {
-        ctx.out.json(&Value::Array(sources.iter().map(source_json).collect()))?;
+        ctx.out.json(&sources.iter().map(SourceDocument::from).collect::<Vec<_>>())?;
     } else {
         let rows = sources
             .iter()
@@ -55,17 +60,6 @@ fn list(ctx: &Ctx) -> CommandResult {
     Ok(Exit::Ok)
 }
 
-fn source_json(source: &GitSource) -> Value {
-    json!({
-        "id": source.id,
-        "name": source.name,
-        "url": source.url,
-        "branch": source.branch,
-        "commit_sha": source.commit_sha,
-        "synced_at": time_json(source.synced_at),
-    })
-}
-
 fn rm(ctx: &Ctx, args: SourceRmArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let source = git_source::find(&mut client, &args.name)?;
@@ -76,10 +70,12 @@ fn rm(ctx: &Ctx, args: SourceRmArgs) -> CommandResult {
     )?;
     let removed = git_source::remove(&mut client, &args.name, &config::wf_home()?, &ctx.out)?;
     if ctx.out.json {
-        ctx.out.json(&json!({
-            "id": removed.source.id, "name": removed.source.name,
-            "apps": removed.apps, "actions": removed.actions,
-        }))?;
+        ctx.out.json(&RemovedDocument {
+            id: removed.source.id,
+            name: &removed.source.name,
+            apps: removed.apps,
+            actions: removed.actions,
+        })?;
     } else {
         ctx.out.info(&format!(
             "removed source {} ({} app(s), {} action(s)); jobs already enqueued keep their pinned commit",
@@ -87,4 +83,47 @@ fn rm(ctx: &Ctx, args: SourceRmArgs) -> CommandResult {
         ));
     }
     Ok(Exit::Ok)
+}
+
+/// A source as `add` registered it.
+#[derive(Serialize)]
+struct AddedDocument<'a> {
+    id: Uuid,
+    name: &'a str,
+    url: &'a str,
+    branch: Option<&'a str>,
+}
+
+/// A source as `list` shows it: with the commit the catalog shows, and when it was synced.
+#[derive(Serialize)]
+struct SourceDocument<'a> {
+    id: Uuid,
+    name: &'a str,
+    url: &'a str,
+    branch: Option<&'a str>,
+    commit_sha: Option<&'a str>,
+    #[serde(serialize_with = "rfc3339_or_null")]
+    synced_at: Option<DateTime<Utc>>,
+}
+
+impl<'a> From<&'a GitSource> for SourceDocument<'a> {
+    fn from(source: &'a GitSource) -> SourceDocument<'a> {
+        SourceDocument {
+            id: source.id,
+            name: &source.name,
+            url: &source.url,
+            branch: source.branch.as_deref(),
+            commit_sha: source.commit_sha.as_deref(),
+            synced_at: source.synced_at,
+        }
+    }
+}
+
+/// What `rm` took out of the catalog.
+#[derive(Serialize)]
+struct RemovedDocument<'a> {
+    id: Uuid,
+    name: &'a str,
+    apps: i64,
+    actions: i64,
 }

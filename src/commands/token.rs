@@ -2,7 +2,8 @@
 
 use anyhow::{Context, anyhow};
 use chrono::{DateTime, Utc};
-use serde_json::json;
+use serde::Serialize;
+use uuid::Uuid;
 
 use super::{CommandResult, Ctx};
 use crate::cli::{TokenCommand, TokenVerifyArgs};
@@ -27,10 +28,13 @@ fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> CommandResult {
     let current = token::is_current(&mut client, &claims)?;
     let expires = DateTime::<Utc>::from_timestamp(claims.exp, 0).unwrap_or_default();
     if ctx.out.json {
-        ctx.out.json(&json!({
-            "valid": current, "current": current, "job": claims.job, "claim": claims.claim,
-            "expires_at": crate::output::time_json(Some(expires)),
-        }))?;
+        ctx.out.json(&VerifiedDocument {
+            valid: current,
+            current,
+            job: claims.job,
+            claim: &claims.claim,
+            expires_at: expires,
+        })?;
     } else {
         ctx.out.table(
             &["job", "claim", "expires", "current"],
@@ -51,4 +55,17 @@ fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> CommandResult {
         .into());
     }
     Ok(Exit::Ok)
+}
+
+/// A token's claims, and whether it holds.
+#[derive(Serialize)]
+struct VerifiedDocument<'a> {
+    /// Well signed, unexpired and current.
+    valid: bool,
+    /// Its claim still owns the job.
+    current: bool,
+    job: Uuid,
+    claim: &'a str,
+    #[serde(serialize_with = "crate::output::rfc3339")]
+    expires_at: DateTime<Utc>,
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use serde_json::json;
+use serde::Serialize;
 
 use super::{CommandResult, Ctx};
 use crate::cli::{self, WorkArgs};
@@ -44,10 +44,13 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> CommandResult {
     options.check()?;
     let summary = worker::run(ctx.database()?, options)?;
     if ctx.out.json {
-        ctx.out.json(&json!({
-            "succeeded": summary.succeeded, "failed": summary.failed, "canceled": summary.canceled,
-            "released": summary.released, "fenced": summary.fenced,
-        }))?;
+        ctx.out.json(&SummaryDocument {
+            succeeded: summary.succeeded,
+            failed: summary.failed,
+            canceled: summary.canceled,
+            released: summary.released,
+            fenced: summary.fenced,
+        })?;
     } else {
         ctx.out.info(&format!(
             "worker stopped: {} succeeded, {} failed, {} canceled, {} put back in the queue, {} lost to the reaper",
@@ -73,4 +76,15 @@ fn allow_write(dirs: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
             Ok(real)
         })
         .collect()
+}
+
+/// What a worker did before it stopped: jobs it completed, put back in the queue (a clean
+/// shutdown) and lost to the reaper (fenced).
+#[derive(Serialize)]
+struct SummaryDocument {
+    succeeded: u64,
+    failed: u64,
+    canceled: u64,
+    released: u64,
+    fenced: u64,
 }

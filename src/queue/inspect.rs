@@ -6,24 +6,24 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::{Client, Row};
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::db::listen::Listener;
-use crate::output::time_json;
 use crate::queue::CHANNEL_COMPLETED;
+use crate::queue::job::{JobStatus, TriggerKind};
 
 /// Everything about one job, whether waiting, running or completed.
 #[derive(Debug, Clone)]
 pub(crate) struct JobView {
     pub id: Uuid,
-    pub status: String,
+    pub status: JobStatus,
     pub app: String,
     pub action: String,
     pub commit_sha: String,
     pub tag: String,
     pub priority: i32,
-    pub trigger_kind: String,
+    pub trigger_kind: TriggerKind,
     pub input: Value,
     pub result: Option<Value>,
     pub error: Option<Value>,
@@ -38,23 +38,6 @@ pub(crate) struct JobView {
 }
 
 impl JobView {
-    pub(crate) fn is_finished(&self) -> bool {
-        matches!(self.status.as_str(), "success" | "failure" | "canceled")
-    }
-
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id, "status": self.status, "app": self.app, "action": self.action,
-            "commit_sha": self.commit_sha, "tag": self.tag, "priority": self.priority,
-            "trigger_kind": self.trigger_kind, "input": self.input, "result": self.result,
-            "error": self.error, "worker": self.worker, "restarts": self.restarts,
-            "created_at": time_json(Some(self.created_at)),
-            "scheduled_for": time_json(Some(self.scheduled_for)),
-            "started_at": time_json(self.started_at), "completed_at": time_json(self.completed_at),
-            "canceled_by": self.canceled_by, "canceled_reason": self.canceled_reason,
-        })
-    }
-
     fn from_row(row: &Row) -> JobView {
         JobView {
             id: row.get("id"),
@@ -122,7 +105,7 @@ pub(crate) fn wait_until_finished(client: &mut Client, id: Uuid, timeout: Option
         |notification| notification.payload() == id_text,
         |client| {
             let job = show_existing(client, id)?;
-            Ok(if job.is_finished() { ControlFlow::Break(job) } else { ControlFlow::Continue(job) })
+            Ok(if job.status.is_finished() { ControlFlow::Break(job) } else { ControlFlow::Continue(job) })
         },
     )?;
     let (ControlFlow::Break(job) | ControlFlow::Continue(job)) = waited;
@@ -132,7 +115,7 @@ pub(crate) fn wait_until_finished(client: &mut Client, id: Uuid, timeout: Option
 /// Jobs, newest first, with optional filters.
 pub(crate) fn list(
     client: &mut Client,
-    status: Option<&str>,
+    status: Option<JobStatus>,
     app: Option<&str>,
     tag: Option<&str>,
     limit: i64,
@@ -146,7 +129,7 @@ pub(crate) fn list(
               ORDER BY v.created_at DESC, v.id
               LIMIT $4"
         ),
-        &[&status, &app, &tag, &limit],
+        &[&status.map(JobStatus::as_str), &app, &tag, &limit],
     )?;
     Ok(rows.iter().map(JobView::from_row).collect())
 }
@@ -192,7 +175,7 @@ pub(crate) fn follow_logs(
         FOLLOW_POLL,
         |notification| notification.payload() == id_text,
         |client| loop {
-            let finished = show_existing(client, id)?.is_finished();
+            let finished = show_existing(client, id)?.status.is_finished();
             let entries = logs(client, id, after)?;
             let Some(last) = entries.last() else {
                 return Ok(if finished { ControlFlow::Break(()) } else { ControlFlow::Continue(()) });

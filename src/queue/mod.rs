@@ -7,6 +7,7 @@ pub(crate) mod complete;
 pub(crate) mod enqueue;
 pub(crate) mod heartbeat;
 pub(crate) mod inspect;
+pub(crate) mod job;
 pub(crate) mod logs;
 pub(crate) mod prune;
 pub(crate) mod reaper;

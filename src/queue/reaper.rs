@@ -7,7 +7,8 @@ use postgres::Client;
 use uuid::Uuid;
 
 use super::CHANNEL_ENQUEUED;
-use super::complete::{self, JobError, Status};
+use super::complete;
+use super::job::{JobError, JobStatus};
 use super::logs::LogLine;
 
 /// What one reaper pass did.
@@ -53,7 +54,7 @@ pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_l
         }
     }
     // A canceled job is not run again even though its worker died: cancel is terminal.
-    complete::finish_locked(&mut tx, &canceled, Status::Canceled, None, None, None)?;
+    complete::finish_locked(&mut tx, &canceled, JobStatus::Canceled, None, None, None)?;
     let error = JobError::new(
         "RestartLimitExceeded",
         format!(
@@ -61,7 +62,7 @@ pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_l
             restart_limit + 1
         ),
     );
-    complete::finish_locked(&mut tx, &failed, Status::Failure, Some(&error.to_value()), None, None)?;
+    complete::finish_locked(&mut tx, &failed, JobStatus::Failure, Some(&error.to_value()), None, None)?;
     requeue(&mut tx, &requeued)?;
     tx.commit()?;
     Ok(Reaped { requeued: requeued.len() as u64, failed: failed.len() as u64, canceled: canceled.len() as u64 })
@@ -119,7 +120,7 @@ pub(crate) fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i
         return Ok(false);
     };
     if row.get::<_, bool>(0) {
-        complete::finish_locked(&mut tx, &[job_id], Status::Canceled, None, None, None)?;
+        complete::finish_locked(&mut tx, &[job_id], JobStatus::Canceled, None, None, None)?;
     } else {
         super::logs::note(
             &mut tx,

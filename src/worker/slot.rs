@@ -15,7 +15,8 @@ use super::{Isolation, Shared, Until};
 use crate::db::failure::{Failure, classify};
 use crate::output::diag;
 use crate::queue::claim::{self, Claimed};
-use crate::queue::complete::{self, Completion, JobError, Recorded, Status};
+use crate::queue::complete::{self, Completion, Recorded};
+use crate::queue::job::{JobError, JobStatus};
 use crate::queue::logs::{LogBuffer, LogLine};
 use crate::queue::reaper;
 use crate::runner::{self, Event, Limits, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Stream};
@@ -151,7 +152,15 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
     let tree = store::commit_dir(&shared.store, job.git_source_id, &job.commit_sha);
     if let Err(error) = prepare(shared, &tree) {
         let error = JobError::new("SourceNotMaterialized", format!("commit {}: {error:#}", job.commit_sha));
-        record(shared, &mut link.connection, &job, Status::Failure, None, Some(error.to_value()), LogBuffer::default());
+        record(
+            shared,
+            &mut link.connection,
+            &job,
+            JobStatus::Failure,
+            None,
+            Some(error.to_value()),
+            LogBuffer::default(),
+        );
         return Ok(link);
     }
     let claims = token::Claims::for_claim(job.id, &job.claim, job.started_at, job.timeout_s);
@@ -177,7 +186,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
                 shared,
                 &mut link.connection,
                 &job,
-                Status::Failure,
+                JobStatus::Failure,
                 None,
                 Some(error.to_value()),
                 LogBuffer::default(),
@@ -210,7 +219,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
         }
     };
 
-    let failure = |error: JobError| (Status::Failure, None, Some(error.to_value()));
+    let failure = |error: JobError| (JobStatus::Failure, None, Some(error.to_value()));
     let (status, result, error) = match (stop, outcome) {
         (Some(StopReason::Lost), _) => {
             diag!("worker {name}: job {} is no longer ours (reaped?): killed it, recorded nothing", job.id);
@@ -221,17 +230,17 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
             release(shared, &mut link.connection, &job, logs);
             return Ok(link);
         }
-        (Some(StopReason::Canceled), Outcome::Stopped) => (Status::Canceled, None, None),
+        (Some(StopReason::Canceled), Outcome::Stopped) => (JobStatus::Canceled, None, None),
         (Some(StopReason::TimedOut), Outcome::Stopped) => failure(JobError::new(
             "Timeout",
             format!("the job ran longer than its timeout of {} s and was killed", job.timeout_s),
         )),
         // Finished before the stop landed: the real outcome counts (a cancel request stays on record).
         (_, Outcome::Returned(value)) => match check_result(&value, job.output_schema.as_ref()) {
-            Ok(()) => (Status::Success, Some(value), None),
+            Ok(()) => (JobStatus::Success, Some(value), None),
             Err(error) => failure(error),
         },
-        (_, Outcome::Threw(error)) => (Status::Failure, None, Some(error)),
+        (_, Outcome::Threw(error)) => (JobStatus::Failure, None, Some(error)),
         (_, Outcome::Failed { name, message }) => failure(JobError::new(&name, message)),
         (None, Outcome::Stopped) => failure(JobError::new("ProcessError", "the action's process was stopped")),
     };
@@ -372,7 +381,7 @@ fn record(
     shared: &Shared,
     connection: &mut Connection,
     job: &Claimed,
-    status: Status,
+    status: JobStatus,
     result: Option<Value>,
     error: Option<Value>,
     mut logs: LogBuffer,
@@ -421,7 +430,7 @@ fn record(
             }
             Err(error) if classify(&error) == Failure::Data && !rewritten => {
                 rewritten = true;
-                completion.status = Status::Failure;
+                completion.status = JobStatus::Failure;
                 completion.result = None;
                 completion.error = Some(
                     JobError::new("CompletionError", format!("recording the job's outcome failed: {error:#}"))
@@ -441,11 +450,12 @@ fn record(
     }
 }
 
-fn count(shared: &Shared, status: Status) {
+fn count(shared: &Shared, status: JobStatus) {
     let counter = match status {
-        Status::Success => &shared.succeeded,
-        Status::Failure => &shared.failed,
-        Status::Canceled => &shared.canceled,
+        JobStatus::Success => &shared.succeeded,
+        JobStatus::Canceled => &shared.canceled,
+        // A completion is never recorded as waiting or running.
+        JobStatus::Failure | JobStatus::Queued | JobStatus::Scheduled | JobStatus::Running => &shared.failed,
     };
     counter.fetch_add(1, Ordering::SeqCst);
 }
