@@ -99,7 +99,7 @@ pub(crate) fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<(Schedul
     }
     let (cron, tz) = parse(new.cron, new.tz)?;
     let mut tx = client.transaction()?;
-    let now: DateTime<Utc> = tx.query_one("SELECT now()", &[])?.get(0);
+    let now = crate::db::now(&mut tx)?;
     let next = next_fire(&cron, tz, now)
         .with_context(|| format!("the cron {:?} never fires in {} (nothing was saved)", new.cron, new.tz))?;
     let action = tx

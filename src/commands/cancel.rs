@@ -1,18 +1,18 @@
-//! `wf cancel` and `wf reap`.
+//! `wf cancel ID...`: waiting jobs at once, running ones by a mark their worker acts on.
 
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::args::parse_id;
 use super::{CommandResult, Ctx};
-use crate::cli::{CancelArgs, ReapArgs};
+use crate::cli::CancelArgs;
 use crate::error::Exit;
 use crate::output::confirm;
 use crate::queue::cancel::{self, CancelOutcome};
-use crate::queue::{inspect, reaper};
 
-pub(super) fn cancel(ctx: &Ctx, args: CancelArgs) -> CommandResult {
-    let ids = args.ids.iter().map(|id| inspect::parse_id(id)).collect::<Result<Vec<_>>>()?;
+pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
+    let ids = args.ids.iter().map(|id| parse_id(id)).collect::<Result<Vec<_>>>()?;
     if ids.len() > 1 {
         confirm(&format!("cancel {} jobs", ids.len()), args.yes)?;
     }
@@ -37,39 +37,9 @@ pub(super) fn cancel(ctx: &Ctx, args: CancelArgs) -> CommandResult {
     Ok(Exit::Ok)
 }
 
-pub(super) fn reap(ctx: &Ctx, args: ReapArgs) -> CommandResult {
-    let zombie_timeout = match args.zombie_timeout {
-        Some(timeout) => timeout,
-        None => crate::config::zombie_timeout()?,
-    };
-    let restart_limit = match args.restart_limit {
-        Some(limit) => limit,
-        None => crate::config::restart_limit()?,
-    };
-    let mut client = ctx.connect()?;
-    let reaped = reaper::reap_once(&mut client, zombie_timeout, restart_limit)?;
-    if ctx.out.json {
-        ctx.out.json(&ReapDocument { requeued: reaped.requeued, failed: reaped.failed, canceled: reaped.canceled })?;
-    } else {
-        ctx.out.table(
-            &["requeued", "failed", "canceled"],
-            vec![vec![reaped.requeued.to_string(), reaped.failed.to_string(), reaped.canceled.to_string()]],
-        )?;
-    }
-    Ok(Exit::Ok)
-}
-
 /// What `wf cancel --json` says of each job: `canceled`, `cancel_requested` or `already_completed`.
 #[derive(Serialize)]
 struct CancelDocument {
     id: Uuid,
     outcome: &'static str,
-}
-
-/// What one reaper pass did.
-#[derive(Serialize)]
-struct ReapDocument {
-    requeued: u64,
-    failed: u64,
-    canceled: u64,
 }

@@ -1,14 +1,13 @@
 //! `wf enqueue`: the command-line door to the single enqueue path.
 
-use std::io::Read;
-
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
-use super::jobs::print_result;
+use super::args::{read_input, split_target};
+use super::render::print_result;
 use super::{CommandResult, Ctx};
 use crate::cli::EnqueueArgs;
 use crate::error::Exit;
@@ -70,31 +69,6 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
         ctx.out.line(&job.id.to_string())?;
     }
     Ok(Exit::Ok)
-}
-
-pub(super) fn split_target(target: &str) -> Result<(&str, &str)> {
-    match target.split_once('/') {
-        Some((app, action)) if !app.is_empty() && !action.is_empty() && !action.contains('/') => Ok((app, action)),
-        _ => bail!("{target:?} is not APP/ACTION (e.g. billing/charge)"),
-    }
-}
-
-/// `--input JSON`, `--input @FILE`, `--input -` (stdin); none is `{}`.
-pub(super) fn read_input(input: Option<&str>) -> Result<Value> {
-    let (text, origin) = match input {
-        None => return Ok(json!({})),
-        Some("-") => {
-            let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text).context("reading the input from stdin")?;
-            (text, "stdin".to_string())
-        }
-        Some(arg) if arg.starts_with('@') => {
-            let path = &arg[1..];
-            (std::fs::read_to_string(path).with_context(|| format!("reading the input file {path}"))?, path.to_string())
-        }
-        Some(arg) => (arg.to_string(), "--input".to_string()),
-    };
-    serde_json::from_str(&text).with_context(|| format!("the input ({origin}) is not valid JSON"))
 }
 
 /// One input per line of a JSON Lines file; blank lines are skipped; any bad line refuses all.

@@ -1,15 +1,24 @@
-//! One module per subcommand: parse its arguments, call the library, render the output.
+//! One module per subcommand (a group, like `wf schedule`, is one module): parse its arguments,
+//! call the library, render the output. No command imports another: what several share is in
+//! `args` (reading arguments) and `render` (printing a job and its result).
 
 mod actions;
+mod args;
 mod bench;
 mod cancel;
 mod db;
 mod enqueue;
 mod generate_docs;
 mod jobs;
+mod logs;
 mod prune;
+mod reap;
+mod render;
+mod result;
 mod schedule;
+mod show;
 mod source;
+mod status;
 mod supervise;
 mod sync;
 mod token;
@@ -62,13 +71,13 @@ pub(crate) fn dispatch(cli: Cli) -> CommandResult {
         Command::Supervise(args) => supervise::run(args),
         Command::Enqueue(args) => enqueue::run(&ctx, args),
         Command::Work(args) => work::run(&ctx, args),
-        Command::Cancel(args) => cancel::cancel(&ctx, args),
-        Command::Reap(args) => cancel::reap(&ctx, args),
-        Command::Jobs(args) => jobs::jobs(&ctx, args),
-        Command::Show(args) => jobs::show(&ctx, args),
-        Command::Result(args) => jobs::result(&ctx, args),
-        Command::Logs(args) => jobs::logs(&ctx, args),
-        Command::Status => jobs::status(&ctx),
+        Command::Cancel(args) => cancel::run(&ctx, args),
+        Command::Reap(args) => reap::run(&ctx, args),
+        Command::Jobs(args) => jobs::run(&ctx, args),
+        Command::Show(args) => show::run(&ctx, args),
+        Command::Result(args) => result::run(&ctx, args),
+        Command::Logs(args) => logs::run(&ctx, args),
+        Command::Status => status::run(&ctx),
         Command::Token(command) => token::run(&ctx, command),
         Command::Schedule(command) => schedule::run(&ctx, command),
         Command::Prune(args) => prune::run(&ctx, args),

@@ -5,9 +5,10 @@ use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::enqueue::{read_input, split_target};
+use super::args::{read_input, split_target};
 use super::{CommandResult, Ctx};
 use crate::cli::{ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleTickArgs};
+use crate::db;
 use crate::error::Exit;
 use crate::output::rfc3339_or_null;
 use crate::output::{confirm, diag, time_cell};
@@ -54,7 +55,7 @@ fn add(ctx: &Ctx, args: ScheduleAddArgs) -> CommandResult {
 
 fn list(ctx: &Ctx) -> CommandResult {
     let mut client = ctx.connect()?;
-    let now: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[])?.get(0);
+    let now = db::now(&mut client)?;
     let schedules = schedule::list(&mut client)?;
     if ctx.out.json {
         let document: Vec<ScheduleDocument> =

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::{CommandResult, Ctx};
 use crate::cli::{TokenCommand, TokenVerifyArgs};
+use crate::db;
 use crate::error::Exit;
 use crate::token;
 
@@ -23,7 +24,7 @@ fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> CommandResult {
     let secret = token::load_secret()?;
     let mut client = ctx.connect()?;
     // Expiry is judged on the database's clock, like every time that matters.
-    let now: DateTime<Utc> = client.query_one("SELECT now()", &[])?.get(0);
+    let now = db::now(&mut client)?;
     let claims = token::verify(&secret, &args.token, now).context("verifying the token")?;
     let current = token::is_current(&mut client, &claims)?;
     let expires = DateTime::<Utc>::from_timestamp(claims.exp, 0).unwrap_or_default();

@@ -9,7 +9,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use postgres::{Client, NoTls};
+use chrono::{DateTime, Utc};
+use postgres::{Client, GenericClient, NoTls};
 
 use crate::output::Output;
 
@@ -87,6 +88,11 @@ impl Database {
         client.batch_execute(&format!("SET statement_timeout = {}", statement_timeout.as_millis().max(1)))?;
         Ok(client)
     }
+}
+
+/// The database's clock: every time that matters is the database's, never the client's (SPEC).
+pub(crate) fn now(client: &mut impl GenericClient) -> Result<DateTime<Utc>> {
+    Ok(client.query_one("SELECT now()", &[])?.get(0))
 }
 
 fn describe(config: &postgres::Config) -> String {

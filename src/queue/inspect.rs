@@ -80,11 +80,6 @@ SELECT j.id, j.app_key, j.action_key, j.commit_sha, j.tag, j.priority, j.trigger
   LEFT JOIN job_queue q ON q.job_id = j.id
   LEFT JOIN job_completed c ON c.job_id = j.id";
 
-/// Parse a job id given on the command line.
-pub(crate) fn parse_id(text: &str) -> Result<Uuid> {
-    Uuid::parse_str(text.trim()).with_context(|| format!("{text:?} is not a job id (a UUID)"))
-}
-
 pub(crate) fn show(client: &mut Client, id: Uuid) -> Result<Option<JobView>> {
     let row = client.query_opt(&format!("{JOB_VIEW} WHERE j.id = $1"), &[&id])?;
     Ok(row.as_ref().map(JobView::from_row))

@@ -11,6 +11,7 @@ pub(crate) mod job;
 pub(crate) mod logs;
 pub(crate) mod prune;
 pub(crate) mod reaper;
+pub(crate) mod release;
 
 /// Channel notified when jobs become claimable (enqueue, requeue); the payload is the tag.
 pub const CHANNEL_ENQUEUED: &str = "wf_enqueued";

@@ -18,7 +18,7 @@ use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded};
 use crate::queue::job::{JobError, JobStatus};
 use crate::queue::logs::{LogBuffer, LogLine};
-use crate::queue::reaper;
+use crate::queue::release;
 use crate::runner::{self, Event, Limits, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Stream};
 use crate::source::store;
 use crate::token;
@@ -468,7 +468,7 @@ fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, mut logs
     let lines: Vec<LogLine> = logs.take();
     loop {
         let released =
-            connection.client().and_then(|client| reaper::release(client, job.id, &job.claim, job.attempt(), &lines));
+            connection.client().and_then(|client| release::release(client, job.id, &job.claim, job.attempt(), &lines));
         match released {
             Ok(true) => {
                 shared.released.fetch_add(1, Ordering::SeqCst);
