@@ -5,9 +5,10 @@ pub(crate) mod cli;
 pub(crate) mod commands;
 pub(crate) mod config;
 pub mod db;
+pub(crate) mod diag;
 pub(crate) mod error;
 pub(crate) mod fault;
-pub mod output;
+pub(crate) mod output;
 pub mod queue;
 pub mod runner;
 pub mod schedule;
@@ -20,8 +21,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use crate::diag::diag;
 use crate::error::{ErrorKind, Exit};
-use crate::output::diag;
 
 /// Parse the command line, run the command, print the error chain, return the exit code.
 pub fn run() -> ExitCode {

@@ -1,6 +1,5 @@
 //! Tables, JSON, progress and confirmation: the terminal rules, in one place.
 
-use std::fmt;
 use std::io::{IsTerminal, Write};
 
 use anyhow::Result;
@@ -9,33 +8,21 @@ use comfy_table::{ContentArrangement, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Serialize, Serializer};
 
+use crate::diag::diag;
 use crate::error::CommandError;
-
-/// `eprintln!` that never panics: one line on stderr, for messages, warnings and errors. stderr may
-/// be a pipe whose reader went away (`wf ... 2>&1 | head`, a restarted journald); `eprintln!` panics
-/// then, and in the panic hook that panic becomes an abort.
-macro_rules! diag {
-    ($($arg:tt)*) => {
-        $crate::output::write_stderr(format_args!($($arg)*))
-    };
-}
-pub(crate) use diag;
-
-/// What `diag!` calls: write the line, and ignore a failure, since there is nowhere left to tell.
-pub(crate) fn write_stderr(line: fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-}
 
 /// How the invoked command should render: decided once from the global flags and the terminal.
 #[derive(Debug, Clone, Copy)]
-pub struct Output {
+pub(crate) struct Output {
     pub json: bool,
     pub quiet: bool,
+    /// NO_COLOR is set: no styling even on a terminal.
+    pub no_color: bool,
 }
 
 impl Output {
-    pub fn new(json: bool, quiet: bool) -> Output {
-        Output { json, quiet }
+    pub(crate) fn new(json: bool, quiet: bool, no_color: bool) -> Output {
+        Output { json, quiet, no_color }
     }
 
     /// Print the one JSON document of a `--json` command, pretty, its keys in alphabetical order
@@ -45,31 +32,31 @@ impl Output {
     }
 
     /// Print data lines to stdout.
-    pub fn line(&self, text: &str) -> Result<()> {
+    pub(crate) fn line(&self, text: &str) -> Result<()> {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{text}")?;
         Ok(())
     }
 
     /// An informational message on stderr, hidden by `--quiet` and `--json`.
-    pub fn info(&self, text: &str) {
+    pub(crate) fn info(&self, text: &str) {
         if !self.quiet && !self.json {
             diag!("{text}");
         }
     }
 
     /// A warning on stderr: something the user should know even with `--quiet` or `--json`.
-    pub fn warn(&self, text: &str) {
-        eprintln!("warning: {text}");
+    pub(crate) fn warn(&self, text: &str) {
+        diag!("warning: {text}");
     }
 
     /// A table on stdout: boxed on a TTY, plain columns otherwise.
-    pub fn table(&self, header: &[&str], rows: Vec<Vec<String>>) -> Result<()> {
+    pub(crate) fn table(&self, header: &[&str], rows: Vec<Vec<String>>) -> Result<()> {
         let mut table = Table::new();
         if std::io::stdout().is_terminal() {
             table.load_style(presets::UTF8_FULL_CONDENSED);
             table.set_content_arrangement(ContentArrangement::Dynamic);
-            if std::env::var_os("NO_COLOR").is_some() {
+            if self.no_color {
                 table.force_no_tty();
             }
         } else {
@@ -86,7 +73,7 @@ impl Output {
     }
 
     /// A progress bar on stderr when it is a TTY and output is not JSON or quiet.
-    pub fn progress(&self, len: u64, message: &str) -> ProgressBar {
+    pub(crate) fn progress(&self, len: u64, message: &str) -> ProgressBar {
         let bar = ProgressBar::with_draw_target(Some(len), self.draw_target());
         bar.set_style(
             ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed})")
@@ -98,7 +85,7 @@ impl Output {
     }
 
     /// A spinner on stderr for work of unknown length.
-    pub fn spinner(&self, message: &str) -> ProgressBar {
+    pub(crate) fn spinner(&self, message: &str) -> ProgressBar {
         let bar = ProgressBar::with_draw_target(None, self.draw_target());
         bar.set_message(message.to_string());
         bar.enable_steady_tick(std::time::Duration::from_millis(120));

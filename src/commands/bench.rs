@@ -22,7 +22,8 @@ pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> CommandResult {
         if args.bun { ", with bun" } else { "" }
     ));
     let bars = Bars { out: ctx.out, bar: Mutex::new(ProgressBar::hidden()) };
-    let report = bench::run(&database, &Plan { jobs: args.jobs, workers: args.workers, bun: args.bun }, &bars);
+    let plan = Plan { jobs: args.jobs, workers: args.workers, bun: if args.bun { Some(ctx.local()?) } else { None } };
+    let report = bench::run(&database, &plan, &bars);
     bars.finish();
     let report = report?;
     if ctx.out.json {

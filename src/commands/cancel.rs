@@ -17,7 +17,7 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         confirm(&format!("cancel {} jobs", ids.len()), args.yes)?;
     }
     let mut client = ctx.connect()?;
-    let outcomes = cancel::cancel(&mut client, &ids, &crate::config::operator(), args.reason.as_deref())?;
+    let outcomes = cancel::cancel(&mut client, &ids, &ctx.config.operator, args.reason.as_deref())?;
     if ctx.out.json {
         let document: Vec<CancelDocument> =
             outcomes.iter().map(|&(id, outcome)| CancelDocument { id, outcome: outcome.as_str() }).collect();

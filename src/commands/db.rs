@@ -2,12 +2,11 @@
 
 use std::path::Path;
 
-use anyhow::Context;
 use serde::Serialize;
 
 use super::{CommandResult, Ctx};
 use crate::cli::DbCommand;
-use crate::db::{Database, embedded::Cluster, migrate};
+use crate::db::{Database, migrate};
 use crate::error::Exit;
 
 pub(super) fn run(ctx: &Ctx, command: DbCommand) -> CommandResult {
@@ -20,8 +19,8 @@ pub(super) fn run(ctx: &Ctx, command: DbCommand) -> CommandResult {
 }
 
 fn up(ctx: &Ctx) -> CommandResult {
-    let cluster = Cluster::locate()?;
-    let database = Database::open(None, &ctx.out)?;
+    let cluster = ctx.embedded_up()?;
+    let database = ctx.prepare(Database::embedded(&cluster))?;
     let mut client = database.connect()?;
     let version = migrate::current_version(&mut client)?;
     if ctx.out.json {
@@ -36,8 +35,7 @@ fn up(ctx: &Ctx) -> CommandResult {
 }
 
 fn down(ctx: &Ctx) -> CommandResult {
-    let cluster = Cluster::locate()?;
-    let stopped = cluster.stop()?;
+    let stopped = ctx.cluster()?.stop()?;
     if ctx.out.json {
         ctx.out.json(&DownDocument { stopped })?;
     } else if stopped {
@@ -50,23 +48,16 @@ fn down(ctx: &Ctx) -> CommandResult {
 
 fn status(ctx: &Ctx) -> CommandResult {
     let latest = migrate::latest_version();
-    let (embedded, running, path, version) = match &ctx.database_url() {
+    let (embedded, running, path, version) = match ctx.database_url() {
         Some(url) => {
-            let database = Database::locate(Some(url), &ctx.out)?;
+            let database = Database::external(url)?;
             let mut client = database.connect()?;
             (false, true, database.describe.clone(), migrate::current_version(&mut client)?)
         }
         None => {
-            let cluster = Cluster::locate()?;
+            let cluster = ctx.cluster()?;
             let state = cluster.state()?;
-            let version = if state.running {
-                let mut client = cluster.client_config().connect(postgres::NoTls).with_context(|| {
-                    format!("connecting to the embedded cluster in {}", cluster.home_pg().display())
-                })?;
-                migrate::current_version(&mut client)?
-            } else {
-                None
-            };
+            let version = if state.running { migrate::current_version(&mut cluster.connect()?)? } else { None };
             (true, state.running, cluster.home_pg().display().to_string(), version)
         }
     };
@@ -93,11 +84,12 @@ fn status(ctx: &Ctx) -> CommandResult {
 }
 
 fn migrate(ctx: &Ctx) -> CommandResult {
-    let database = Database::locate(ctx.database_url().as_deref(), &ctx.out)?;
-    let mut client = database.connect()?;
-    let applied = migrate::apply(&mut client, &ctx.out)?;
+    let mut client = ctx.locate()?.connect()?;
+    let applied = migrate::apply(&mut client)?;
+    ctx.say_applied(&applied);
     let version = migrate::current_version(&mut client)?;
     if ctx.out.json {
+        let applied: Vec<i32> = applied.iter().map(|migration| migration.version).collect();
         ctx.out.json(&MigrateDocument { applied: &applied, schema_version: version })?;
     } else if applied.is_empty() {
         ctx.out.info(&format!("schema is up to date (version {})", version.unwrap_or(0)));

@@ -10,11 +10,11 @@ use crate::queue::reaper;
 pub(super) fn run(ctx: &Ctx, args: ReapArgs) -> CommandResult {
     let zombie_timeout = match args.zombie_timeout {
         Some(timeout) => timeout,
-        None => crate::config::zombie_timeout()?,
+        None => ctx.config.zombie_timeout()?,
     };
     let restart_limit = match args.restart_limit {
         Some(limit) => limit,
-        None => crate::config::restart_limit()?,
+        None => ctx.config.restart_limit()?,
     };
     let mut client = ctx.connect()?;
     let reaped = reaper::reap_once(&mut client, zombie_timeout, restart_limit)?;

@@ -7,8 +7,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::CommandResult;
+use crate::diag::diag;
 use crate::error::Exit;
-use crate::output::{Output, diag, pretty, rfc3339, rfc3339_or_null};
+use crate::output::{Output, pretty, rfc3339, rfc3339_or_null};
 use crate::queue::inspect::JobView;
 use crate::queue::job::{JobStatus, TriggerKind};
 

@@ -9,9 +9,10 @@ use super::args::{read_input, split_target};
 use super::{CommandResult, Ctx};
 use crate::cli::{ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleTickArgs};
 use crate::db;
+use crate::diag::diag;
 use crate::error::Exit;
 use crate::output::rfc3339_or_null;
-use crate::output::{confirm, diag, time_cell};
+use crate::output::{confirm, time_cell};
 use crate::schedule::{self, NewSchedule, Schedule};
 
 pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> CommandResult {

@@ -4,9 +4,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::progress::SourceBars;
 use super::{CommandResult, Ctx};
 use crate::cli::{SourceAddArgs, SourceCommand, SourceRmArgs};
-use crate::config;
 use crate::error::Exit;
 use crate::output::{self, rfc3339_or_null, time_cell};
 use crate::source::git_source::{self, GitSource};
@@ -68,7 +68,8 @@ fn rm(ctx: &Ctx, args: SourceRmArgs) -> CommandResult {
         &format!("remove source {} ({}) and its {actions} action(s) from the catalog?", source.name, source.url),
         args.yes,
     )?;
-    let removed = git_source::remove(&mut client, &args.name, &config::wf_home()?, &ctx.out)?;
+    let bars = SourceBars::new(ctx.out);
+    let removed = git_source::remove(&mut client, &args.name, ctx.config.home()?, &bars)?;
     if ctx.out.json {
         ctx.out.json(&RemovedDocument {
             id: removed.source.id,

@@ -10,7 +10,7 @@ use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx) -> CommandResult {
     let mut client = ctx.connect()?;
-    let tags = inspect::status(&mut client, crate::config::zombie_timeout()?)?;
+    let tags = inspect::status(&mut client, ctx.config.zombie_timeout()?)?;
     if ctx.out.json {
         let document: Vec<TagDocument> = tags
             .iter()

@@ -2,9 +2,9 @@
 
 use serde::Serialize;
 
+use super::progress::SourceBars;
 use super::{CommandResult, Ctx};
 use crate::cli::SyncArgs;
-use crate::config;
 use crate::error::Exit;
 use crate::source::git::Target;
 use crate::source::{short_sha, sync};
@@ -16,7 +16,8 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
         (None, None) => Target::Default,
     };
     let mut client = ctx.connect()?;
-    let report = sync::sync(&mut client, &args.name, &target, &config::wf_home()?, &config::wf_store()?, &ctx.out)?;
+    let bars = SourceBars::new(ctx.out);
+    let report = sync::sync(&mut client, &args.name, &target, ctx.config.home()?, &ctx.config.store()?, &bars)?;
     let actions: Vec<SyncedAction> = report
         .manifest
         .apps

@@ -21,7 +21,7 @@ pub(super) fn run(ctx: &Ctx, command: TokenCommand) -> CommandResult {
 /// token that outlived its attempt (completed, reaped, put back) is printed with `current: false`
 /// and refused (exit 1).
 fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> CommandResult {
-    let secret = token::load_secret()?;
+    let secret = token::load_secret(ctx.config.secret(), ctx.config.home()?)?;
     let mut client = ctx.connect()?;
     // Expiry is judged on the database's clock, like every time that matters.
     let now = db::now(&mut client)?;

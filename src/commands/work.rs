@@ -26,13 +26,13 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> CommandResult {
         until,
         heartbeat: match args.heartbeat {
             Some(period) => period,
-            None => crate::config::heartbeat_period()?,
+            None => ctx.config.heartbeat()?,
         },
         grace: args.grace,
         name: args.name.unwrap_or_else(|| format!("{}:{}", crate::config::hostname(), std::process::id())),
         reap: !args.no_reap,
-        zombie_timeout: crate::config::zombie_timeout()?,
-        restart_limit: crate::config::restart_limit()?,
+        zombie_timeout: ctx.config.zombie_timeout()?,
+        restart_limit: ctx.config.restart_limit()?,
         poll: std::time::Duration::from_secs(5),
         quiet: ctx.out.quiet,
         isolation: match args.isolation {
@@ -40,6 +40,7 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> CommandResult {
             // Without a sandbox every folder the worker may write is the action's too.
             cli::Isolation::None => Isolation::None,
         },
+        local: ctx.local()?,
     };
     options.check()?;
     let summary = worker::run(ctx.database()?, options)?;

@@ -5,8 +5,6 @@ use anyhow::{Context, Result, bail};
 use postgres::Client;
 use sha2::{Digest, Sha256};
 
-use crate::output::Output;
-
 /// Every migration this wf knows, in order. Adding a file means adding a line here.
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "0001_init.sql", include_str!("../../migrations/0001_init.sql")),
@@ -28,17 +26,25 @@ fn checksum(sql: &str) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Apply every pending migration; returns the versions applied by this call.
-pub fn apply(client: &mut Client, out: &Output) -> Result<Vec<i32>> {
+/// A migration that `apply` applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    pub version: i32,
+    /// Its file in `migrations/`.
+    pub name: &'static str,
+}
+
+/// Apply every pending migration; returns those applied by this call, in order.
+pub fn apply(client: &mut Client) -> Result<Vec<Applied>> {
     client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK]).context("taking the migration lock")?;
-    let result = apply_locked(client, out);
+    let result = apply_locked(client);
     let unlock = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK]);
     let applied = result?;
     unlock.context("releasing the migration lock")?;
     Ok(applied)
 }
 
-fn apply_locked(client: &mut Client, out: &Output) -> Result<Vec<i32>> {
+fn apply_locked(client: &mut Client) -> Result<Vec<Applied>> {
     client.batch_execute(
         "CREATE TABLE IF NOT EXISTS wf_migration (
              version     integer PRIMARY KEY,
@@ -61,8 +67,7 @@ fn apply_locked(client: &mut Client, out: &Output) -> Result<Vec<i32>> {
             &[&version, &name, &checksum(sql)],
         )?;
         tx.commit().with_context(|| format!("committing migration {name}"))?;
-        out.info(&format!("applied migration {name}"));
-        done.push(version);
+        done.push(Applied { version, name });
     }
     Ok(done)
 }

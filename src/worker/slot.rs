@@ -13,7 +13,7 @@ use super::connection::Connection;
 use super::heart::{Heart, Verdict};
 use super::{Isolation, Shared, Until};
 use crate::db::failure::{Failure, classify};
-use crate::output::diag;
+use crate::diag::diag;
 use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded};
 use crate::queue::job::{JobError, JobStatus};
@@ -164,7 +164,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
         return Ok(link);
     }
     let claims = token::Claims::for_claim(job.id, &job.claim, job.started_at, job.timeout_s);
-    let env = vec![
+    let mut env = vec![
         ("WF_JOB_ID".to_string(), job.id.to_string()),
         ("WF_TOKEN".to_string(), token::issue(&shared.secret, &claims)),
         ("WF_APP".to_string(), job.app.clone()),
@@ -174,6 +174,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
         ("WF_SCHEDULED_FOR".to_string(), job.scheduled_for.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
         ("WF_ATTEMPT".to_string(), job.attempt().to_string()),
     ];
+    env.extend(shared.options.local.inherited_env.iter().cloned());
     let mut spec =
         runner::Spec::new(&shared.scratch, &job.id, job.attempt(), tree, &job.entrypoint, job.input.clone(), env);
     spec.bun = shared.bun.clone();

@@ -68,7 +68,7 @@ fn start_cluster() -> TestCluster {
     let dir = create_run_dir();
     wf::db::embedded::chown_to_postgres(&dir).unwrap();
     let data = dir.join("data");
-    let initdb = wf::db::embedded::pg_bin("initdb").expect("PostgreSQL server binaries are required");
+    let initdb = wf::db::embedded::pg_bin("initdb", &search_path()).expect("PostgreSQL server binaries are required");
     let mut command = Command::new(initdb);
     command.arg("-D").arg(&data).args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-locale"]);
     command.current_dir(&dir).stdout(Stdio::null());
@@ -81,7 +81,7 @@ fn start_cluster() -> TestCluster {
     let (ready_tx, ready_rx) = mpsc::channel();
     let socket_dir = dir.clone();
     std::thread::spawn(move || {
-        let postgres = wf::db::embedded::pg_bin("postgres").expect("postgres binary");
+        let postgres = wf::db::embedded::pg_bin("postgres", &search_path()).expect("postgres binary");
         let mut command = Command::new(postgres);
         command
             .arg("-D")
@@ -119,7 +119,7 @@ fn start_cluster() -> TestCluster {
     };
     admin.batch_execute("CREATE DATABASE wf_template").unwrap();
     let mut template = postgres::Client::connect(&cluster.url("wf_template"), postgres::NoTls).unwrap();
-    wf::db::migrate::apply(&mut template, &wf::output::Output::new(false, true)).unwrap();
+    wf::db::migrate::apply(&mut template).unwrap();
     drop(template);
     cluster
 }
@@ -128,6 +128,19 @@ impl TestCluster {
     fn url(&self, dbname: &str) -> String {
         format!("host={} port=5432 user={SUPERUSER} dbname={dbname}", self.socket_dir.display())
     }
+}
+
+/// The folders of the tests' PATH, where the PostgreSQL server binaries are looked for first.
+pub(crate) fn search_path() -> Vec<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect()
+}
+
+/// PATH, HOME and TZ of the tests' environment, as a worker gives them to its actions.
+pub(crate) fn inherited_env() -> Vec<(String, String)> {
+    ["PATH", "HOME", "TZ"]
+        .into_iter()
+        .filter_map(|name| std::env::var(name).ok().map(|value| (name.to_string(), value)))
+        .collect()
 }
 
 /// The folder of the shared cluster's socket.
@@ -401,7 +414,8 @@ impl PrivateCluster {
         let dir = tempfile::Builder::new().prefix("wf-pg-").tempdir().unwrap();
         wf::db::embedded::chown_to_postgres(dir.path()).unwrap();
         let cluster = PrivateCluster { dir };
-        let initdb = wf::db::embedded::pg_bin("initdb").expect("PostgreSQL server binaries are required");
+        let initdb =
+            wf::db::embedded::pg_bin("initdb", &search_path()).expect("PostgreSQL server binaries are required");
         let mut command = Command::new(initdb);
         command.arg("-D").arg(cluster.data()).args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-locale"]);
         command.current_dir(cluster.dir.path()).stdout(Stdio::null());
@@ -411,7 +425,7 @@ impl PrivateCluster {
         let mut admin = postgres::Client::connect(&cluster.url_of("postgres"), postgres::NoTls).unwrap();
         admin.batch_execute("CREATE DATABASE wf").unwrap();
         let mut client = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
-        wf::db::migrate::apply(&mut client, &wf::output::Output::new(false, true)).unwrap();
+        wf::db::migrate::apply(&mut client).unwrap();
         cluster
     }
 
@@ -434,7 +448,7 @@ impl PrivateCluster {
     }
 
     fn pg_ctl(&self, args: &[&str]) {
-        let mut command = Command::new(wf::db::embedded::pg_bin("pg_ctl").expect("pg_ctl"));
+        let mut command = Command::new(wf::db::embedded::pg_bin("pg_ctl", &search_path()).expect("pg_ctl"));
         command.arg("-D").arg(self.data()).args(["-l"]).arg(self.dir.path().join("postgres.log")).args(args);
         command.current_dir(self.dir.path()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         wf::db::embedded::run_as_cluster_owner(&mut command).unwrap();
@@ -461,7 +475,7 @@ impl PrivateCluster {
 
 impl Drop for PrivateCluster {
     fn drop(&mut self) {
-        let mut command = Command::new(wf::db::embedded::pg_bin("pg_ctl").expect("pg_ctl"));
+        let mut command = Command::new(wf::db::embedded::pg_bin("pg_ctl", &search_path()).expect("pg_ctl"));
         command.arg("-D").arg(self.data()).args(["stop", "-m", "immediate", "-w"]);
         command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         if wf::db::embedded::run_as_cluster_owner(&mut command).is_ok() {

@@ -15,7 +15,7 @@ use wf::runner::{
 };
 
 use crate::checks::job_processes;
-use crate::harness::{bun, wait_for};
+use crate::harness::{bun, inherited_env, wait_for};
 
 /// A worker's local world: WF_HOME with its scratch root, and a "store" holding action files.
 struct World {
@@ -68,7 +68,9 @@ impl World {
         name.to_string()
     }
 
-    fn spec(&self, entrypoint: String, input: Value, env: Vec<(String, String)>) -> Spec {
+    /// A spec as a worker makes it: the given variables, and PATH, HOME and TZ.
+    fn spec(&self, entrypoint: String, input: Value, mut env: Vec<(String, String)>) -> Spec {
+        env.extend(inherited_env());
         let mut spec = Spec::new(&self.root, &Uuid::new_v4(), 1, self.store(), &entrypoint, input, env);
         spec.bun = bun().display().to_string();
         // In a test, the running binary is the test harness, not wf.
@@ -522,7 +524,7 @@ fn worker_process_for_the_sigkill_test() {
         dir.join("store"),
         "spawner.ts",
         json!({"report": shared.join("report.json")}),
-        vec![("WF_JOB_ID".to_string(), job)],
+        [("WF_JOB_ID".to_string(), job)].into_iter().chain(inherited_env()).collect(),
     );
     spec.bun = bun().display().to_string();
     spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf"));
