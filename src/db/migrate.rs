@@ -118,3 +118,27 @@ pub fn check_current(client: &mut Client) -> Result<()> {
         Some(_) => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::MIGRATIONS;
+
+    /// A file added to `migrations/` without its line in MIGRATIONS would never be applied.
+    #[test]
+    fn the_list_is_every_file_of_migrations_in_order() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".sql"))
+            .collect();
+        files.sort();
+        let listed: Vec<&str> = MIGRATIONS.iter().map(|&(_, name, _)| name).collect();
+        assert_eq!(listed, files, "src/db/migrate.rs lists the files of migrations/");
+        for (index, &(version, name, sql)) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(usize::try_from(version).unwrap(), index + 1, "{name}: versions count up from 1");
+            assert!(name.starts_with(&format!("{version:04}_")), "{name}: named after its version");
+            assert_eq!(std::fs::read_to_string(dir.join(name)).unwrap(), sql, "{name}: included as it is");
+        }
+    }
+}

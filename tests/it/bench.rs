@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::fixtures::{path, signal};
-use crate::harness::{TestEnv, wait_for};
+use crate::support::fixtures::{path, signal};
+use crate::support::harness::{TestEnv, wait_for};
 
 /// The bench's jobs, catalog rows and store tree are gone (the test database starts empty).
 fn assert_nothing_left(env: &TestEnv) {
@@ -61,7 +61,7 @@ fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
         "claim_complete_per_s": "<number>", "enqueue_batch_per_s": "<number>", "enqueue_single_per_s": "<number>",
         "jobs": 20, "pickup_latency_ms": {"p50": "<number>", "p99": "<number>", "samples": 20},
         "sandbox_ms_per_attempt": "<number>", "tag": "<text>", "workers": 2}"#;
-    crate::documents::pin(&run, env.dir.path(), &[&rates[..], &bun[..]].concat(), expected);
+    crate::support::checks::pin(&run, env.dir.path(), &[&rates[..], &bun[..]].concat(), expected);
     let report = run.json();
     assert_measured(&report, 20, 2);
     rate(&report, "bun_end_to_end_per_s");

@@ -1,57 +1,12 @@
-//! The `--json` document of every subcommand, pinned: field names, nesting, value types and the
-//! printed form (pretty, keys in order). Outside scripts rely on them (SPEC), so each one changes
-//! only on purpose. Values that differ between runs are shown by kind: `<uuid>`, `<time>`, `<sha>`,
-//! `<dir>` (this test's folder), and `<number>` or `<text>` for the fields a test names.
+//! The `--json` document of every subcommand, pinned (see `checks::pin`): field names, nesting,
+//! value kinds and the printed form. Outside scripts rely on them (SPEC), so each one changes only
+//! on purpose. `db up` and `db down` are pinned in `embedded`, `bench --bun` in `bench`.
 
 use serde_json::{Value, json};
 
-use crate::fixtures::{enqueue, synced};
-use crate::harness::{Run, TestEnv};
-
-/// Check that `run` printed exactly one pretty JSON document with its keys in order, and that it
-/// reads as `expected` (JSON, in any layout) once the values that differ between runs are shown by
-/// kind.
-pub(crate) fn pin(run: &Run, dir: &std::path::Path, varying: &[&str], expected: &str) {
-    let document: Value = run.json();
-    let printed = format!("{}\n", serde_json::to_string_pretty(&document).unwrap());
-    assert_eq!(run.stdout, printed, "not one pretty JSON document with its keys in order");
-    let shown = serde_json::to_string_pretty(&by_kind(document, &dir.display().to_string(), varying, None)).unwrap();
-    let expected: Value = serde_json::from_str(expected).expect("the expected document is JSON");
-    assert_eq!(shown, serde_json::to_string_pretty(&expected).unwrap(), "the document changed; it was:\n{shown}");
-}
-
-fn by_kind(value: Value, dir: &str, varying: &[&str], key: Option<&str>) -> Value {
-    if key.is_some_and(|key| varying.contains(&key)) {
-        return match value {
-            Value::Number(_) => json!("<number>"),
-            Value::String(_) => json!("<text>"),
-            other => panic!("{key:?} varies but is {other}"),
-        };
-    }
-    match value {
-        Value::String(text) => Value::String(kind_of(&text, dir)),
-        Value::Array(items) => Value::Array(items.into_iter().map(|item| by_kind(item, dir, varying, None)).collect()),
-        Value::Object(fields) => Value::Object(
-            fields.into_iter().map(|(key, value)| (key.clone(), by_kind(value, dir, varying, Some(&key)))).collect(),
-        ),
-        other => other,
-    }
-}
-
-fn kind_of(text: &str, dir: &str) -> String {
-    let hex = |s: &str| s.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
-    if uuid::Uuid::parse_str(text).is_ok_and(|id| id.hyphenated().to_string() == text) {
-        "<uuid>".to_string()
-    } else if text.len() == 40 && hex(text) {
-        "<sha>".to_string()
-    } else if chrono::DateTime::parse_from_rfc3339(text).is_ok() && text.len() == 24 && text.ends_with('Z') {
-        "<time>".to_string()
-    } else if let Some(rest) = text.strip_prefix(dir) {
-        format!("<dir>{rest}")
-    } else {
-        text.to_string()
-    }
-}
+use crate::support::checks::{kind_of, pin};
+use crate::support::fixtures::{enqueue, synced};
+use crate::support::harness::TestEnv;
 
 /// A job completed in SQL as a worker would have (these tests are about documents, not runs).
 fn complete(env: &TestEnv, id: &str, status: &str, result: Option<Value>, error: Option<Value>) {
@@ -99,7 +54,7 @@ fn db_status_and_migrate() {
 #[test]
 fn source_add_list_rm() {
     let env = TestEnv::new();
-    let repo = crate::fixtures::actions_repo();
+    let repo = crate::support::fixtures::actions_repo();
     let added = env.wf(["source", "add", "tests", &repo.url(), "--branch", "main", "--json"]).ok();
     pin(
         &added,
@@ -149,7 +104,7 @@ fn source_add_list_rm() {
 #[test]
 fn sync() {
     let env = TestEnv::new();
-    let repo = crate::harness::GitRepo::new();
+    let repo = crate::support::harness::GitRepo::new();
     repo.manifest(&json!({"apps": {"a": {"tag": "t1", "actions": {"x": {"entrypoint": "x.ts", "timeout": 9}}}}}));
     repo.file("x.ts", "export function main() {}\n");
     repo.commit("one action");
@@ -179,7 +134,7 @@ fn sync() {
 #[test]
 fn actions() {
     let env = TestEnv::new();
-    let repo = crate::harness::GitRepo::new();
+    let repo = crate::support::harness::GitRepo::new();
     repo.manifest(&json!({"apps": {"a": {"actions": {"x": {"entrypoint": "x.ts"}}}}}));
     repo.file("x.ts", "export function main() {}\n");
     repo.commit("one action");
@@ -226,7 +181,7 @@ fn enqueue_single_batch_and_wait() {
   "trigger_kind": "manual"
 }"#,
     );
-    let batch = crate::fixtures::path(&env, "batch.jsonl");
+    let batch = crate::support::fixtures::path(&env, "batch.jsonl");
     std::fs::write(&batch, "{}\n{}\n").unwrap();
     let ids = env.wf(["enqueue", "t/echo", "--batch", batch.to_str().unwrap(), "--json"]).ok();
     pin(

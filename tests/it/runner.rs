@@ -14,8 +14,8 @@ use wf::runner::{
     Event, Isolation, Limits, MAX_LINE, Outcome, Running, SandboxOptions, ScratchRoot, Spec, Stream, check_bun,
 };
 
-use crate::checks::job_processes;
-use crate::harness::{bun, inherited_env, wait_for};
+use crate::support::checks::job_processes;
+use crate::support::harness::{bun, inherited_env, wait_for, wf_binary};
 
 /// A worker's local world: WF_HOME with its scratch root, and a "store" holding action files.
 struct World {
@@ -74,7 +74,7 @@ impl World {
         let mut spec = Spec::new(&self.root, &Uuid::new_v4(), 1, self.store(), &entrypoint, input, env);
         spec.bun = bun().display().to_string();
         // In a test, the running binary is the test harness, not wf.
-        spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf"));
+        spec.wf_exe = wf_binary();
         spec.isolation = self.isolation.clone();
         spec
     }
@@ -527,7 +527,7 @@ fn worker_process_for_the_sigkill_test() {
         [("WF_JOB_ID".to_string(), job)].into_iter().chain(inherited_env()).collect(),
     );
     spec.bun = bun().display().to_string();
-    spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf"));
+    spec.wf_exe = wf_binary();
     spec.isolation = if std::env::var("WF_RUNNER_TEST_SANDBOX").as_deref() == Ok("true") {
         Isolation::Sandbox(SandboxOptions { allow_write: vec![shared], ..Default::default() })
     } else {

@@ -228,6 +228,15 @@ impl TestEnv {
         self.db().query_one(sql, &[]).unwrap().get(0)
     }
 
+    /// Run a query with bind parameters and return the first column of the single row.
+    pub(crate) fn scalar_of<T: for<'a> postgres::types::FromSql<'a>>(
+        &self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> T {
+        self.db().query_one(sql, params).unwrap().get(0)
+    }
+
     pub(crate) fn env(mut self, key: &str, value: &str) -> TestEnv {
         self.extra_env.insert(key.to_string(), value.to_string());
         self
@@ -239,28 +248,28 @@ impl TestEnv {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_wf"));
-        command
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        let mut wf = Wf::new(args)
             .env("HOME", self.dir.path())
             .env("DATABASE_URL", &self.url)
             .env("WF_HOME", self.home())
             .env("WF_BUN", bun())
-            .env("WF_ALLOW_WRITE", self.shared())
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null());
+            .env("WF_ALLOW_WRITE", self.shared());
         for (key, value) in &self.extra_env {
-            command.env(key, value);
+            wf = wf.env(key, value);
         }
-        Wf { command }
+        wf
     }
 }
 
-/// A `wf` invocation: `.run()` it, or `.spawn()` it for a long-running worker.
+/// The `wf` binary under test.
+pub(crate) fn wf_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_wf"))
+}
+
+/// A `wf` invocation, the one way the tests start wf: `.run()` it, `.start()` it in the background
+/// and `.finish()` it, or `.spawn()` a long-running worker.
 pub(crate) struct Wf {
-    pub command: Command,
+    command: Command,
 }
 
 /// What a finished `wf` printed and returned.
@@ -272,6 +281,48 @@ pub(crate) struct Run {
 }
 
 impl Wf {
+    /// `wf ARGS` with nothing of the tests' environment but PATH, and no stdin: for what needs no
+    /// database (`TestEnv::wf` adds this test's).
+    pub(crate) fn new<I, S>(args: I) -> Wf
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut command = Command::new(wf_binary());
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        Wf { command }
+    }
+
+    /// The same invocation of a copy of wf at `binary` (where `uid` can reach it), run as that user.
+    pub(crate) fn run_as(self, binary: &Path, uid: u32, gid: u32) -> Wf {
+        let mut command = Command::new(binary);
+        command.args(self.command.get_args()).env_clear().stdin(Stdio::null()).uid(uid).gid(gid);
+        for (key, value) in self.command.get_envs() {
+            if let Some(value) = value {
+                command.env(key, value);
+            }
+        }
+        if let Some(dir) = self.command.get_current_dir() {
+            command.current_dir(dir);
+        }
+        Wf { command }
+    }
+
+    /// The command, for a test that runs wf inside another program (`unshare`, `runuser`).
+    pub(crate) fn command(&self) -> &Command {
+        &self.command
+    }
+
+    pub(crate) fn current_dir(mut self, dir: &Path) -> Wf {
+        self.command.current_dir(dir);
+        self
+    }
+
     pub(crate) fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Wf {
         self.command.env(key, value);
         self
@@ -305,12 +356,26 @@ impl Wf {
         run
     }
 
+    /// Run with stdout and stderr going where given (a pipe whose reader went away).
+    pub(crate) fn run_into(mut self, stdout: Stdio, stderr: Stdio) -> Run {
+        Run::from(self.command.stdout(stdout).stderr(stderr).output().expect("running wf"))
+    }
+
+    /// Start in the background, stdout and stderr piped (read them, or `finish`); killed when
+    /// dropped.
+    pub(crate) fn start(self) -> Process {
+        self.spawn_into(Stdio::piped(), Stdio::piped())
+    }
+
     /// Start in the background (a worker), stdout to nowhere and stderr to `log`; killed when
     /// dropped.
-    pub(crate) fn spawn(mut self, log: &Path) -> Process {
-        let file = std::fs::File::create(log).unwrap();
-        self.command.stdout(Stdio::null()).stderr(file);
-        Process(self.command.spawn().expect("spawning wf"))
+    pub(crate) fn spawn(self, log: &Path) -> Process {
+        self.spawn_into(Stdio::null(), std::fs::File::create(log).unwrap().into())
+    }
+
+    /// Start in the background with stdout and stderr going where given; killed when dropped.
+    pub(crate) fn spawn_into(mut self, stdout: Stdio, stderr: Stdio) -> Process {
+        Process(self.command.stdout(stdout).stderr(stderr).spawn().expect("spawning wf"))
     }
 }
 
@@ -489,8 +554,23 @@ impl Drop for PrivateCluster {
 pub(crate) struct Process(Child);
 
 impl Process {
-    pub(crate) fn new(child: Child) -> Process {
-        Process(child)
+    /// Wait for a process started with its output piped (`Wf::start`); what it printed.
+    pub(crate) fn finish(mut self) -> Run {
+        let mut stderr = self.0.stderr.take();
+        let errors = std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(stderr) = stderr.as_mut() {
+                std::io::Read::read_to_end(stderr, &mut text).unwrap();
+            }
+            text
+        });
+        let mut stdout = Vec::new();
+        if let Some(mut out) = self.0.stdout.take() {
+            std::io::Read::read_to_end(&mut out, &mut stdout).unwrap();
+        }
+        let status = self.0.wait().unwrap();
+        let stderr = errors.join().unwrap();
+        Run::from(Output { status, stdout, stderr })
     }
 }
 
