@@ -15,12 +15,16 @@ use crate::queue::job::{JobStatus, TriggerKind};
 
 /// Print a job's outcome as `wf result` does, and return the matching exit.
 pub(super) fn print_result(out: &Output, job: &JobView) -> CommandResult {
-    let cancellation =
-        || Cancellation { canceled_by: job.canceled_by.as_deref(), canceled_reason: job.canceled_reason.as_deref() };
     let (ending, exit) = match job.status {
         JobStatus::Success => (Some(Ending::Result(job.result.clone().unwrap_or(Value::Null))), Exit::Ok),
         JobStatus::Failure => (Some(Ending::Error(job.error.clone().unwrap_or(Value::Null))), Exit::JobFailed),
-        JobStatus::Canceled => (Some(Ending::Canceled(cancellation())), Exit::JobFailed),
+        JobStatus::Canceled => {
+            let cancellation = Cancellation {
+                canceled_by: job.canceled_by.as_deref(),
+                canceled_reason: job.canceled_reason.as_deref(),
+            };
+            (Some(Ending::Canceled(cancellation)), Exit::JobFailed)
+        }
         JobStatus::Queued | JobStatus::Scheduled | JobStatus::Running => (None, Exit::NotFinished),
     };
     if out.json {
