@@ -10,7 +10,7 @@
 use std::fs;
 use std::ops::ControlFlow;
 use std::panic::resume_unwind;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -24,13 +24,14 @@ use uuid::Uuid;
 
 use crate::db::listen::Listener;
 use crate::db::{Database, Session};
-use crate::output::diag;
+use crate::diag::diag;
 use crate::queue::CHANNEL_ENQUEUED;
 use crate::queue::claim::{self, Claimed};
-use crate::queue::complete::{self, Completion, Recorded, Status};
+use crate::queue::complete::{self, Completion, Recorded};
 use crate::queue::enqueue::{self, Request, When};
+use crate::queue::job::{JobStatus, TriggerKind};
 use crate::source::store;
-use crate::worker::{self, Isolation, Options, Until};
+use crate::worker::{self, Isolation, Local, Options, Until};
 
 /// The one action of the bench's app.
 const ACTION: &str = "noop";
@@ -49,14 +50,14 @@ const CLAIM_WINDOW: Duration = Duration::from_secs(60);
 const IDLE_POLL: Duration = Duration::from_millis(250);
 
 /// What to measure.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Plan {
     /// Jobs per measurement.
     pub jobs: u32,
     /// Concurrent claimers for the claim-to-complete rate, and the `--bun` worker's concurrency.
     pub workers: u32,
-    /// Also measure end to end with a trivial bun action.
-    pub bun: bool,
+    /// Also measure end to end with a trivial bun action, run by a worker of this host.
+    pub bun: Option<Local>,
     /// Also measure the floor: the seed's minimal statements, prepared, on a scratch schema.
     pub floor: bool,
 }
@@ -134,7 +135,7 @@ pub(crate) fn run(database: &Database, plan: &Plan, progress: &dyn Progress) -> 
         bail!("--workers must be at least 1");
     }
     let interrupt = Interrupt::install()?;
-    let namespace = Namespace::create(database, plan.bun)?;
+    let namespace = Namespace::create(database, plan.bun.as_ref().map(|local| local.store.as_path()))?;
     let report = measure(&namespace, plan, progress, &interrupt);
     let removed = namespace.remove();
     let report = report?;
@@ -166,11 +167,11 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
     let pickup = pickup_latency(&mut client, namespace, jobs.min(LATENCY_SAMPLES_MAX), progress, interrupt)?;
     delete_jobs(&mut client, &namespace.tag)?;
 
-    let bun = if plan.bun {
+    let bun = if let Some(local) = &plan.bun {
         let bun_jobs = jobs.min(BUN_JOBS_MAX);
         let mut end_to_end = |isolation: Isolation, name: &str| -> Result<Rate> {
-            let rate =
-                bun_end_to_end(&mut client, namespace, bun_jobs, plan.workers, isolation, name, progress, interrupt)?;
+            let worker = Worker { workers: plan.workers, isolation, local: local.clone() };
+            let rate = bun_end_to_end(&mut client, namespace, bun_jobs, worker, name, progress, interrupt)?;
             expect_succeeded(&mut client, &namespace.tag, bun_jobs, name)?;
             delete_jobs(&mut client, &namespace.tag)?;
             Ok(rate)
@@ -207,9 +208,9 @@ struct Namespace {
 }
 
 impl Namespace {
-    /// The catalog row the enqueue path needs, and with `bun` a trivial action in the store,
+    /// The catalog row the enqueue path needs, and with a `bun_store` a trivial action in it,
     /// marker last and before the catalog row, as `wf sync` does.
-    fn create(database: &Database, bun: bool) -> Result<Namespace> {
+    fn create(database: &Database, bun_store: Option<&Path>) -> Result<Namespace> {
         let tag = format!("wf-bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
         let commit_sha = format!("{}{}", Uuid::new_v4().simple(), &Uuid::new_v4().simple().to_string()[..8]);
         let mut namespace = Namespace {
@@ -219,10 +220,9 @@ impl Namespace {
             store_dir: None,
             removed: false,
         };
-        if bun {
-            let store = crate::config::wf_store()?;
+        if let Some(store) = bun_store {
             namespace.store_dir = Some(store.join(namespace.git_source_id.to_string()));
-            let tree = store::commit_dir(&store, namespace.git_source_id, &commit_sha);
+            let tree = store::commit_dir(store, namespace.git_source_id, &commit_sha);
             fs::create_dir_all(&tree).with_context(|| {
                 format!("creating {} (is WF_STORE={} a writable directory?)", tree.display(), store.display())
             })?;
@@ -258,7 +258,7 @@ impl Namespace {
             priority: 0,
             tag: None,
             when: When::Now,
-            trigger_kind: "manual",
+            trigger_kind: TriggerKind::Manual,
             schedule_name: None,
         }
     }
@@ -505,7 +505,7 @@ fn complete_noop(client: &mut Session, job: &Claimed) -> Result<()> {
         job_id: job.id,
         claim: job.claim.clone(),
         attempt: job.attempt(),
-        status: Status::Success,
+        status: JobStatus::Success,
         result: Some(json!({})),
         error: None,
         logs: Vec::new(),
@@ -636,15 +636,20 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The worker of a `--bun` measurement.
+struct Worker {
+    workers: u32,
+    isolation: Isolation,
+    local: Local,
+}
+
 /// `jobs` jobs of the trivial bun action, run by a real worker (claim, supervisor, sandbox, bun,
 /// heartbeat, completion) that stops when they are drained: its whole run, start to stop.
-#[allow(clippy::too_many_arguments)]
 fn bun_end_to_end(
     client: &mut Client,
     namespace: &Namespace,
     jobs: u32,
-    workers: u32,
-    isolation: Isolation,
+    worker: Worker,
     name: &str,
     progress: &dyn Progress,
     interrupt: &Interrupt,
@@ -655,7 +660,7 @@ fn bun_end_to_end(
     progress.begin(name, u64::from(jobs));
     let options = Options {
         tags: vec![namespace.tag.clone()],
-        concurrency: workers,
+        concurrency: worker.workers,
         until: Until::Drained,
         heartbeat: Duration::from_secs(5),
         grace: Duration::from_secs(5),
@@ -665,7 +670,8 @@ fn bun_end_to_end(
         restart_limit: 3,
         poll: Duration::from_secs(1),
         quiet: true,
-        isolation,
+        isolation: worker.isolation,
+        local: worker.local,
     };
     let started = Instant::now();
     let (ran, watched) = std::thread::scope(|scope| {

@@ -3,7 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::queue::job::{JobStatus, TriggerKind};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -150,25 +153,6 @@ pub(crate) struct ActionsArgs {
     pub source: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum TriggerKind {
-    Manual,
-    Api,
-    Webhook,
-    Schedule,
-}
-
-impl TriggerKind {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            TriggerKind::Manual => "manual",
-            TriggerKind::Api => "api",
-            TriggerKind::Webhook => "webhook",
-            TriggerKind::Schedule => "schedule",
-        }
-    }
-}
-
 #[derive(Debug, Args)]
 pub(crate) struct EnqueueArgs {
     /// APP/ACTION
@@ -269,29 +253,6 @@ pub(crate) struct ReapArgs {
     /// Restarts before a dying job completes as failure (default WF_RESTART_LIMIT).
     #[arg(long)]
     pub restart_limit: Option<i32>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum JobStatus {
-    Queued,
-    Scheduled,
-    Running,
-    Success,
-    Failure,
-    Canceled,
-}
-
-impl JobStatus {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            JobStatus::Queued => "queued",
-            JobStatus::Scheduled => "scheduled",
-            JobStatus::Running => "running",
-            JobStatus::Success => "success",
-            JobStatus::Failure => "failure",
-            JobStatus::Canceled => "canceled",
-        }
-    }
 }
 
 #[derive(Debug, Args)]
@@ -401,31 +362,14 @@ pub(crate) struct PruneArgs {
     #[arg(long, value_parser = parse_duration)]
     pub older_than: Duration,
     /// Only jobs that ended with this status.
-    #[arg(long, value_enum)]
-    pub status: Option<FinalStatus>,
+    #[arg(long, value_parser = finished_status())]
+    pub status: Option<JobStatus>,
     /// Count what would be deleted, delete nothing.
     #[arg(long)]
     pub dry_run: bool,
     /// Do not ask for confirmation.
     #[arg(long)]
     pub yes: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum FinalStatus {
-    Success,
-    Failure,
-    Canceled,
-}
-
-impl FinalStatus {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            FinalStatus::Success => "success",
-            FinalStatus::Failure => "failure",
-            FinalStatus::Canceled => "canceled",
-        }
-    }
 }
 
 #[derive(Debug, Args)]
@@ -462,4 +406,32 @@ pub(crate) struct SuperviseArgs {
 /// Durations as operators write them: `30s`, `5m`, `2h`, `30d`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (examples: 30s, 5m, 2h, 30d)"))
+}
+
+/// `--status` of jobs: any status.
+impl ValueEnum for JobStatus {
+    fn value_variants<'a>() -> &'a [JobStatus] {
+        &JobStatus::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.as_str()))
+    }
+}
+
+/// `--status` of prune: only how a job ended.
+fn finished_status() -> impl TypedValueParser<Value = JobStatus> {
+    let finished = JobStatus::ALL.into_iter().filter(|status| status.is_finished()).map(JobStatus::as_str);
+    PossibleValuesParser::new(finished).map(|text| text.parse::<JobStatus>().expect("one of the possible values"))
+}
+
+/// `--trigger-kind` of enqueue.
+impl ValueEnum for TriggerKind {
+    fn value_variants<'a>() -> &'a [TriggerKind] {
+        &TriggerKind::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.as_str()))
+    }
 }

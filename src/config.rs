@@ -1,58 +1,125 @@
-//! Configuration from the environment (SPEC: Configuration), read in one place.
+//! Configuration from the environment (SPEC: Configuration): the one place wf reads its
+//! environment. `commands::dispatch` reads it once into a `Config` and each command hands the
+//! library the values it needs; the library never reads a variable. A value that can be wrong is
+//! checked when a command asks for it, so a command that does not need it never fails over it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-/// Local state: embedded cluster, git mirrors, source store, worker scratch, secret.
-pub(crate) fn wf_home() -> Result<PathBuf> {
-    if let Some(home) = env_nonempty("WF_HOME") {
-        return Ok(PathBuf::from(home));
+/// Variables of the worker's own environment that an action gets besides the WF_* variables the
+/// worker gives it (SPEC: Action contract). Inside a sandbox, PATH and HOME are the sandbox's.
+const INHERITED: [&str; 3] = ["PATH", "HOME", "TZ"];
+
+/// The environment, as wf reads it.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    home: Option<PathBuf>,
+    store: Option<PathBuf>,
+    bun: String,
+    secret: Option<String>,
+    zombie_timeout: Option<String>,
+    restart_limit: Option<String>,
+    heartbeat: Option<String>,
+    /// The folders of PATH, where bun and the PostgreSQL server binaries are looked for.
+    pub search_path: Vec<PathBuf>,
+    /// PATH, HOME and TZ as an action inherits them.
+    pub inherited_env: Vec<(String, String)>,
+    /// Who is acting, for records such as `canceled_by`: `user@host`.
+    pub operator: String,
+    /// NO_COLOR is set.
+    pub no_color: bool,
+    /// WF_FAULT: the fault point switched on for the tests (see `fault`).
+    pub fault: Option<String>,
+}
+
+impl Config {
+    pub(crate) fn from_env() -> Config {
+        let home = env_nonempty("WF_HOME").map(PathBuf::from).or_else(|| {
+            env_nonempty("XDG_DATA_HOME")
+                .map(|data| PathBuf::from(data).join("windforce"))
+                .or_else(|| env_nonempty("HOME").map(|home| PathBuf::from(home).join(".local/share/windforce")))
+        });
+        let user = env_nonempty("USER").or_else(|| env_nonempty("LOGNAME")).unwrap_or_else(|| "unknown".to_string());
+        Config {
+            home,
+            store: env_nonempty("WF_STORE").map(PathBuf::from),
+            bun: env_nonempty("WF_BUN").unwrap_or_else(|| "bun".to_string()),
+            secret: std::env::var("WF_SECRET").ok(),
+            zombie_timeout: env_nonempty("WF_ZOMBIE_TIMEOUT_S"),
+            restart_limit: env_nonempty("WF_RESTART_LIMIT"),
+            heartbeat: env_nonempty("WF_HEARTBEAT_S"),
+            search_path: std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect(),
+            inherited_env: INHERITED
+                .iter()
+                .filter_map(|name| std::env::var(name).ok().map(|value| (name.to_string(), value)))
+                .collect(),
+            operator: format!("{user}@{}", hostname()),
+            no_color: std::env::var_os("NO_COLOR").is_some(),
+            fault: std::env::var("WF_FAULT").ok(),
+        }
     }
-    if let Some(data) = env_nonempty("XDG_DATA_HOME") {
-        return Ok(PathBuf::from(data).join("windforce"));
+
+    /// Local state: embedded cluster, git mirrors, source store, worker scratch, secret. WF_HOME,
+    /// else `$XDG_DATA_HOME/windforce`, else `~/.local/share/windforce`.
+    pub(crate) fn home(&self) -> Result<&Path> {
+        self.home.as_deref().context("neither WF_HOME, XDG_DATA_HOME nor HOME is set")
     }
-    let home = env_nonempty("HOME").context("neither WF_HOME, XDG_DATA_HOME nor HOME is set")?;
-    Ok(PathBuf::from(home).join(".local/share/windforce"))
-}
 
-/// The source store: `<store>/<git_source_id>/<commit>/` trees, each with its marker.
-pub(crate) fn wf_store() -> Result<PathBuf> {
-    match env_nonempty("WF_STORE") {
-        Some(store) => Ok(PathBuf::from(store)),
-        None => Ok(wf_home()?.join("store")),
+    /// The source store: `<store>/<git_source_id>/<commit>/` trees, each with its marker.
+    pub(crate) fn store(&self) -> Result<PathBuf> {
+        match &self.store {
+            Some(store) => Ok(store.clone()),
+            None => Ok(self.home()?.join("store")),
+        }
     }
-}
 
-/// The bun executable: WF_BUN, else `bun` on PATH.
-pub(crate) fn bun_path() -> String {
-    env_nonempty("WF_BUN").unwrap_or_else(|| "bun".to_string())
-}
+    /// The bun executable: WF_BUN (a path, or a name looked up on PATH), else `bun` on PATH.
+    /// Resolved once, so that the action's PATH never decides which bun runs it.
+    pub(crate) fn bun(&self) -> Result<PathBuf> {
+        let hint = "set WF_BUN to the path of the bun executable, or put bun on PATH";
+        if self.bun.contains('/') {
+            return Ok(PathBuf::from(&self.bun));
+        }
+        self.search_path
+            .iter()
+            .map(|dir| dir.join(&self.bun))
+            .find(|candidate| is_executable(candidate))
+            .and_then(|found| std::path::absolute(found).ok())
+            .with_context(|| format!("bun not found: no {:?} on PATH ({hint})", self.bun))
+    }
 
-/// The reaper window: a running job without a ping for this long is a zombie.
-pub(crate) fn zombie_timeout() -> Result<Duration> {
-    Ok(Duration::from_secs(env_u64("WF_ZOMBIE_TIMEOUT_S", 60, "a whole number of seconds")?))
-}
+    /// WF_SECRET as given (its length is checked where it is used, see `token::load_secret`).
+    pub(crate) fn secret(&self) -> Option<&str> {
+        self.secret.as_deref()
+    }
 
-/// Restarts before a dying job completes as failure.
-pub(crate) fn restart_limit() -> Result<i32> {
-    let limit = env_u64("WF_RESTART_LIMIT", 3, "a whole number of restarts")?;
-    i32::try_from(limit).context("WF_RESTART_LIMIT is too large")
-}
+    /// The reaper window: a running job without a ping for this long is a zombie.
+    pub(crate) fn zombie_timeout(&self) -> Result<Duration> {
+        let seconds = whole("WF_ZOMBIE_TIMEOUT_S", self.zombie_timeout.as_deref(), 60, "a whole number of seconds")?;
+        Ok(Duration::from_secs(seconds))
+    }
 
-/// The heartbeat period.
-pub(crate) fn heartbeat_period() -> Result<Duration> {
-    Ok(Duration::from_secs(env_u64("WF_HEARTBEAT_S", 5, "a whole number of seconds")?))
+    /// Restarts before a dying job completes as failure.
+    pub(crate) fn restart_limit(&self) -> Result<i32> {
+        let limit = whole("WF_RESTART_LIMIT", self.restart_limit.as_deref(), 3, "a whole number of restarts")?;
+        i32::try_from(limit).context("WF_RESTART_LIMIT is too large")
+    }
+
+    /// The heartbeat period.
+    pub(crate) fn heartbeat(&self) -> Result<Duration> {
+        Ok(Duration::from_secs(whole("WF_HEARTBEAT_S", self.heartbeat.as_deref(), 5, "a whole number of seconds")?))
+    }
 }
 
 fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())
 }
 
-/// A whole number from the environment; `what` says what it counts, for the error.
-fn env_u64(name: &str, default: u64, what: &str) -> Result<u64> {
-    match env_nonempty(name) {
+/// A whole number from variable `name`, `default` when unset; `what` says what it counts.
+fn whole(name: &str, text: Option<&str>, default: u64, what: &str) -> Result<u64> {
+    match text {
         None => Ok(default),
         Some(text) => match text.trim().parse::<u64>() {
             Ok(value) => Ok(value),
@@ -61,17 +128,13 @@ fn env_u64(name: &str, default: u64, what: &str) -> Result<u64> {
     }
 }
 
-/// This machine's host name.
-pub(crate) fn hostname() -> String {
-    let mut buffer = [0u8; 256];
-    // SAFETY: gethostname writes at most buffer.len() bytes into the buffer.
-    let ok = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } == 0;
-    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
-    if ok && end > 0 { String::from_utf8_lossy(&buffer[..end]).to_string() } else { "localhost".to_string() }
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata().is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
 }
 
-/// Who is acting, for records such as `canceled_by`: `user@host`.
-pub(crate) fn operator() -> String {
-    let user = env_nonempty("USER").or_else(|| env_nonempty("LOGNAME")).unwrap_or_else(|| "unknown".to_string());
-    format!("{user}@{}", hostname())
+/// This machine's host name.
+pub(crate) fn hostname() -> String {
+    let name = rustix::system::uname().nodename().to_string_lossy().into_owned();
+    if name.is_empty() { "localhost".to_string() } else { name }
 }

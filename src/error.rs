@@ -1,47 +1,129 @@
-//! The exit-code map: one place that turns an outcome into the process's exit code.
+//! The exit path: how a command ends, and the one map from that to the process's exit code
+//! (SPEC: Global conventions). wf(1)'s EXIT STATUS section is generated from `EXIT_STATUS`.
 
 use std::fmt;
+use std::process::ExitCode;
 
-/// Exit codes of `wf` (SPEC: Global conventions).
-pub(crate) const EXIT_OK: i32 = 0;
-pub(crate) const EXIT_ERROR: i32 = 1;
-pub(crate) const EXIT_USAGE: i32 = 2;
-pub(crate) const EXIT_REFUSED: i32 = 3;
-pub(crate) const EXIT_JOB_FAILED: i32 = 4;
+const OK: u8 = 0;
+const ERROR: u8 = 1;
+const USAGE: u8 = 2;
+const REFUSED: u8 = 3;
+const JOB_FAILED: u8 = 4;
 
-/// What a command ends with when it did not fail: ok, refused/not finished, or the job failed.
+/// Every exit status of `wf` and what it means, for the manual.
+pub(crate) const EXIT_STATUS: [(u8, &str); 5] = [
+    (OK, "ok"),
+    (ERROR, "error: wf could not do what was asked (bad input, not found, database error)"),
+    (USAGE, "usage: the command line is wrong"),
+    (
+        REFUSED,
+        "refused or not finished: a declined confirmation, --yes missing without a terminal, \
+         wf result of a job still queued or running, a --wait that timed out",
+    ),
+    (JOB_FAILED, "the job itself ended failure or canceled (wf result, wf enqueue --wait)"),
+];
+
+/// How a command that did what was asked ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum Exit {
     Ok,
-    /// Declined confirmation, a job not finished yet, a wait that timed out.
+    /// A job not finished yet, or a wait that timed out.
     NotFinished,
     /// The job itself ended failure or canceled.
     JobFailed,
+    /// The exit code of the process wf stands in for: `wf __supervise` passes on bun's.
+    PassedOn(u8),
 }
 
-impl Outcome {
-    pub(crate) fn code(self) -> i32 {
-        match self {
-            Outcome::Ok => EXIT_OK,
-            Outcome::NotFinished => EXIT_REFUSED,
-            Outcome::JobFailed => EXIT_JOB_FAILED,
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(match exit {
+            Exit::Ok => OK,
+            Exit::NotFinished => REFUSED,
+            Exit::JobFailed => JOB_FAILED,
+            Exit::PassedOn(code) => code,
+        })
+    }
+}
+
+/// Why a command did not do what was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorKind {
+    /// wf could not do it: bad input, not found, a database error, a bug.
+    Failed,
+    /// The command line is wrong (clap says how).
+    Usage,
+    /// A declined confirmation, or one that cannot be asked without a terminal.
+    Refused,
+    /// The reader of stdout went away (`wf jobs | head`): not an error.
+    BrokenPipe,
+}
+
+impl From<ErrorKind> for ExitCode {
+    fn from(kind: ErrorKind) -> ExitCode {
+        ExitCode::from(match kind {
+            ErrorKind::Failed => ERROR,
+            ErrorKind::Usage => USAGE,
+            ErrorKind::Refused => REFUSED,
+            ErrorKind::BrokenPipe => OK,
+        })
+    }
+}
+
+/// What a command that did not do what was asked ends with: its kind (the exit code), the error
+/// with its causes, and what to do about it when wf knows.
+#[derive(Debug)]
+pub(crate) struct CommandError {
+    kind: ErrorKind,
+    error: anyhow::Error,
+    hint: Option<String>,
+}
+
+impl CommandError {
+    pub(crate) fn refused(message: impl Into<String>) -> CommandError {
+        CommandError { kind: ErrorKind::Refused, error: anyhow::Error::msg(message.into()), hint: None }
+    }
+
+    /// What the operator can do about it.
+    pub(crate) fn hint(mut self, hint: impl Into<String>) -> CommandError {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub(crate) fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+}
+
+/// Any error a command meets: a broken pipe anywhere in its chain is one, every other is a failure.
+impl<E: Into<anyhow::Error>> From<E> for CommandError {
+    fn from(error: E) -> CommandError {
+        let error = error.into();
+        let kind = if is_broken_pipe(&error) { ErrorKind::BrokenPipe } else { ErrorKind::Failed };
+        CommandError { kind, error, hint: None }
+    }
+}
+
+/// The whole cause chain on one line, then the hint.
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#}", self.error)?;
+        match &self.hint {
+            Some(hint) => write!(f, "; {hint}"),
+            None => Ok(()),
         }
     }
 }
 
-/// An error that means "refused" (exit 3) rather than "could not do it" (exit 1).
-#[derive(Debug)]
-pub(crate) struct Refused(pub String);
-
-impl fmt::Display for Refused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Refused {}
-
-/// The exit code for an error: 3 when anything in its chain is a refusal, else 1.
-pub(crate) fn exit_code_of(error: &anyhow::Error) -> i32 {
-    if error.chain().any(|cause| cause.is::<Refused>()) { EXIT_REFUSED } else { EXIT_ERROR }
+/// serde_json keeps the io error of a failed write to itself (its `source` skips it), so it is
+/// asked for the kind.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        let kind = match (cause.downcast_ref::<std::io::Error>(), cause.downcast_ref::<serde_json::Error>()) {
+            (Some(io), _) => Some(io.kind()),
+            (None, Some(json)) => json.io_error_kind(),
+            (None, None) => None,
+        };
+        kind == Some(std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -4,11 +4,23 @@
 //! Points: `sync-before-marker` (sync aborts after the tree is in place, before its marker),
 //! `complete-lost-ack` (a worker's first completion commits but is treated as unacknowledged) and
 //! `panic` (the command panics before it starts, as a bug would).
+//!
+//! A process-wide switch rather than a value passed down: the points sit deep inside the store and
+//! the worker's slots, and only the tests ever turn one on.
 
 use std::sync::OnceLock;
 
+static ARMED: OnceLock<String> = OnceLock::new();
+
+/// Switch on the fault at `point` for the rest of this process (`commands::dispatch`, from the
+/// configuration).
+pub(crate) fn arm(point: Option<String>) {
+    if let Some(point) = point {
+        let _ = ARMED.set(point);
+    }
+}
+
 /// Whether the fault at `point` is switched on for this process.
 pub(crate) fn at(point: &str) -> bool {
-    static FAULT: OnceLock<Option<String>> = OnceLock::new();
-    FAULT.get_or_init(|| std::env::var("WF_FAULT").ok()).as_deref() == Some(point)
+    ARMED.get().is_some_and(|armed| armed == point)
 }

@@ -1,3 +1,3 @@
-fn main() {
-    std::process::exit(wf::run());
+fn main() -> std::process::ExitCode {
+    wf::run()
 }

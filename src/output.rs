@@ -1,76 +1,62 @@
 //! Tables, JSON, progress and confirmation: the terminal rules, in one place.
 
-use std::fmt;
 use std::io::{IsTerminal, Write};
 
 use anyhow::Result;
+use chrono::{DateTime, SecondsFormat, Utc};
 use comfy_table::{ContentArrangement, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::Value;
+use serde::{Serialize, Serializer};
 
-use crate::error::Refused;
-
-/// `eprintln!` that never panics: one line on stderr, for messages, warnings and errors. stderr may
-/// be a pipe whose reader went away (`wf ... 2>&1 | head`, a restarted journald); `eprintln!` panics
-/// then, and in the panic hook that panic becomes an abort.
-macro_rules! diag {
-    ($($arg:tt)*) => {
-        $crate::output::write_stderr(format_args!($($arg)*))
-    };
-}
-pub(crate) use diag;
-
-/// What `diag!` calls: write the line, and ignore a failure, since there is nowhere left to tell.
-pub(crate) fn write_stderr(line: fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-}
+use crate::diag::diag;
+use crate::error::CommandError;
 
 /// How the invoked command should render: decided once from the global flags and the terminal.
 #[derive(Debug, Clone, Copy)]
-pub struct Output {
+pub(crate) struct Output {
     pub json: bool,
     pub quiet: bool,
+    /// NO_COLOR is set: no styling even on a terminal.
+    pub no_color: bool,
 }
 
 impl Output {
-    pub fn new(json: bool, quiet: bool) -> Output {
-        Output { json, quiet }
+    pub(crate) fn new(json: bool, quiet: bool, no_color: bool) -> Output {
+        Output { json, quiet, no_color }
     }
 
-    /// Print the one JSON document of a `--json` command.
-    pub fn json(&self, document: &Value) -> Result<()> {
-        let mut stdout = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut stdout, document)?;
-        writeln!(stdout)?;
-        Ok(())
+    /// Print the one JSON document of a `--json` command, pretty, its keys in alphabetical order
+    /// (through a `Value`, whose maps are sorted) as wf has always printed them.
+    pub(crate) fn json(&self, document: &impl Serialize) -> Result<()> {
+        self.line(&pretty(document)?)
     }
 
     /// Print data lines to stdout.
-    pub fn line(&self, text: &str) -> Result<()> {
+    pub(crate) fn line(&self, text: &str) -> Result<()> {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{text}")?;
         Ok(())
     }
 
     /// An informational message on stderr, hidden by `--quiet` and `--json`.
-    pub fn info(&self, text: &str) {
+    pub(crate) fn info(&self, text: &str) {
         if !self.quiet && !self.json {
             diag!("{text}");
         }
     }
 
     /// A warning on stderr: something the user should know even with `--quiet` or `--json`.
-    pub fn warn(&self, text: &str) {
-        eprintln!("warning: {text}");
+    pub(crate) fn warn(&self, text: &str) {
+        diag!("warning: {text}");
     }
 
     /// A table on stdout: boxed on a TTY, plain columns otherwise.
-    pub fn table(&self, header: &[&str], rows: Vec<Vec<String>>) -> Result<()> {
+    pub(crate) fn table(&self, header: &[&str], rows: Vec<Vec<String>>) -> Result<()> {
         let mut table = Table::new();
         if std::io::stdout().is_terminal() {
             table.load_style(presets::UTF8_FULL_CONDENSED);
             table.set_content_arrangement(ContentArrangement::Dynamic);
-            if std::env::var_os("NO_COLOR").is_some() {
+            if self.no_color {
                 table.force_no_tty();
             }
         } else {
@@ -87,7 +73,7 @@ impl Output {
     }
 
     /// A progress bar on stderr when it is a TTY and output is not JSON or quiet.
-    pub fn progress(&self, len: u64, message: &str) -> ProgressBar {
+    pub(crate) fn progress(&self, len: u64, message: &str) -> ProgressBar {
         let bar = ProgressBar::with_draw_target(Some(len), self.draw_target());
         bar.set_style(
             ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed})")
@@ -99,7 +85,7 @@ impl Output {
     }
 
     /// A spinner on stderr for work of unknown length.
-    pub fn spinner(&self, message: &str) -> ProgressBar {
+    pub(crate) fn spinner(&self, message: &str) -> ProgressBar {
         let bar = ProgressBar::with_draw_target(None, self.draw_target());
         bar.set_message(message.to_string());
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
@@ -116,27 +102,39 @@ impl Output {
 }
 
 /// Ask before a destructive step. `--yes` skips; without a TTY and without `--yes`, refuse (exit 3).
-pub fn confirm(prompt: &str, yes: bool) -> Result<()> {
+pub(crate) fn confirm(prompt: &str, yes: bool) -> Result<(), CommandError> {
     if yes {
         return Ok(());
     }
     if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
-        return Err(Refused(format!("{prompt}: refused without a terminal; pass --yes to confirm")).into());
+        return Err(
+            CommandError::refused(format!("{prompt}: refused without a terminal")).hint("pass --yes to confirm")
+        );
     }
     let confirmed = dialoguer::Confirm::new().with_prompt(prompt).default(false).interact()?;
-    if confirmed { Ok(()) } else { Err(Refused("declined".to_string()).into()) }
+    if confirmed { Ok(()) } else { Err(CommandError::refused("declined")) }
 }
 
-/// A timestamp as JSON: RFC 3339 in UTC.
-pub fn time_json(time: Option<chrono::DateTime<chrono::Utc>>) -> Value {
+/// A document as `--json` prints it (see `Output::json`).
+pub(crate) fn pretty(document: &impl Serialize) -> Result<String> {
+    Ok(serde_json::to_string_pretty(&serde_json::to_value(document)?)?)
+}
+
+/// A time in a document: RFC 3339 in UTC, to the millisecond (`serialize_with`).
+pub(crate) fn rfc3339<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&time.to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
+/// An optional time in a document: null, or as `rfc3339`.
+pub(crate) fn rfc3339_or_null<S: Serializer>(time: &Option<DateTime<Utc>>, serializer: S) -> Result<S::Ok, S::Error> {
     match time {
-        Some(t) => Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-        None => Value::Null,
+        Some(time) => rfc3339(time, serializer),
+        None => serializer.serialize_none(),
     }
 }
 
 /// A timestamp for a table cell.
-pub fn time_cell(time: Option<chrono::DateTime<chrono::Utc>>) -> String {
+pub(crate) fn time_cell(time: Option<DateTime<Utc>>) -> String {
     match time {
         Some(t) => t.format("%Y-%m-%d %H:%M:%S").to_string(),
         None => "-".to_string(),

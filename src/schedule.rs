@@ -13,9 +13,10 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use postgres::{Client, Row};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::queue::enqueue::{self, Enqueued, Request, When};
+use crate::queue::job::TriggerKind;
 
 /// At most this many fire times per schedule and tick (a horizon much longer than the period).
 const MAX_FIRES_PER_TICK: usize = 1000;
@@ -56,15 +57,6 @@ impl Schedule {
     pub(crate) fn next_fire(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
         let (cron, tz) = parse(&self.cron, &self.tz)?;
         next_fire(&cron, tz, now)
-    }
-
-    pub(crate) fn to_json(&self, next_fire: Option<DateTime<Utc>>) -> Value {
-        json!({
-            "name": self.name, "app": self.app, "action": self.action, "cron": self.cron, "tz": self.tz,
-            "input": self.input, "priority": self.priority, "tag": self.tag, "enabled": self.enabled,
-            "last_fire_time": crate::output::time_json(self.last_fire_time),
-            "next_fire_time": crate::output::time_json(next_fire),
-        })
     }
 }
 
@@ -107,7 +99,7 @@ pub(crate) fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<(Schedul
     }
     let (cron, tz) = parse(new.cron, new.tz)?;
     let mut tx = client.transaction()?;
-    let now: DateTime<Utc> = tx.query_one("SELECT now()", &[])?.get(0);
+    let now = crate::db::now(&mut tx)?;
     let next = next_fire(&cron, tz, now)
         .with_context(|| format!("the cron {:?} never fires in {} (nothing was saved)", new.cron, new.tz))?;
     let action = tx
@@ -208,7 +200,7 @@ pub fn tick(client: &mut Client, horizon: Duration, now: Option<DateTime<Utc>>) 
                 priority: schedule.priority,
                 tag: schedule.tag.as_deref(),
                 when: When::At(*fire),
-                trigger_kind: "schedule",
+                trigger_kind: TriggerKind::Schedule,
                 schedule_name: Some(&schedule.name),
             };
             match enqueue::enqueue(&mut savepoint, &request) {

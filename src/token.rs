@@ -3,6 +3,7 @@
 
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use base64::Engine;
@@ -85,16 +86,16 @@ pub(crate) fn is_current(client: &mut postgres::Client, claims: &Claims) -> Resu
     Ok(row.is_some())
 }
 
-/// The signing key: WF_SECRET, else `$WF_HOME/secret`, generated once (mode 0600).
-pub fn load_secret() -> Result<Vec<u8>> {
-    if let Ok(secret) = std::env::var("WF_SECRET") {
+/// The signing key: `given` (WF_SECRET), else `<home>/secret` (WF_HOME), generated once (mode
+/// 0600).
+pub(crate) fn load_secret(given: Option<&str>, home: &Path) -> Result<Vec<u8>> {
+    if let Some(secret) = given {
         if secret.len() < MIN_SECRET_BYTES {
             bail!("WF_SECRET must be at least {MIN_SECRET_BYTES} bytes long");
         }
-        return Ok(secret.into_bytes());
+        return Ok(secret.as_bytes().to_vec());
     }
-    let home = crate::config::wf_home()?;
-    std::fs::create_dir_all(&home).with_context(|| format!("creating {}", home.display()))?;
+    std::fs::create_dir_all(home).with_context(|| format!("creating {}", home.display()))?;
     let path = home.join("secret");
     if let Ok(secret) = std::fs::read(&path) {
         if secret.len() >= MIN_SECRET_BYTES {

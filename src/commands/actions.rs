@@ -1,30 +1,21 @@
 //! `wf actions [--source NAME]`: the catalog.
 
-use anyhow::Result;
-use serde_json::{Value, json};
+use serde::Serialize;
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::ActionsArgs;
-use crate::error::Outcome;
-use crate::source::{catalog, git_source, short_sha};
+use crate::error::Exit;
+use crate::source::catalog::{self, CatalogAction};
+use crate::source::{git_source, short_sha};
 
-pub(super) fn run(ctx: &Ctx, args: ActionsArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: ActionsArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     if let Some(name) = &args.source {
         git_source::find(&mut client, name)?;
     }
     let actions = catalog::list(&mut client, args.source.as_deref())?;
     if ctx.out.json {
-        let document = actions
-            .iter()
-            .map(|a| {
-                json!({
-                    "app": a.app, "action": a.action, "tag": a.tag, "timeout": a.timeout_s,
-                    "commit_sha": a.commit_sha, "source": a.source, "entrypoint": a.entrypoint,
-                })
-            })
-            .collect();
-        ctx.out.json(&Value::Array(document))?;
+        ctx.out.json(&actions.iter().map(ActionDocument::from).collect::<Vec<_>>())?;
     } else {
         let rows = actions
             .iter()
@@ -44,5 +35,31 @@ pub(super) fn run(ctx: &Ctx, args: ActionsArgs) -> Result<Outcome> {
             ctx.out.info("the catalog is empty; add a source with `wf source add` and run `wf sync`");
         }
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
+}
+
+/// One action of the catalog, as `--json` lists it.
+#[derive(Serialize)]
+struct ActionDocument<'a> {
+    app: &'a str,
+    action: &'a str,
+    tag: &'a str,
+    timeout: i32,
+    commit_sha: &'a str,
+    source: &'a str,
+    entrypoint: &'a str,
+}
+
+impl<'a> From<&'a CatalogAction> for ActionDocument<'a> {
+    fn from(action: &'a CatalogAction) -> ActionDocument<'a> {
+        ActionDocument {
+            app: &action.app,
+            action: &action.action,
+            tag: &action.tag,
+            timeout: action.timeout_s,
+            commit_sha: &action.commit_sha,
+            source: &action.source,
+            entrypoint: &action.entrypoint,
+        }
+    }
 }

@@ -3,17 +3,16 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use anyhow::Result;
 use indicatif::ProgressBar;
-use serde_json::{Value, json};
+use serde::Serialize;
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::bench::{self, Plan, Progress, Rate, Report};
 use crate::cli::BenchArgs;
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::output::Output;
 
-pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> CommandResult {
     let database = ctx.database()?;
     ctx.out.info(&format!(
         "wf bench on {}: {} jobs per measurement, {} workers{}",
@@ -23,41 +22,71 @@ pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> Result<Outcome> {
         if args.bun { ", with bun" } else { "" }
     ));
     let bars = Bars { out: ctx.out, bar: Mutex::new(ProgressBar::hidden()) };
-    let report = bench::run(
-        &database,
-        &Plan { jobs: args.jobs, workers: args.workers, bun: args.bun, floor: args.floor },
-        &bars,
-    );
+    let plan = Plan {
+        jobs: args.jobs,
+        workers: args.workers,
+        bun: if args.bun { Some(ctx.local()?) } else { None },
+        floor: args.floor,
+    };
+    let report = bench::run(&database, &plan, &bars);
     bars.finish();
     let report = report?;
     if ctx.out.json {
-        ctx.out.json(&to_json(&report))?;
+        ctx.out.json(&BenchDocument::from(&report))?;
     } else {
         ctx.out.table(&["measurement", "jobs", "seconds", "jobs/s", "p50 ms", "p99 ms"], rows(&report))?;
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn to_json(report: &Report) -> Value {
-    json!({
-        "tag": report.tag,
-        "jobs": report.jobs,
-        "workers": report.workers,
-        "enqueue_single_per_s": report.enqueue_single.per_second(),
-        "enqueue_batch_per_s": report.enqueue_batch.per_second(),
-        "claim_complete_per_s": report.claim_complete.per_second(),
-        "pickup_latency_ms": {
-            "p50": millis(report.pickup.p50),
-            "p99": millis(report.pickup.p99),
-            "samples": report.pickup.samples,
-        },
-        "bun_end_to_end_per_s": report.bun.map(|bun| bun.sandbox.per_second()),
-        "bun_no_sandbox_per_s": report.bun.map(|bun| bun.none.per_second()),
-        "sandbox_ms_per_attempt": report.bun.map(|bun| millis(bun.sandbox_cost_per_attempt(report.workers))),
-        "bun_jobs": report.bun.map(|bun| bun.sandbox.jobs),
-        "floor_per_s": report.floor.map(|floor| floor.per_second()),
-        "spine_vs_floor": report.floor.map(|floor| report.claim_complete.per_second() / floor.per_second()),
-    })
+/// What `wf bench --json` prints: rates in jobs per second, latencies in milliseconds; the `bun`
+/// fields are null without `--bun`, the floor's without `--floor`.
+#[derive(Serialize)]
+struct BenchDocument<'a> {
+    tag: &'a str,
+    jobs: u32,
+    workers: u32,
+    enqueue_single_per_s: f64,
+    enqueue_batch_per_s: f64,
+    claim_complete_per_s: f64,
+    pickup_latency_ms: LatencyDocument,
+    bun_end_to_end_per_s: Option<f64>,
+    bun_no_sandbox_per_s: Option<f64>,
+    sandbox_ms_per_attempt: Option<f64>,
+    bun_jobs: Option<u64>,
+    floor_per_s: Option<f64>,
+    spine_vs_floor: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct LatencyDocument {
+    p50: f64,
+    p99: f64,
+    samples: usize,
+}
+
+impl<'a> From<&'a Report> for BenchDocument<'a> {
+    fn from(report: &'a Report) -> BenchDocument<'a> {
+        BenchDocument {
+            tag: &report.tag,
+            jobs: report.jobs,
+            workers: report.workers,
+            enqueue_single_per_s: report.enqueue_single.per_second(),
+            enqueue_batch_per_s: report.enqueue_batch.per_second(),
+            claim_complete_per_s: report.claim_complete.per_second(),
+            pickup_latency_ms: LatencyDocument {
+                p50: millis(report.pickup.p50),
+                p99: millis(report.pickup.p99),
+                samples: report.pickup.samples,
+            },
+            bun_end_to_end_per_s: report.bun.map(|bun| bun.sandbox.per_second()),
+            bun_no_sandbox_per_s: report.bun.map(|bun| bun.none.per_second()),
+            sandbox_ms_per_attempt: report.bun.map(|bun| millis(bun.sandbox_cost_per_attempt(report.workers))),
+            bun_jobs: report.bun.map(|bun| bun.sandbox.jobs),
+            floor_per_s: report.floor.map(|floor| floor.per_second()),
+            spine_vs_floor: report.floor.map(|floor| report.claim_complete.per_second() / floor.per_second()),
+        }
+    }
 }
 
 fn rows(report: &Report) -> Vec<Vec<String>> {

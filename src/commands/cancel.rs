@@ -1,26 +1,27 @@
-//! `wf cancel` and `wf reap`.
+//! `wf cancel ID...`: waiting jobs at once, running ones by a mark their worker acts on.
 
-use anyhow::{Result, bail};
-use serde_json::{Value, json};
+use anyhow::{Result, anyhow};
+use serde::Serialize;
+use uuid::Uuid;
 
-use super::Ctx;
-use crate::cli::{CancelArgs, ReapArgs};
-use crate::error::Outcome;
+use super::args::parse_id;
+use super::{CommandResult, Ctx};
+use crate::cli::CancelArgs;
+use crate::error::Exit;
 use crate::output::confirm;
 use crate::queue::cancel::{self, CancelOutcome};
-use crate::queue::{inspect, reaper};
 
-pub(super) fn cancel(ctx: &Ctx, args: CancelArgs) -> Result<Outcome> {
-    let ids = args.ids.iter().map(|id| inspect::parse_id(id)).collect::<Result<Vec<_>>>()?;
+pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
+    let ids = args.ids.iter().map(|id| parse_id(id)).collect::<Result<Vec<_>>>()?;
     if ids.len() > 1 {
         confirm(&format!("cancel {} jobs", ids.len()), args.yes)?;
     }
     let mut client = ctx.connect()?;
-    let outcomes = cancel::cancel(&mut client, &ids, &crate::config::operator(), args.reason.as_deref())?;
+    let outcomes = cancel::cancel(&mut client, &ids, &ctx.config.operator, args.reason.as_deref())?;
     if ctx.out.json {
-        let document: Vec<Value> =
-            outcomes.iter().map(|(id, outcome)| json!({"id": id, "outcome": outcome.as_str()})).collect();
-        ctx.out.json(&Value::Array(document))?;
+        let document: Vec<CancelDocument> =
+            outcomes.iter().map(|&(id, outcome)| CancelDocument { id, outcome: outcome.as_str() }).collect();
+        ctx.out.json(&document)?;
     } else {
         let rows = outcomes.iter().map(|(id, outcome)| vec![id.to_string(), outcome.as_str().to_string()]).collect();
         ctx.out.table(&["id", "outcome"], rows)?;
@@ -31,29 +32,14 @@ pub(super) fn cancel(ctx: &Ctx, args: CancelArgs) -> Result<Outcome> {
         .map(|(id, _)| id.to_string())
         .collect();
     if !finished.is_empty() {
-        bail!("already completed, not canceled: {}", finished.join(", "));
+        return Err(anyhow!("already completed, not canceled: {}", finished.join(", ")).into());
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-pub(super) fn reap(ctx: &Ctx, args: ReapArgs) -> Result<Outcome> {
-    let zombie_timeout = match args.zombie_timeout {
-        Some(timeout) => timeout,
-        None => crate::config::zombie_timeout()?,
-    };
-    let restart_limit = match args.restart_limit {
-        Some(limit) => limit,
-        None => crate::config::restart_limit()?,
-    };
-    let mut client = ctx.connect()?;
-    let reaped = reaper::reap_once(&mut client, zombie_timeout, restart_limit)?;
-    if ctx.out.json {
-        ctx.out.json(&json!({"requeued": reaped.requeued, "failed": reaped.failed, "canceled": reaped.canceled}))?;
-    } else {
-        ctx.out.table(
-            &["requeued", "failed", "canceled"],
-            vec![vec![reaped.requeued.to_string(), reaped.failed.to_string(), reaped.canceled.to_string()]],
-        )?;
-    }
-    Ok(Outcome::Ok)
+/// What `wf cancel --json` says of each job: `canceled`, `cancel_requested` or `already_completed`.
+#[derive(Serialize)]
+struct CancelDocument {
+    id: Uuid,
+    outcome: &'static str,
 }

@@ -1,19 +1,23 @@
 //! `wf enqueue`: the command-line door to the single enqueue path.
 
-use std::io::Read;
-
 use anyhow::{Context, Result, bail};
-use serde_json::{Value, json};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
 
-use super::Ctx;
-use super::jobs::print_result;
+use super::args::{read_input, split_target};
+use super::render::print_result;
+use super::{CommandResult, Ctx};
 use crate::cli::EnqueueArgs;
-use crate::error::Outcome;
-use crate::output::diag;
-use crate::queue::enqueue::{self, Request, When};
+use crate::diag::diag;
+use crate::error::Exit;
+use crate::output::rfc3339;
+use crate::queue::enqueue::{self, Enqueued, Request, When};
 use crate::queue::inspect;
+use crate::queue::job::TriggerKind;
 
-pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     let (app, action) = split_target(&args.target)?;
     let inputs = match &args.batch {
         Some(path) => read_batch(path)?,
@@ -35,7 +39,7 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
         priority: args.priority,
         tag: args.tag.as_deref(),
         when,
-        trigger_kind: args.trigger_kind.as_str(),
+        trigger_kind: args.trigger_kind,
         schedule_name: None,
     };
     let mut client = ctx.connect()?;
@@ -45,14 +49,14 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
 
     if args.batch.is_some() {
         if ctx.out.json {
-            ctx.out.json(&json!({"ids": jobs.iter().map(|j| j.id).collect::<Vec<_>>()}))?;
+            ctx.out.json(&BatchDocument { ids: jobs.iter().map(|job| job.id).collect() })?;
         } else {
             for job in &jobs {
                 ctx.out.line(&job.id.to_string())?;
             }
             ctx.out.info(&format!("enqueued {} jobs of {}", jobs.len(), args.target));
         }
-        return Ok(Outcome::Ok);
+        return Ok(Exit::Ok);
     }
     let job = &jobs[0];
     if args.wait {
@@ -61,36 +65,11 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<Outcome> {
         return print_result(&ctx.out, &view);
     }
     if ctx.out.json {
-        ctx.out.json(&job.to_json())?;
+        ctx.out.json(&EnqueuedDocument::from(job))?;
     } else {
         ctx.out.line(&job.id.to_string())?;
     }
-    Ok(Outcome::Ok)
-}
-
-pub(super) fn split_target(target: &str) -> Result<(&str, &str)> {
-    match target.split_once('/') {
-        Some((app, action)) if !app.is_empty() && !action.is_empty() && !action.contains('/') => Ok((app, action)),
-        _ => bail!("{target:?} is not APP/ACTION (e.g. billing/charge)"),
-    }
-}
-
-/// `--input JSON`, `--input @FILE`, `--input -` (stdin); none is `{}`.
-pub(super) fn read_input(input: Option<&str>) -> Result<Value> {
-    let (text, origin) = match input {
-        None => return Ok(json!({})),
-        Some("-") => {
-            let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text).context("reading the input from stdin")?;
-            (text, "stdin".to_string())
-        }
-        Some(arg) if arg.starts_with('@') => {
-            let path = &arg[1..];
-            (std::fs::read_to_string(path).with_context(|| format!("reading the input file {path}"))?, path.to_string())
-        }
-        Some(arg) => (arg.to_string(), "--input".to_string()),
-    };
-    serde_json::from_str(&text).with_context(|| format!("the input ({origin}) is not valid JSON"))
+    Ok(Exit::Ok)
 }
 
 /// One input per line of a JSON Lines file; blank lines are skipped; any bad line refuses all.
@@ -112,4 +91,40 @@ fn read_batch(path: &std::path::Path) -> Result<Vec<Value>> {
         bail!("{} has no inputs", path.display());
     }
     Ok(inputs)
+}
+
+/// A job the enqueue path created (SPEC: `{"id","app","action","tag","priority","commit_sha",
+/// "scheduled_for","trigger_kind"}`).
+#[derive(Serialize)]
+struct EnqueuedDocument<'a> {
+    id: Uuid,
+    app: &'a str,
+    action: &'a str,
+    tag: &'a str,
+    priority: i32,
+    commit_sha: &'a str,
+    #[serde(serialize_with = "rfc3339")]
+    scheduled_for: DateTime<Utc>,
+    trigger_kind: TriggerKind,
+}
+
+impl<'a> From<&'a Enqueued> for EnqueuedDocument<'a> {
+    fn from(job: &'a Enqueued) -> EnqueuedDocument<'a> {
+        EnqueuedDocument {
+            id: job.id,
+            app: &job.app,
+            action: &job.action,
+            tag: &job.tag,
+            priority: job.priority,
+            commit_sha: &job.commit_sha,
+            scheduled_for: job.scheduled_for,
+            trigger_kind: job.trigger_kind,
+        }
+    }
+}
+
+/// `wf enqueue --batch --json`: the jobs' ids, in the order of the file's lines.
+#[derive(Serialize)]
+struct BatchDocument {
+    ids: Vec<Uuid>,
 }

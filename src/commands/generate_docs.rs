@@ -9,17 +9,18 @@ use anyhow::{Context, Result};
 use clap::{Command, CommandFactory};
 use clap_complete::{Generator, Shell};
 use clap_mangen::Man;
+use serde::Serialize;
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::{Cli, GenerateDocsArgs};
-use crate::error::Outcome;
+use crate::error::{EXIT_STATUS, Exit};
 
 const BIN: &str = "wf";
 
-pub(super) fn run(ctx: &Ctx, args: GenerateDocsArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: GenerateDocsArgs) -> CommandResult {
     let completions = args.out.join("completions");
-    let man = args.out.join("man");
-    for dir in [&completions, &man] {
+    let man_dir = args.out.join("man");
+    for dir in [&completions, &man_dir] {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let mut written = Vec::new();
@@ -30,7 +31,7 @@ pub(super) fn run(ctx: &Ctx, args: GenerateDocsArgs) -> Result<Outcome> {
         written.push(write(&completions.join(shell.file_name(BIN)), &text)?);
     }
     // Pages of subcommands that no longer exist would otherwise linger in the repository.
-    for entry in fs::read_dir(&man).with_context(|| format!("reading {}", man.display()))? {
+    for entry in fs::read_dir(&man_dir).with_context(|| format!("reading {}", man_dir.display()))? {
         let path = entry?.path();
         if path.extension().is_some_and(|ext| ext == "1") {
             fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
@@ -42,15 +43,40 @@ pub(super) fn run(ctx: &Ctx, args: GenerateDocsArgs) -> Result<Outcome> {
     for command in pages(&root) {
         let name = command.get_display_name().unwrap_or(command.get_name()).to_string();
         let mut page = Vec::new();
-        Man::new(command).title(&name).source(&source).render(&mut page)?;
-        written.push(write(&man.join(format!("{name}.1")), &page)?);
+        let man = Man::new(command).title(&name).source(&source);
+        if name == BIN {
+            render_with_exit_status(&man, &mut page)?;
+        } else {
+            man.render(&mut page)?;
+        }
+        written.push(write(&man_dir.join(format!("{name}.1")), &page)?);
     }
     if ctx.out.json {
-        ctx.out.json(&serde_json::json!({ "files": written }))?;
+        ctx.out.json(&WrittenDocument { files: &written })?;
     } else {
-        ctx.out.info(&format!("wrote {} files into {} and {}", written.len(), completions.display(), man.display()));
+        ctx.out.info(&format!(
+            "wrote {} files into {} and {}",
+            written.len(),
+            completions.display(),
+            man_dir.display()
+        ));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
+}
+
+/// wf(1): the page clap_mangen renders, with the exit statuses before its VERSION section.
+fn render_with_exit_status(man: &Man, page: &mut Vec<u8>) -> Result<()> {
+    let mut rendered = Vec::new();
+    man.render(&mut rendered)?;
+    let at = rendered.windows(13).position(|line| line == b"\n.SH VERSION").map_or(rendered.len(), |at| at + 1);
+    let mut section = String::from(".SH \"EXIT STATUS\"\n");
+    for (code, meaning) in EXIT_STATUS {
+        section.push_str(&format!(".TP\n{code}\n{}\n", meaning.replace('-', "\\-")));
+    }
+    page.extend_from_slice(&rendered[..at]);
+    page.extend_from_slice(section.as_bytes());
+    page.extend_from_slice(&rendered[at..]);
+    Ok(())
 }
 
 /// The command and every visible subcommand below it, each with its full name (`wf-db-up`).
@@ -82,4 +108,10 @@ fn without_hidden_subcommands(command: &Command) -> Command {
 fn write(path: &Path, content: &[u8]) -> Result<PathBuf> {
     fs::write(path, content).with_context(|| format!("writing {}", path.display()))?;
     Ok(path.to_path_buf())
+}
+
+/// The files written.
+#[derive(Serialize)]
+struct WrittenDocument<'a> {
+    files: &'a [PathBuf],
 }

@@ -1,15 +1,25 @@
-//! One module per subcommand: parse its arguments, call the library, render the output.
+//! One module per subcommand (a group, like `wf schedule`, is one module): parse its arguments,
+//! call the library, render the output. No command imports another: what several share is in
+//! `args` (reading arguments) and `render` (printing a job and its result).
 
 mod actions;
+mod args;
 mod bench;
 mod cancel;
 mod db;
 mod enqueue;
 mod generate_docs;
 mod jobs;
+mod logs;
+mod progress;
 mod prune;
+mod reap;
+mod render;
+mod result;
 mod schedule;
+mod show;
 mod source;
+mod status;
 mod supervise;
 mod sync;
 mod token;
@@ -18,24 +28,82 @@ mod work;
 use anyhow::Result;
 
 use crate::cli::{Cli, Command, OutputFormat};
+use crate::config::Config;
 use crate::db::Database;
-use crate::error::Outcome;
+use crate::db::embedded::{Cluster, Started};
+use crate::db::migrate::Applied;
+use crate::error::{CommandError, Exit};
 use crate::output::Output;
+use crate::token::load_secret;
+use crate::worker::Local;
 
-/// What every command gets: how to render, and how to reach the database.
+/// What every command gets: how to render, the configuration, and how to reach the database.
 pub(crate) struct Ctx {
     pub out: Output,
+    pub config: Config,
     database_url: Option<String>,
 }
 
 impl Ctx {
     /// The database, started and migrated (embedded) or checked (external).
     pub(crate) fn database(&self) -> Result<Database> {
-        Database::open(self.database_url.as_deref(), &self.out)
+        self.prepare(self.locate()?)
     }
 
-    pub(crate) fn database_url(&self) -> Option<String> {
-        self.database_url.clone()
+    /// The database without touching its schema: the external one, or the embedded cluster.
+    pub(crate) fn locate(&self) -> Result<Database> {
+        match &self.database_url {
+            Some(url) => Database::external(url),
+            None => Ok(Database::embedded(&self.embedded_up()?)),
+        }
+    }
+
+    /// Migrate the embedded cluster's schema (saying what was applied), or check an external one.
+    pub(crate) fn prepare(&self, database: Database) -> Result<Database> {
+        self.say_applied(&database.prepare()?);
+        Ok(database)
+    }
+
+    pub(crate) fn say_applied(&self, applied: &[Applied]) {
+        for migration in applied {
+            self.out.info(&format!("applied migration {}", migration.name));
+        }
+    }
+
+    /// The embedded cluster of WF_HOME, created and started when it is not running; says so once.
+    pub(crate) fn embedded_up(&self) -> Result<Cluster> {
+        let cluster = self.cluster()?;
+        let at = cluster.home_pg().display();
+        match cluster.ensure_up()? {
+            Started::Running => {}
+            Started::Restarted => self.out.info(&format!("starting the embedded PostgreSQL cluster in {at}")),
+            Started::Created => self.out.info(&format!(
+                "creating and starting the embedded PostgreSQL cluster in {at} (set DATABASE_URL to use another database)"
+            )),
+        }
+        Ok(cluster)
+    }
+
+    /// The embedded cluster of WF_HOME, as it is.
+    pub(crate) fn cluster(&self) -> Result<Cluster> {
+        Cluster::locate(self.config.home()?, &self.config.search_path)
+    }
+
+    /// What a worker of this host runs with: WF_HOME, the store, bun, the secret (generated into
+    /// WF_HOME the first time) and the environment actions inherit.
+    pub(crate) fn local(&self) -> Result<Local> {
+        let home = self.config.home()?.to_path_buf();
+        Ok(Local {
+            store: self.config.store()?,
+            bun: self.config.bun()?,
+            secret: load_secret(self.config.secret(), &home)?,
+            inherited_env: self.config.inherited_env.clone(),
+            home,
+        })
+    }
+
+    pub(crate) fn database_url(&self) -> Option<&str> {
+        self.database_url.as_deref()
     }
 
     /// A connection to the database, ready to use.
@@ -44,9 +112,14 @@ impl Ctx {
     }
 }
 
-pub(crate) fn dispatch(cli: Cli) -> Result<Outcome> {
+/// What a command ends with: how it ended, or why it did not do what was asked.
+pub(crate) type CommandResult = std::result::Result<Exit, CommandError>;
+
+pub(crate) fn dispatch(cli: Cli) -> CommandResult {
     let json = cli.json || cli.output == OutputFormat::Json;
-    let ctx = Ctx { out: Output::new(json, cli.quiet), database_url: cli.database_url };
+    let config = Config::from_env();
+    crate::fault::arm(config.fault.clone());
+    let ctx = Ctx { out: Output::new(json, cli.quiet, config.no_color), config, database_url: cli.database_url };
     if crate::fault::at("panic") {
         panic!("WF_FAULT=panic");
     }
@@ -59,13 +132,13 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Supervise(args) => supervise::run(args),
         Command::Enqueue(args) => enqueue::run(&ctx, args),
         Command::Work(args) => work::run(&ctx, args),
-        Command::Cancel(args) => cancel::cancel(&ctx, args),
-        Command::Reap(args) => cancel::reap(&ctx, args),
-        Command::Jobs(args) => jobs::jobs(&ctx, args),
-        Command::Show(args) => jobs::show(&ctx, args),
-        Command::Result(args) => jobs::result(&ctx, args),
-        Command::Logs(args) => jobs::logs(&ctx, args),
-        Command::Status => jobs::status(&ctx),
+        Command::Cancel(args) => cancel::run(&ctx, args),
+        Command::Reap(args) => reap::run(&ctx, args),
+        Command::Jobs(args) => jobs::run(&ctx, args),
+        Command::Show(args) => show::run(&ctx, args),
+        Command::Result(args) => result::run(&ctx, args),
+        Command::Logs(args) => logs::run(&ctx, args),
+        Command::Status => status::run(&ctx),
         Command::Token(command) => token::run(&ctx, command),
         Command::Schedule(command) => schedule::run(&ctx, command),
         Command::Prune(args) => prune::run(&ctx, args),

@@ -1,29 +1,28 @@
 //! `wf prune`: delete completed jobs older than a cutoff, in batches.
 
-use anyhow::Result;
-use serde_json::json;
+use serde::Serialize;
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::PruneArgs;
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::output::{confirm, time_cell};
 use crate::queue::prune;
 
-pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> Result<Outcome> {
-    let status = args.status.map(|s| s.as_str());
+pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> CommandResult {
+    let status = args.status;
     let mut client = ctx.connect()?;
     let cutoff = prune::cutoff(&mut client, args.older_than)?;
     let candidates = prune::count(&mut client, cutoff, status)?;
     if args.dry_run {
         if ctx.out.json {
-            ctx.out.json(&json!({"deleted": 0, "would_delete": candidates}))?;
+            ctx.out.json(&PruneDocument { deleted: 0, would_delete: Some(candidates) })?;
         } else {
             ctx.out.info(&format!(
                 "would delete {candidates} completed job(s) finished before {}",
                 time_cell(Some(cutoff))
             ));
         }
-        return Ok(Outcome::Ok);
+        return Ok(Exit::Ok);
     }
     if candidates > 0 {
         confirm(
@@ -43,9 +42,17 @@ pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> Result<Outcome> {
     }
     bar.finish_and_clear();
     if ctx.out.json {
-        ctx.out.json(&json!({"deleted": deleted}))?;
+        ctx.out.json(&PruneDocument { deleted, would_delete: None })?;
     } else {
         ctx.out.info(&format!("deleted {deleted} completed job(s) finished before {}", time_cell(Some(cutoff))));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
+}
+
+/// How many completed jobs went; with `--dry-run`, none, and how many would have.
+#[derive(Serialize)]
+struct PruneDocument {
+    deleted: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    would_delete: Option<i64>,
 }

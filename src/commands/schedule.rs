@@ -1,16 +1,21 @@
 //! `wf schedule add | list | rm | pause | resume | tick`.
 
-use anyhow::Result;
-use serde_json::{Value, json};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
 
-use super::Ctx;
-use super::enqueue::{read_input, split_target};
+use super::args::{read_input, split_target};
+use super::{CommandResult, Ctx};
 use crate::cli::{ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleTickArgs};
-use crate::error::Outcome;
-use crate::output::{confirm, diag, time_cell};
-use crate::schedule::{self, NewSchedule};
+use crate::db;
+use crate::diag::diag;
+use crate::error::Exit;
+use crate::output::rfc3339_or_null;
+use crate::output::{confirm, time_cell};
+use crate::schedule::{self, NewSchedule, Schedule};
 
-pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> CommandResult {
     match command {
         ScheduleCommand::Add(args) => add(ctx, args),
         ScheduleCommand::List => list(ctx),
@@ -21,7 +26,7 @@ pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> Result<Outcome> {
     }
 }
 
-fn add(ctx: &Ctx, args: ScheduleAddArgs) -> Result<Outcome> {
+fn add(ctx: &Ctx, args: ScheduleAddArgs) -> CommandResult {
     let (app, action) = split_target(&args.target)?;
     let new = NewSchedule {
         name: &args.name,
@@ -36,7 +41,7 @@ fn add(ctx: &Ctx, args: ScheduleAddArgs) -> Result<Outcome> {
     let mut client = ctx.connect()?;
     let (added, next) = schedule::add(&mut client, &new)?;
     if ctx.out.json {
-        ctx.out.json(&added.to_json(Some(next)))?;
+        ctx.out.json(&ScheduleDocument::new(&added, Some(next)))?;
     } else {
         ctx.out.info(&format!(
             "added schedule {} ({} in {}), next fire {}; run `wf schedule tick` from cron every minute",
@@ -46,17 +51,18 @@ fn add(ctx: &Ctx, args: ScheduleAddArgs) -> Result<Outcome> {
             time_cell(Some(next))
         ));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn list(ctx: &Ctx) -> Result<Outcome> {
+fn list(ctx: &Ctx) -> CommandResult {
     let mut client = ctx.connect()?;
-    let now: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[])?.get(0);
+    let now = db::now(&mut client)?;
     let schedules = schedule::list(&mut client)?;
     if ctx.out.json {
-        let document: Vec<Value> = schedules.iter().map(|s| s.to_json(s.next_fire(now).ok())).collect();
-        ctx.out.json(&Value::Array(document))?;
-        return Ok(Outcome::Ok);
+        let document: Vec<ScheduleDocument> =
+            schedules.iter().map(|s| ScheduleDocument::new(s, s.next_fire(now).ok())).collect();
+        ctx.out.json(&document)?;
+        return Ok(Exit::Ok);
     }
     let rows = schedules
         .iter()
@@ -73,41 +79,45 @@ fn list(ctx: &Ctx) -> Result<Outcome> {
         })
         .collect();
     ctx.out.table(&["name", "action", "cron", "tz", "enabled", "last fire", "next fire"], rows)?;
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> Result<Outcome> {
+fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> CommandResult {
     confirm(&format!("remove schedule {}", args.name), args.yes)?;
     let mut client = ctx.connect()?;
     schedule::remove(&mut client, &args.name)?;
     if ctx.out.json {
-        ctx.out.json(&json!({"removed": args.name}))?;
+        ctx.out.json(&RemovedDocument { removed: &args.name })?;
     } else {
         ctx.out.info(&format!("removed schedule {} (jobs it enqueued stay)", args.name));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn set_enabled(ctx: &Ctx, args: ScheduleNameArgs, enabled: bool) -> Result<Outcome> {
+fn set_enabled(ctx: &Ctx, args: ScheduleNameArgs, enabled: bool) -> CommandResult {
     let mut client = ctx.connect()?;
     schedule::set_enabled(&mut client, &args.name, enabled)?;
     if ctx.out.json {
-        ctx.out.json(&json!({"name": args.name, "enabled": enabled}))?;
+        ctx.out.json(&EnabledDocument { name: &args.name, enabled })?;
     } else {
         ctx.out.info(&format!("schedule {} {}", args.name, if enabled { "resumed" } else { "paused" }));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> Result<Outcome> {
+fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let fired = schedule::tick(&mut client, args.horizon, None)?;
     if ctx.out.json {
-        let document: Vec<Value> = fired
+        let document: Vec<FiredDocument> = fired
             .iter()
-            .map(|f| json!({"schedule": f.schedule, "ids": f.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), "error": f.error}))
+            .map(|f| FiredDocument {
+                schedule: &f.schedule,
+                ids: f.jobs.iter().map(|job| job.id).collect(),
+                error: f.error.as_deref(),
+            })
             .collect();
-        ctx.out.json(&json!({"fired": document}))?;
+        ctx.out.json(&TickDocument { fired: document })?;
     } else {
         for f in &fired {
             match &f.error {
@@ -117,7 +127,69 @@ fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> Result<Outcome> {
         }
     }
     if fired.iter().any(|f| f.error.is_some()) {
-        anyhow::bail!("some schedules could not enqueue (see above)");
+        return Err(anyhow::anyhow!("some schedules could not enqueue (see above)").into());
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
+}
+
+/// A schedule with its next fire time (`add` prints it, `list` lists them).
+#[derive(Serialize)]
+struct ScheduleDocument<'a> {
+    name: &'a str,
+    app: &'a str,
+    action: &'a str,
+    cron: &'a str,
+    tz: &'a str,
+    input: &'a Value,
+    priority: i32,
+    tag: Option<&'a str>,
+    enabled: bool,
+    #[serde(serialize_with = "rfc3339_or_null")]
+    last_fire_time: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "rfc3339_or_null")]
+    next_fire_time: Option<DateTime<Utc>>,
+}
+
+impl<'a> ScheduleDocument<'a> {
+    fn new(schedule: &'a Schedule, next_fire_time: Option<DateTime<Utc>>) -> ScheduleDocument<'a> {
+        ScheduleDocument {
+            name: &schedule.name,
+            app: &schedule.app,
+            action: &schedule.action,
+            cron: &schedule.cron,
+            tz: &schedule.tz,
+            input: &schedule.input,
+            priority: schedule.priority,
+            tag: schedule.tag.as_deref(),
+            enabled: schedule.enabled,
+            last_fire_time: schedule.last_fire_time,
+            next_fire_time,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct RemovedDocument<'a> {
+    removed: &'a str,
+}
+
+/// After `pause` or `resume`.
+#[derive(Serialize)]
+struct EnabledDocument<'a> {
+    name: &'a str,
+    enabled: bool,
+}
+
+/// What one tick enqueued, per schedule.
+#[derive(Serialize)]
+struct TickDocument<'a> {
+    fired: Vec<FiredDocument<'a>>,
+}
+
+#[derive(Serialize)]
+struct FiredDocument<'a> {
+    schedule: &'a str,
+    ids: Vec<Uuid>,
+    /// Why this schedule enqueued nothing.
+    error: Option<&'a str>,
 }

@@ -1,17 +1,18 @@
 //! `wf source add | list | rm`.
 
-use anyhow::Result;
-use serde_json::{Value, json};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
 
-use super::Ctx;
+use super::progress::SourceBars;
+use super::{CommandResult, Ctx};
 use crate::cli::{SourceAddArgs, SourceCommand, SourceRmArgs};
-use crate::config;
-use crate::error::Outcome;
-use crate::output::{self, time_cell, time_json};
+use crate::error::Exit;
+use crate::output::{self, rfc3339_or_null, time_cell};
 use crate::source::git_source::{self, GitSource};
 use crate::source::{catalog, short_sha};
 
-pub(super) fn run(ctx: &Ctx, command: SourceCommand) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, command: SourceCommand) -> CommandResult {
     match command {
         SourceCommand::Add(args) => add(ctx, args),
         SourceCommand::List => list(ctx),
@@ -19,25 +20,28 @@ pub(super) fn run(ctx: &Ctx, command: SourceCommand) -> Result<Outcome> {
     }
 }
 
-fn add(ctx: &Ctx, args: SourceAddArgs) -> Result<Outcome> {
+fn add(ctx: &Ctx, args: SourceAddArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let source = git_source::add(&mut client, &args.name, &args.url, args.branch.as_deref())?;
     if ctx.out.json {
-        ctx.out.json(&json!({
-            "id": source.id, "name": source.name, "url": source.url, "branch": source.branch,
-        }))?;
+        ctx.out.json(&AddedDocument {
+            id: source.id,
+            name: &source.name,
+            url: &source.url,
+            branch: source.branch.as_deref(),
+        })?;
     } else {
         ctx.out.line(&source.id.to_string())?;
         ctx.out.info(&format!("added source {} ({}); next: `wf sync {}`", source.name, source.url, source.name));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn list(ctx: &Ctx) -> Result<Outcome> {
+fn list(ctx: &Ctx) -> CommandResult {
     let mut client = ctx.connect()?;
     let sources = git_source::list(&mut client)?;
     if ctx.out.json {
-        ctx.out.json(&Value::Array(sources.iter().map(source_json).collect()))?;
+        ctx.out.json(&sources.iter().map(SourceDocument::from).collect::<Vec<_>>())?;
     } else {
         let rows = sources
             .iter()
@@ -53,21 +57,10 @@ fn list(ctx: &Ctx) -> Result<Outcome> {
             .collect();
         ctx.out.table(&["name", "url", "branch", "commit", "synced at"], rows)?;
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
-fn source_json(source: &GitSource) -> Value {
-    json!({
-        "id": source.id,
-        "name": source.name,
-        "url": source.url,
-        "branch": source.branch,
-        "commit_sha": source.commit_sha,
-        "synced_at": time_json(source.synced_at),
-    })
-}
-
-fn rm(ctx: &Ctx, args: SourceRmArgs) -> Result<Outcome> {
+fn rm(ctx: &Ctx, args: SourceRmArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let source = git_source::find(&mut client, &args.name)?;
     let actions = catalog::list(&mut client, Some(&source.name))?.len();
@@ -75,17 +68,63 @@ fn rm(ctx: &Ctx, args: SourceRmArgs) -> Result<Outcome> {
         &format!("remove source {} ({}) and its {actions} action(s) from the catalog?", source.name, source.url),
         args.yes,
     )?;
-    let removed = git_source::remove(&mut client, &args.name, &config::wf_home()?, &ctx.out)?;
+    let bars = SourceBars::new(ctx.out);
+    let removed = git_source::remove(&mut client, &args.name, ctx.config.home()?, &bars)?;
     if ctx.out.json {
-        ctx.out.json(&json!({
-            "id": removed.source.id, "name": removed.source.name,
-            "apps": removed.apps, "actions": removed.actions,
-        }))?;
+        ctx.out.json(&RemovedDocument {
+            id: removed.source.id,
+            name: &removed.source.name,
+            apps: removed.apps,
+            actions: removed.actions,
+        })?;
     } else {
         ctx.out.info(&format!(
             "removed source {} ({} app(s), {} action(s)); jobs already enqueued keep their pinned commit",
             removed.source.name, removed.apps, removed.actions
         ));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
+}
+
+/// A source as `add` registered it.
+#[derive(Serialize)]
+struct AddedDocument<'a> {
+    id: Uuid,
+    name: &'a str,
+    url: &'a str,
+    branch: Option<&'a str>,
+}
+
+/// A source as `list` shows it: with the commit the catalog shows, and when it was synced.
+#[derive(Serialize)]
+struct SourceDocument<'a> {
+    id: Uuid,
+    name: &'a str,
+    url: &'a str,
+    branch: Option<&'a str>,
+    commit_sha: Option<&'a str>,
+    #[serde(serialize_with = "rfc3339_or_null")]
+    synced_at: Option<DateTime<Utc>>,
+}
+
+impl<'a> From<&'a GitSource> for SourceDocument<'a> {
+    fn from(source: &'a GitSource) -> SourceDocument<'a> {
+        SourceDocument {
+            id: source.id,
+            name: &source.name,
+            url: &source.url,
+            branch: source.branch.as_deref(),
+            commit_sha: source.commit_sha.as_deref(),
+            synced_at: source.synced_at,
+        }
+    }
+}
+
+/// What `rm` took out of the catalog.
+#[derive(Serialize)]
+struct RemovedDocument<'a> {
+    id: Uuid,
+    name: &'a str,
+    apps: i64,
+    actions: i64,
 }

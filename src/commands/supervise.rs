@@ -1,11 +1,16 @@
 //! `wf __supervise` (hidden): the process between a worker and bun, when the `wf-supervise` binary
 //! is not beside `wf`; see `runner::supervisor`.
 
-use crate::cli::SuperviseArgs;
+use anyhow::Context;
 
-pub(super) fn run(args: SuperviseArgs) -> ! {
-    let code = crate::runner::supervise_main(["__supervise".to_string(), args.plan].into_iter());
-    // The exit code is bun's (or 128 + a signal), which wf's own exit-code map cannot carry; every
-    // process of the action is already dead and reaped, so there is nothing left to unwind.
-    std::process::exit(code)
+use super::CommandResult;
+use crate::cli::SuperviseArgs;
+use crate::error::Exit;
+use crate::runner::supervisor::{self, Supervision};
+
+pub(super) fn run(args: SuperviseArgs) -> CommandResult {
+    let plan = Supervision::from_arg(&args.plan)?;
+    let code = supervisor::supervise(&plan)?;
+    // bun's code, or 128 + a signal, passed on as the supervisor's own.
+    Ok(Exit::PassedOn(u8::try_from(code).context("the supervisor's exit code")?))
 }

@@ -1,47 +1,48 @@
 //! `wf sync NAME [--ref REF | --commit SHA]`.
 
-use anyhow::Result;
-use serde_json::{Value, json};
+use serde::Serialize;
 
-use super::Ctx;
+use super::progress::SourceBars;
+use super::{CommandResult, Ctx};
 use crate::cli::SyncArgs;
-use crate::config;
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::source::git::Target;
 use crate::source::{short_sha, sync};
 
-pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
     let target = match (args.r#ref, args.commit) {
         (_, Some(commit)) => Target::Commit(commit),
         (Some(name), None) => Target::Ref(name),
         (None, None) => Target::Default,
     };
     let mut client = ctx.connect()?;
-    let report = sync::sync(&mut client, &args.name, &target, &config::wf_home()?, &config::wf_store()?, &ctx.out)?;
-    let actions: Vec<(&str, &str, &str, i32)> = report
+    let bars = SourceBars::new(ctx.out);
+    let report = sync::sync(&mut client, &args.name, &target, ctx.config.home()?, &ctx.config.store()?, &bars)?;
+    let actions: Vec<SyncedAction> = report
         .manifest
         .apps
         .iter()
         .flat_map(|app| {
-            app.actions.iter().map(move |a| (app.key.as_str(), a.key.as_str(), a.tag.as_str(), a.timeout_s))
+            app.actions.iter().map(move |a| SyncedAction {
+                app: &app.key,
+                action: &a.key,
+                tag: &a.tag,
+                timeout: a.timeout_s,
+            })
         })
         .collect();
     if ctx.out.json {
-        let actions: Vec<Value> = actions
-            .iter()
-            .map(|(app, action, tag, timeout)| json!({"app": app, "action": action, "tag": tag, "timeout": timeout}))
-            .collect();
-        ctx.out.json(&json!({
-            "source": report.source, "commit_sha": report.commit_sha,
-            "changed": report.changed, "actions": actions,
-        }))?;
-        return Ok(Outcome::Ok);
+        ctx.out.json(&SyncDocument {
+            source: &report.source,
+            commit_sha: &report.commit_sha,
+            changed: report.changed,
+            actions: &actions,
+        })?;
+        return Ok(Exit::Ok);
     }
     let rows = actions
         .iter()
-        .map(|(app, action, tag, timeout)| {
-            vec![app.to_string(), action.to_string(), tag.to_string(), format!("{timeout}s")]
-        })
+        .map(|a| vec![a.app.to_string(), a.action.to_string(), a.tag.to_string(), format!("{}s", a.timeout)])
         .collect();
     ctx.out.table(&["app", "action", "tag", "timeout"], rows)?;
     if let Some(reason) = &report.materialized.repaired {
@@ -63,5 +64,24 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> Result<Outcome> {
         short_sha(&report.commit_sha),
         actions.len()
     ));
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
+}
+
+/// What a sync did (SPEC: `{"source","commit_sha","changed","actions"}`).
+#[derive(Serialize)]
+struct SyncDocument<'a> {
+    source: &'a str,
+    commit_sha: &'a str,
+    /// The catalog moved to another commit.
+    changed: bool,
+    actions: &'a [SyncedAction<'a>],
+}
+
+/// An action of the synced commit.
+#[derive(Serialize)]
+struct SyncedAction<'a> {
+    app: &'a str,
+    action: &'a str,
+    tag: &'a str,
+    timeout: i32,
 }

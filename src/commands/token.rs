@@ -1,15 +1,17 @@
 //! `wf token verify`.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, anyhow};
 use chrono::{DateTime, Utc};
-use serde_json::json;
+use serde::Serialize;
+use uuid::Uuid;
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::{TokenCommand, TokenVerifyArgs};
-use crate::error::Outcome;
+use crate::db;
+use crate::error::Exit;
 use crate::token;
 
-pub(super) fn run(ctx: &Ctx, command: TokenCommand) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, command: TokenCommand) -> CommandResult {
     match command {
         TokenCommand::Verify(args) => verify(ctx, args),
     }
@@ -18,19 +20,22 @@ pub(super) fn run(ctx: &Ctx, command: TokenCommand) -> Result<Outcome> {
 /// A token is valid while it is well signed, unexpired, and its claim still owns the job: a
 /// token that outlived its attempt (completed, reaped, put back) is printed with `current: false`
 /// and refused (exit 1).
-fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> Result<Outcome> {
-    let secret = token::load_secret()?;
+fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> CommandResult {
+    let secret = token::load_secret(ctx.config.secret(), ctx.config.home()?)?;
     let mut client = ctx.connect()?;
     // Expiry is judged on the database's clock, like every time that matters.
-    let now: DateTime<Utc> = client.query_one("SELECT now()", &[])?.get(0);
+    let now = db::now(&mut client)?;
     let claims = token::verify(&secret, &args.token, now).context("verifying the token")?;
     let current = token::is_current(&mut client, &claims)?;
     let expires = DateTime::<Utc>::from_timestamp(claims.exp, 0).unwrap_or_default();
     if ctx.out.json {
-        ctx.out.json(&json!({
-            "valid": current, "current": current, "job": claims.job, "claim": claims.claim,
-            "expires_at": crate::output::time_json(Some(expires)),
-        }))?;
+        ctx.out.json(&VerifiedDocument {
+            valid: current,
+            current,
+            job: claims.job,
+            claim: &claims.claim,
+            expires_at: expires,
+        })?;
     } else {
         ctx.out.table(
             &["job", "claim", "expires", "current"],
@@ -43,11 +48,25 @@ fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> Result<Outcome> {
         )?;
     }
     if !current {
-        bail!(
+        return Err(anyhow!(
             "token no longer current: claim {} does not own job {} any more (its attempt ended)",
             claims.claim,
             claims.job
-        );
+        )
+        .into());
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
+}
+
+/// A token's claims, and whether it holds.
+#[derive(Serialize)]
+struct VerifiedDocument<'a> {
+    /// Well signed, unexpired and current.
+    valid: bool,
+    /// Its claim still owns the job.
+    current: bool,
+    job: Uuid,
+    claim: &'a str,
+    #[serde(serialize_with = "crate::output::rfc3339")]
+    expires_at: DateTime<Utc>,
 }

@@ -3,14 +3,14 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use serde_json::json;
+use serde::Serialize;
 
-use super::Ctx;
+use super::{CommandResult, Ctx};
 use crate::cli::{self, WorkArgs};
-use crate::error::Outcome;
+use crate::error::Exit;
 use crate::worker::{self, Isolation, Options, Until};
 
-pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
+pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> CommandResult {
     let until = if args.drain {
         Until::Drained
     } else if args.once {
@@ -26,13 +26,13 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
         until,
         heartbeat: match args.heartbeat {
             Some(period) => period,
-            None => crate::config::heartbeat_period()?,
+            None => ctx.config.heartbeat()?,
         },
         grace: args.grace,
         name: args.name.unwrap_or_else(|| format!("{}:{}", crate::config::hostname(), std::process::id())),
         reap: !args.no_reap,
-        zombie_timeout: crate::config::zombie_timeout()?,
-        restart_limit: crate::config::restart_limit()?,
+        zombie_timeout: ctx.config.zombie_timeout()?,
+        restart_limit: ctx.config.restart_limit()?,
         poll: std::time::Duration::from_secs(5),
         quiet: ctx.out.quiet,
         isolation: match args.isolation {
@@ -40,21 +40,25 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> Result<Outcome> {
             // Without a sandbox every folder the worker may write is the action's too.
             cli::Isolation::None => Isolation::None,
         },
+        local: ctx.local()?,
     };
     options.check()?;
     let summary = worker::run(ctx.database()?, options)?;
     if ctx.out.json {
-        ctx.out.json(&json!({
-            "succeeded": summary.succeeded, "failed": summary.failed, "canceled": summary.canceled,
-            "released": summary.released, "fenced": summary.fenced,
-        }))?;
+        ctx.out.json(&SummaryDocument {
+            succeeded: summary.succeeded,
+            failed: summary.failed,
+            canceled: summary.canceled,
+            released: summary.released,
+            fenced: summary.fenced,
+        })?;
     } else {
         ctx.out.info(&format!(
             "worker stopped: {} succeeded, {} failed, {} canceled, {} put back in the queue, {} lost to the reaper",
             summary.succeeded, summary.failed, summary.canceled, summary.released, summary.fenced
         ));
     }
-    Ok(Outcome::Ok)
+    Ok(Exit::Ok)
 }
 
 /// `--allow-write` folders: existing directories, by their real path (a sandbox binds what the
@@ -73,4 +77,15 @@ fn allow_write(dirs: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
             Ok(real)
         })
         .collect()
+}
+
+/// What a worker did before it stopped: jobs it completed, put back in the queue (a clean
+/// shutdown) and lost to the reaper (fenced).
+#[derive(Serialize)]
+struct SummaryDocument {
+    succeeded: u64,
+    failed: u64,
+    canceled: u64,
+    released: u64,
+    fenced: u64,
 }

@@ -21,8 +21,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
-use crate::output::Output;
-
 /// The superuser and database of the embedded cluster.
 const DB_USER: &str = "windforce";
 const DB_NAME: &str = "windforce";
@@ -44,6 +42,19 @@ pub struct Cluster {
     socket_dir: PathBuf,
     /// Serializes creating, starting and stopping between `wf` processes.
     lock_file: PathBuf,
+    /// Where the PostgreSQL server binaries are looked for first (PATH).
+    search_path: Vec<PathBuf>,
+}
+
+/// What `ensure_up` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    /// It was running already.
+    Running,
+    /// It was stopped (cleanly, or by a crash or a reboot) and was started.
+    Restarted,
+    /// It did not exist: it was created and started.
+    Created,
 }
 
 /// The state of the embedded cluster, for `wf db status`.
@@ -64,9 +75,10 @@ enum Postmaster {
 }
 
 impl Cluster {
-    pub fn locate() -> Result<Cluster> {
-        let home = crate::config::wf_home()?;
-        fs::create_dir_all(&home).with_context(|| format!("creating WF_HOME {}", home.display()))?;
+    /// The cluster of `home` (WF_HOME), whose server binaries are looked for in `search_path`
+    /// first (see `pg_bin`).
+    pub fn locate(home: &Path, search_path: &[PathBuf]) -> Result<Cluster> {
+        fs::create_dir_all(home).with_context(|| format!("creating WF_HOME {}", home.display()))?;
         let home = home.canonicalize().with_context(|| format!("resolving WF_HOME {}", home.display()))?;
         let home_pg = home.join("pg");
         let dir = if is_root() { Path::new(ROOT_CLUSTERS).join(short_hash(&home)) } else { home_pg.clone() };
@@ -75,7 +87,7 @@ impl Cluster {
         } else {
             PathBuf::from("/tmp").join(format!("windforce-{}", short_hash(&dir)))
         };
-        Ok(Cluster { home_pg, dir, socket_dir, lock_file: home.join("pg.lock") })
+        Ok(Cluster { home_pg, dir, socket_dir, lock_file: home.join("pg.lock"), search_path: search_path.to_vec() })
     }
 
     pub fn home_pg(&self) -> &Path {
@@ -100,6 +112,13 @@ impl Cluster {
         config
     }
 
+    /// A connection to the cluster's database.
+    pub fn connect(&self) -> Result<postgres::Client> {
+        self.client_config()
+            .connect(postgres::NoTls)
+            .with_context(|| format!("connecting to the embedded cluster in {}", self.home_pg.display()))
+    }
+
     pub fn state(&self) -> Result<ClusterState> {
         let initialized = self.initialized();
         let running = initialized && self.postmaster()? == Postmaster::Running;
@@ -108,30 +127,28 @@ impl Cluster {
 
     /// Create the cluster if needed and start it if it is not running. Safe to call from many
     /// processes at once (a file lock serializes them) and after a crash or a reboot.
-    pub fn ensure_up(&self, out: &Output) -> Result<()> {
+    pub fn ensure_up(&self) -> Result<Started> {
         let _lock = FileLock::acquire(&self.lock_file)?;
         self.make_dirs()?;
-        let created = !self.initialized();
-        if created {
-            out.info(&format!(
-                "creating and starting the embedded PostgreSQL cluster in {} (set DATABASE_URL to use another database)",
-                self.home_pg.display()
-            ));
+        let mut started = Started::Running;
+        if !self.initialized() {
             self.init()?;
+            started = Started::Created;
         }
         match self.postmaster()? {
             Postmaster::Running => {}
             state => {
-                if !created {
-                    out.info(&format!("starting the embedded PostgreSQL cluster in {}", self.home_pg.display()));
-                }
                 if state == Postmaster::Stale {
                     self.remove_stale_lock_files()?;
                 }
                 self.start()?;
+                if started == Started::Running {
+                    started = Started::Restarted;
+                }
             }
         }
-        self.create_database()
+        self.create_database()?;
+        Ok(started)
     }
 
     pub fn stop(&self) -> Result<bool> {
@@ -312,7 +329,7 @@ impl Cluster {
     }
 
     fn pg_command(&self, program: &str) -> Result<Command> {
-        let mut command = Command::new(pg_bin(program)?);
+        let mut command = Command::new(pg_bin(program, &self.search_path)?);
         command.current_dir(&self.dir);
         run_as_cluster_owner(&mut command)?;
         Ok(command)
@@ -379,15 +396,11 @@ fn make_private_dir(path: &Path) -> Result<()> {
         .with_context(|| format!("making {} private", path.display()))
 }
 
-/// A PostgreSQL server binary: on PATH, else the newest under /usr/lib/postgresql/*/bin.
-pub fn pg_bin(program: &str) -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let candidate = dir.join(program);
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
-        }
+/// A PostgreSQL server binary: in the first folder of `search_path` (PATH) that has it, else the
+/// newest under /usr/lib/postgresql/*/bin.
+pub fn pg_bin(program: &str, search_path: &[PathBuf]) -> Result<PathBuf> {
+    if let Some(found) = search_path.iter().map(|dir| dir.join(program)).find(|candidate| candidate.is_file()) {
+        return Ok(found);
     }
     let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
         .into_iter()

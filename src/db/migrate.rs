@@ -5,8 +5,6 @@ use anyhow::{Context, Result, bail};
 use postgres::Client;
 use sha2::{Digest, Sha256};
 
-use crate::output::Output;
-
 /// Every migration this wf knows, in order. Adding a file means adding a line here.
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "0001_init.sql", include_str!("../../migrations/0001_init.sql")),
@@ -29,17 +27,25 @@ fn checksum(sql: &str) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Apply every pending migration; returns the versions applied by this call.
-pub fn apply(client: &mut Client, out: &Output) -> Result<Vec<i32>> {
+/// A migration that `apply` applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    pub version: i32,
+    /// Its file in `migrations/`.
+    pub name: &'static str,
+}
+
+/// Apply every pending migration; returns those applied by this call, in order.
+pub fn apply(client: &mut Client) -> Result<Vec<Applied>> {
     client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK]).context("taking the migration lock")?;
-    let result = apply_locked(client, out);
+    let result = apply_locked(client);
     let unlock = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK]);
     let applied = result?;
     unlock.context("releasing the migration lock")?;
     Ok(applied)
 }
 
-fn apply_locked(client: &mut Client, out: &Output) -> Result<Vec<i32>> {
+fn apply_locked(client: &mut Client) -> Result<Vec<Applied>> {
     client.batch_execute(
         "CREATE TABLE IF NOT EXISTS wf_migration (
              version     integer PRIMARY KEY,
@@ -62,8 +68,7 @@ fn apply_locked(client: &mut Client, out: &Output) -> Result<Vec<i32>> {
             &[&version, &name, &checksum(sql)],
         )?;
         tx.commit().with_context(|| format!("committing migration {name}"))?;
-        out.info(&format!("applied migration {name}"));
-        done.push(version);
+        done.push(Applied { version, name });
     }
     Ok(done)
 }
@@ -112,5 +117,29 @@ pub fn check_current(client: &mut Client) -> Result<()> {
             bail!("the database schema is at version {v}, newer than this wf ({latest}): upgrade wf")
         }
         Some(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MIGRATIONS;
+
+    /// A file added to `migrations/` without its line in MIGRATIONS would never be applied.
+    #[test]
+    fn the_list_is_every_file_of_migrations_in_order() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".sql"))
+            .collect();
+        files.sort();
+        let listed: Vec<&str> = MIGRATIONS.iter().map(|&(_, name, _)| name).collect();
+        assert_eq!(listed, files, "src/db/migrate.rs lists the files of migrations/");
+        for (index, &(version, name, sql)) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(usize::try_from(version).unwrap(), index + 1, "{name}: versions count up from 1");
+            assert!(name.starts_with(&format!("{version:04}_")), "{name}: named after its version");
+            assert_eq!(std::fs::read_to_string(dir.join(name)).unwrap(), sql, "{name}: included as it is");
+        }
     }
 }

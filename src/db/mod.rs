@@ -10,9 +10,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use postgres::{Client, NoTls};
+use chrono::{DateTime, Utc};
+use postgres::{Client, GenericClient, NoTls};
 
-use crate::output::Output;
 pub use session::Session;
 
 /// Where the database is. Cheap to clone: workers open one connection per slot from it.
@@ -25,35 +25,29 @@ pub struct Database {
 }
 
 impl Database {
-    /// Resolve the configured database and make it usable: the embedded cluster is started and
-    /// migrated on demand; an external one is checked to be at this wf's schema version.
-    pub fn open(database_url: Option<&str>, out: &Output) -> Result<Database> {
-        let database = Database::locate(database_url, out)?;
-        let mut client = database.connect()?;
-        if database.embedded {
-            migrate::apply(&mut client, out)?;
-        } else {
-            migrate::check_current(&mut client)?;
-        }
-        Ok(database)
+    /// An external database, from `--database-url` or DATABASE_URL (a URL or key=value).
+    pub fn external(url: &str) -> Result<Database> {
+        let config =
+            postgres::Config::from_str(url).context("parsing the database URL (DATABASE_URL or --database-url)")?;
+        let describe = describe(&config);
+        Ok(Database { config, describe, embedded: false })
     }
 
-    /// Resolve the configured database without touching its schema (for `wf db migrate`).
-    pub fn locate(database_url: Option<&str>, out: &Output) -> Result<Database> {
-        match database_url {
-            Some(url) => {
-                let config = postgres::Config::from_str(url)
-                    .context("parsing the database URL (DATABASE_URL or --database-url)")?;
-                let describe = describe(&config);
-                Ok(Database { config, describe, embedded: false })
-            }
-            None => {
-                let cluster = embedded::Cluster::locate()?;
-                cluster.ensure_up(out)?;
-                let config = cluster.client_config();
-                let describe = format!("embedded cluster at {}", cluster.home_pg().display());
-                Ok(Database { config, describe, embedded: true })
-            }
+    /// The embedded cluster (its caller started it: `Cluster::ensure_up`).
+    pub fn embedded(cluster: &embedded::Cluster) -> Database {
+        let describe = format!("embedded cluster at {}", cluster.home_pg().display());
+        Database { config: cluster.client_config(), describe, embedded: true }
+    }
+
+    /// Make the schema usable: the embedded cluster is migrated on demand (returns the migrations
+    /// applied); an external one is checked to be at this wf's schema version.
+    pub fn prepare(&self) -> Result<Vec<migrate::Applied>> {
+        let mut client = self.connect()?;
+        if self.embedded {
+            migrate::apply(&mut client)
+        } else {
+            migrate::check_current(&mut client)?;
+            Ok(Vec::new())
         }
     }
 
@@ -89,6 +83,11 @@ impl Database {
         client.batch_execute(&format!("SET statement_timeout = {}", statement_timeout.as_millis().max(1)))?;
         Ok(client)
     }
+}
+
+/// The database's clock: every time that matters is the database's, never the client's (SPEC).
+pub(crate) fn now(client: &mut impl GenericClient) -> Result<DateTime<Utc>> {
+    Ok(client.query_one("SELECT now()", &[])?.get(0))
 }
 
 fn describe(config: &postgres::Config) -> String {

@@ -5,7 +5,8 @@ use anyhow::{Result, bail};
 use postgres::Client;
 use uuid::Uuid;
 
-use super::complete::{self, Status};
+use super::complete;
+use super::job::JobStatus;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CancelOutcome {
@@ -51,14 +52,14 @@ pub(crate) fn cancel(
         let id: Uuid = row.get(0);
         if row.get::<_, bool>(1) { running.push(id) } else { waiting.push(id) }
     }
-    complete::finish_locked(&mut tx, &waiting, Status::Canceled, None, Some(by), reason)?;
+    complete::finish_locked(&mut tx, &waiting, JobStatus::Canceled, None, Some(by), reason)?;
     // The first mark wins: a second cancel of a running job does not rewrite who asked.
     tx.execute(
         "UPDATE job_queue SET canceled_by = $2, canceled_reason = $3
           WHERE job_id = ANY($1) AND running AND canceled_by IS NULL",
         &[&running, &by, &reason],
     )?;
-    let finished: Vec<(Uuid, String)> = tx
+    let finished: Vec<(Uuid, JobStatus)> = tx
         .query(
             "SELECT job_id, status FROM job_completed WHERE job_id = ANY($1) AND NOT job_id = ANY($2)",
             &[&ids, &waiting],
@@ -76,7 +77,7 @@ pub(crate) fn cancel(
                 CancelOutcome::CancelRequested
             } else {
                 match finished.iter().find(|(done, _)| done == id) {
-                    Some((_, status)) if status == "canceled" => CancelOutcome::Canceled,
+                    Some((_, JobStatus::Canceled)) => CancelOutcome::Canceled,
                     _ => CancelOutcome::AlreadyCompleted,
                 }
             };

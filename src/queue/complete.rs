@@ -2,50 +2,13 @@
 
 use anyhow::Result;
 use postgres::Transaction;
-use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::CHANNEL_COMPLETED;
+use super::job::JobStatus;
 use super::logs::{self, LogLine};
 use crate::db::Session;
-
-/// How a job ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Status {
-    Success,
-    Failure,
-    Canceled,
-}
-
-impl Status {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Status::Success => "success",
-            Status::Failure => "failure",
-            Status::Canceled => "canceled",
-        }
-    }
-}
-
-/// A failed job's error as recorded, and as `wf result` prints it: `{"name","message","stack"}`.
-/// Errors the action threw are recorded as the wrapper wrote them; this is wf's own diagnosis.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct JobError {
-    pub name: String,
-    pub message: String,
-    pub stack: Option<String>,
-}
-
-impl JobError {
-    pub(crate) fn new(name: &str, message: impl Into<String>) -> JobError {
-        JobError { name: name.to_string(), message: message.into(), stack: None }
-    }
-
-    pub(crate) fn to_value(&self) -> Value {
-        serde_json::to_value(self).expect("a JobError is plain JSON")
-    }
-}
 
 /// A worker's completion of one attempt.
 #[derive(Debug, Clone)]
@@ -53,7 +16,7 @@ pub(crate) struct Completion {
     pub job_id: Uuid,
     pub claim: String,
     pub attempt: i32,
-    pub status: Status,
+    pub status: JobStatus,
     pub result: Option<Value>,
     pub error: Option<Value>,
     /// The last lines of output, flushed inside the completion transaction.
@@ -128,7 +91,7 @@ pub(crate) fn completed_by(session: &mut Session, job_id: Uuid, claim: &str) -> 
 pub(crate) fn finish_locked(
     tx: &mut Transaction<'_>,
     ids: &[Uuid],
-    status: Status,
+    status: JobStatus,
     error: Option<&Value>,
     canceled_by: Option<&str>,
     canceled_reason: Option<&str>,

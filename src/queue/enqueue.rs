@@ -8,6 +8,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::CHANNEL_ENQUEUED;
+use super::job::TriggerKind;
 
 /// When the jobs become due.
 #[derive(Debug, Clone, Copy)]
@@ -28,7 +29,7 @@ pub(crate) struct Request<'a> {
     /// Overrides the action's effective tag.
     pub tag: Option<&'a str>,
     pub when: When,
-    pub trigger_kind: &'a str,
+    pub trigger_kind: TriggerKind,
     pub schedule_name: Option<&'a str>,
 }
 
@@ -42,18 +43,7 @@ pub(crate) struct Enqueued {
     pub priority: i32,
     pub commit_sha: String,
     pub scheduled_for: DateTime<Utc>,
-    pub trigger_kind: String,
-}
-
-impl Enqueued {
-    pub(crate) fn to_json(&self) -> Value {
-        serde_json::json!({
-            "id": self.id, "app": self.app, "action": self.action, "tag": self.tag,
-            "priority": self.priority, "commit_sha": self.commit_sha,
-            "scheduled_for": crate::output::time_json(Some(self.scheduled_for)),
-            "trigger_kind": self.trigger_kind,
-        })
-    }
+    pub trigger_kind: TriggerKind,
 }
 
 /// Enqueue inside the caller's transaction: read the catalog row, validate every input against
@@ -117,7 +107,7 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
             &action.get::<_, i32>("timeout_s"),
             &tag,
             &request.priority,
-            &request.trigger_kind,
+            &request.trigger_kind.as_str(),
             &at,
             &delay_s,
             &request.schedule_name,
@@ -140,7 +130,7 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
             priority: request.priority,
             commit_sha: commit_sha.clone(),
             scheduled_for: row.get(1),
-            trigger_kind: request.trigger_kind.to_string(),
+            trigger_kind: request.trigger_kind,
         })
         .collect();
     // RETURNING order is not guaranteed; report jobs in input order.

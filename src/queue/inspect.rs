@@ -6,24 +6,24 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::{Client, Row};
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::db::listen::Listener;
-use crate::output::time_json;
 use crate::queue::CHANNEL_COMPLETED;
+use crate::queue::job::{JobStatus, TriggerKind};
 
 /// Everything about one job, whether waiting, running or completed.
 #[derive(Debug, Clone)]
 pub(crate) struct JobView {
     pub id: Uuid,
-    pub status: String,
+    pub status: JobStatus,
     pub app: String,
     pub action: String,
     pub commit_sha: String,
     pub tag: String,
     pub priority: i32,
-    pub trigger_kind: String,
+    pub trigger_kind: TriggerKind,
     pub input: Value,
     pub result: Option<Value>,
     pub error: Option<Value>,
@@ -38,23 +38,6 @@ pub(crate) struct JobView {
 }
 
 impl JobView {
-    pub(crate) fn is_finished(&self) -> bool {
-        matches!(self.status.as_str(), "success" | "failure" | "canceled")
-    }
-
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id, "status": self.status, "app": self.app, "action": self.action,
-            "commit_sha": self.commit_sha, "tag": self.tag, "priority": self.priority,
-            "trigger_kind": self.trigger_kind, "input": self.input, "result": self.result,
-            "error": self.error, "worker": self.worker, "restarts": self.restarts,
-            "created_at": time_json(Some(self.created_at)),
-            "scheduled_for": time_json(Some(self.scheduled_for)),
-            "started_at": time_json(self.started_at), "completed_at": time_json(self.completed_at),
-            "canceled_by": self.canceled_by, "canceled_reason": self.canceled_reason,
-        })
-    }
-
     fn from_row(row: &Row) -> JobView {
         JobView {
             id: row.get("id"),
@@ -97,11 +80,6 @@ SELECT j.id, j.app_key, j.action_key, j.commit_sha, j.tag, j.priority, j.trigger
   LEFT JOIN job_queue q ON q.job_id = j.id
   LEFT JOIN job_completed c ON c.job_id = j.id";
 
-/// Parse a job id given on the command line.
-pub(crate) fn parse_id(text: &str) -> Result<Uuid> {
-    Uuid::parse_str(text.trim()).with_context(|| format!("{text:?} is not a job id (a UUID)"))
-}
-
 pub(crate) fn show(client: &mut Client, id: Uuid) -> Result<Option<JobView>> {
     let row = client.query_opt(&format!("{JOB_VIEW} WHERE j.id = $1"), &[&id])?;
     Ok(row.as_ref().map(JobView::from_row))
@@ -122,7 +100,7 @@ pub(crate) fn wait_until_finished(client: &mut Client, id: Uuid, timeout: Option
         |notification| notification.payload() == id_text,
         |client| {
             let job = show_existing(client, id)?;
-            Ok(if job.is_finished() { ControlFlow::Break(job) } else { ControlFlow::Continue(job) })
+            Ok(if job.status.is_finished() { ControlFlow::Break(job) } else { ControlFlow::Continue(job) })
         },
     )?;
     let (ControlFlow::Break(job) | ControlFlow::Continue(job)) = waited;
@@ -132,7 +110,7 @@ pub(crate) fn wait_until_finished(client: &mut Client, id: Uuid, timeout: Option
 /// Jobs, newest first, with optional filters.
 pub(crate) fn list(
     client: &mut Client,
-    status: Option<&str>,
+    status: Option<JobStatus>,
     app: Option<&str>,
     tag: Option<&str>,
     limit: i64,
@@ -146,7 +124,7 @@ pub(crate) fn list(
               ORDER BY v.created_at DESC, v.id
               LIMIT $4"
         ),
-        &[&status, &app, &tag, &limit],
+        &[&status.map(JobStatus::as_str), &app, &tag, &limit],
     )?;
     Ok(rows.iter().map(JobView::from_row).collect())
 }
@@ -192,7 +170,7 @@ pub(crate) fn follow_logs(
         FOLLOW_POLL,
         |notification| notification.payload() == id_text,
         |client| loop {
-            let finished = show_existing(client, id)?.is_finished();
+            let finished = show_existing(client, id)?.status.is_finished();
             let entries = logs(client, id, after)?;
             let Some(last) = entries.last() else {
                 return Ok(if finished { ControlFlow::Break(()) } else { ControlFlow::Continue(()) });

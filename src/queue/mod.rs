@@ -7,9 +7,11 @@ pub(crate) mod complete;
 pub(crate) mod enqueue;
 pub(crate) mod heartbeat;
 pub(crate) mod inspect;
+pub(crate) mod job;
 pub(crate) mod logs;
 pub(crate) mod prune;
 pub(crate) mod reaper;
+pub(crate) mod release;
 
 /// Channel notified when jobs become claimable (enqueue, requeue); the payload is the tag.
 pub const CHANNEL_ENQUEUED: &str = "wf_enqueued";

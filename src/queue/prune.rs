@@ -8,6 +8,8 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 use postgres::Client;
 
+use super::job::JobStatus;
+
 /// Jobs deleted per transaction.
 pub(crate) const BATCH: i64 = 1000;
 
@@ -17,24 +19,24 @@ pub(crate) fn cutoff(client: &mut Client, older_than: Duration) -> Result<DateTi
     Ok(row.get(0))
 }
 
-pub(crate) fn count(client: &mut Client, cutoff: DateTime<Utc>, status: Option<&str>) -> Result<i64> {
+pub(crate) fn count(client: &mut Client, cutoff: DateTime<Utc>, status: Option<JobStatus>) -> Result<i64> {
     let row = client.query_one(
         "SELECT count(*) FROM job_completed WHERE completed_at < $1 AND ($2::text IS NULL OR status = $2)",
-        &[&cutoff, &status],
+        &[&cutoff, &status.map(JobStatus::as_str)],
     )?;
     Ok(row.get(0))
 }
 
 /// Delete one batch (its own transaction); returns how many jobs went. Logs and completion
 /// records go with their job (ON DELETE CASCADE).
-pub(crate) fn prune_batch(client: &mut Client, cutoff: DateTime<Utc>, status: Option<&str>) -> Result<u64> {
+pub(crate) fn prune_batch(client: &mut Client, cutoff: DateTime<Utc>, status: Option<JobStatus>) -> Result<u64> {
     let deleted = client.execute(
         "DELETE FROM job
           WHERE id IN (SELECT job_id FROM job_completed
                         WHERE completed_at < $1 AND ($2::text IS NULL OR status = $2)
                         ORDER BY completed_at
                         LIMIT $3)",
-        &[&cutoff, &status, &BATCH],
+        &[&cutoff, &status.map(JobStatus::as_str), &BATCH],
     )?;
     Ok(deleted)
 }

@@ -7,8 +7,8 @@ use postgres::Client;
 use uuid::Uuid;
 
 use super::CHANNEL_ENQUEUED;
-use super::complete::{self, JobError, Status};
-use super::logs::LogLine;
+use super::complete;
+use super::job::{JobError, JobStatus};
 
 /// What one reaper pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +53,7 @@ pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_l
         }
     }
     // A canceled job is not run again even though its worker died: cancel is terminal.
-    complete::finish_locked(&mut tx, &canceled, Status::Canceled, None, None, None)?;
+    complete::finish_locked(&mut tx, &canceled, JobStatus::Canceled, None, None, None)?;
     let error = JobError::new(
         "RestartLimitExceeded",
         format!(
@@ -61,7 +61,7 @@ pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_l
             restart_limit + 1
         ),
     );
-    complete::finish_locked(&mut tx, &failed, Status::Failure, Some(&error.to_value()), None, None)?;
+    complete::finish_locked(&mut tx, &failed, JobStatus::Failure, Some(&error.to_value()), None, None)?;
     requeue(&mut tx, &requeued)?;
     tx.commit()?;
     Ok(Reaped { requeued: requeued.len() as u64, failed: failed.len() as u64, canceled: canceled.len() as u64 })
@@ -101,42 +101,6 @@ fn requeue(tx: &mut postgres::Transaction<'_>, ids: &[Uuid]) -> Result<()> {
         tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &tag])?;
     }
     Ok(())
-}
-
-/// Put a job back in the queue at once because its worker is shutting down cleanly (not a crash:
-/// restarts unchanged), with the attempt's last log lines in the same transaction. Gated by
-/// ownership; a job with a cancel mark is completed as canceled instead. Returns false when the
-/// claim no longer owned the job (nothing is written then).
-pub(crate) fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i32, lines: &[LogLine]) -> Result<bool> {
-    let mut tx = client.transaction()?;
-    super::logs::append_in(&mut tx, job_id, claim, attempt, lines)?;
-    let row = tx.query_opt(
-        "SELECT canceled_by IS NOT NULL, tag FROM job_queue WHERE job_id = $1 AND worker = $2 FOR UPDATE",
-        &[&job_id, &claim],
-    )?;
-    let Some(row) = row else {
-        tx.rollback()?;
-        return Ok(false);
-    };
-    if row.get::<_, bool>(0) {
-        complete::finish_locked(&mut tx, &[job_id], Status::Canceled, None, None, None)?;
-    } else {
-        super::logs::note(
-            &mut tx,
-            job_id,
-            attempt,
-            "worker shutting down: the job was stopped and put back in the queue",
-        )?;
-        tx.execute(
-            "UPDATE job_queue SET running = false, worker = NULL, started_at = NULL, scheduled_for = now()
-              WHERE job_id = $1 AND worker = $2",
-            &[&job_id, &claim],
-        )?;
-        tx.execute("DELETE FROM job_runtime WHERE job_id = $1", &[&job_id])?;
-        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &row.get::<_, String>(1)])?;
-    }
-    tx.commit()?;
-    Ok(true)
 }
 
 fn dedup(mut items: Vec<String>) -> Vec<String> {

@@ -23,10 +23,6 @@ use super::scratch::{ScratchRoot, remove_tree};
 use super::supervisor::{Status, Supervision};
 use super::{pump, resolve_bun};
 
-/// Variables of the worker's own environment that an action gets (SPEC: Action contract), besides
-/// the WF_* variables the worker gives it. Inside a sandbox PATH and HOME are the sandbox's.
-const INHERITED: [&str; 3] = ["PATH", "HOME", "TZ"];
-
 /// Lines buffered between the pipes and the worker. When the worker falls behind, the action
 /// blocks on its next write instead of the worker's memory growing.
 const EVENT_BUFFER: usize = 4096;
@@ -79,7 +75,8 @@ pub struct Spec {
     /// The action's module, relative to `source`.
     pub entrypoint: String,
     pub input: Value,
-    /// WF_JOB_ID, WF_TOKEN, WF_APP, ... as the worker gives them.
+    /// WF_JOB_ID, WF_TOKEN, WF_APP, ... and the worker's PATH, HOME and TZ, as the worker gives
+    /// them: the action's whole environment (inside a sandbox, PATH and HOME are the sandbox's).
     pub env: Vec<(String, String)>,
     /// A directory for this attempt that does not exist yet, inside a ScratchRoot.
     pub scratch: PathBuf,
@@ -304,14 +301,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
     let utf8 = |path: &Path| {
         path.to_str().map(str::to_string).with_context(|| format!("{} is not valid UTF-8", path.display()))
     };
-    let mut env: Vec<(String, String)> = spec.env.clone();
-    for name in INHERITED {
-        if !env.iter().any(|(key, _)| key == name)
-            && let Ok(value) = std::env::var(name)
-        {
-            env.push((name.to_string(), value));
-        }
-    }
+    let env = spec.env.clone();
     let mut plan = Supervision {
         parent: std::process::id() as i32,
         cwd: paths.work.clone(),

@@ -39,7 +39,7 @@ pub fn supervise_main(mut args: impl Iterator<Item = String>) -> i32 {
     match plan.and_then(|plan| supervisor::supervise(&plan)) {
         Ok(code) => code,
         Err(error) => {
-            crate::output::diag!("error: {error:#}");
+            crate::diag::diag!("error: {error:#}");
             1
         }
     }
@@ -79,23 +79,15 @@ pub fn check_bun(bun: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
 }
 
-/// The bun executable as an absolute path: `bun` is a path when it has a slash, else a name looked
-/// up on PATH. Resolved here, once, so that the action's PATH does not decide which bun runs it.
+/// The bun executable as an absolute path. `bun` is a path (the configuration looked a bare name up
+/// on PATH), so that the action's PATH does not decide which bun runs it.
 pub fn resolve_bun(bun: &str) -> Result<PathBuf> {
     let hint = "set WF_BUN to the path of the bun executable, or put bun on PATH";
-    if bun.contains('/') {
-        let path = Path::new(bun);
-        if !is_executable(path) {
-            bail!("bun not found: {bun} is not an executable file ({hint})");
-        }
-        return std::path::absolute(path).with_context(|| format!("resolving {bun}"));
+    let path = Path::new(bun);
+    if !is_executable(path) {
+        bail!("bun not found: {bun} is not an executable file ({hint})");
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(bun))
-        .find(|candidate| is_executable(candidate))
-        .and_then(|found| std::path::absolute(found).ok())
-        .with_context(|| format!("bun not found: no {bun:?} on PATH ({hint})"))
+    std::path::absolute(path).with_context(|| format!("resolving {bun}"))
 }
 
 /// Run a trivial action exactly as jobs run, before the worker claims anything: a sandbox the

@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use uuid::Uuid;
 
-use crate::config;
-
 const LOCK_SUFFIX: &str = ".lock";
 
 /// `$WF_HOME/scratch/<pid>-<random>/`, locked through `<pid>-<random>.lock` beside it for as long
@@ -26,11 +24,6 @@ pub struct ScratchRoot {
 }
 
 impl ScratchRoot {
-    /// The root of this worker process under `$WF_HOME`.
-    pub fn create() -> Result<ScratchRoot> {
-        ScratchRoot::create_in(&config::wf_home()?)
-    }
-
     /// The root of this worker process under `wf_home`; also writes the action wrapper and removes
     /// the roots of workers that are gone.
     pub fn create_in(wf_home: &Path) -> Result<ScratchRoot> {

@@ -70,7 +70,9 @@ impl Supervision {
         serde_json::from_str(arg).context("reading the supervision plan (wf __supervise is internal to wf work)")
     }
 
-    /// bun's environment: the kept variables with the supervisor's values, then the set ones.
+    /// bun's environment: the kept variables with the supervisor's values, then the set ones. The
+    /// one read of the environment outside `config`, and on purpose: the worker started this
+    /// process with exactly the action's environment, which is what bun must get.
     fn environment(&self) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = self
             .keep

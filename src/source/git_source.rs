@@ -9,8 +9,7 @@ use uuid::Uuid;
 
 use super::git::{is_scp_like, mirror_path};
 use super::lock::with_source_lock;
-use super::{KEY_PATTERN, is_valid_key};
-use crate::output::Output;
+use super::{KEY_PATTERN, Progress, is_valid_key};
 
 /// One registered repository. `commit_sha` is the commit the catalog currently shows.
 #[derive(Debug, Clone)]
@@ -101,9 +100,9 @@ pub(crate) fn find(client: &mut impl GenericClient, name: &str) -> Result<GitSou
 /// Remove a source and its catalog rows (apps and actions cascade), under the source's sync lock so
 /// that no sync of it is half-way, then its mirror. Jobs are not touched: they carry everything they
 /// need pinned on their own rows, and the store keeps the trees that queued jobs may still run.
-pub(crate) fn remove(client: &mut Client, name: &str, home: &Path, out: &Output) -> Result<Removed> {
+pub(crate) fn remove(client: &mut Client, name: &str, home: &Path, progress: &dyn Progress) -> Result<Removed> {
     let source = find(client, name)?;
-    let removed = with_source_lock(client, source.id, name, out, |client| {
+    let removed = with_source_lock(client, source.id, name, progress, |client| {
         let mut tx = client.transaction()?;
         let counts = tx.query_one(
             "SELECT (SELECT count(*) FROM app WHERE git_source_id = $1),

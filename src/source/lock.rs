@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use postgres::Client;
 use uuid::Uuid;
 
-use crate::output::Output;
+use super::Progress;
 
 /// The first key of the two-key advisory lock space, reserved for source locks ("wfsy").
 const SOURCE_LOCK_CLASS: i32 = 0x7766_7379;
@@ -24,7 +24,7 @@ pub(crate) fn with_source_lock<T>(
     client: &mut Client,
     git_source_id: Uuid,
     name: &str,
-    out: &Output,
+    progress: &dyn Progress,
     body: impl FnOnce(&mut Client) -> Result<T>,
 ) -> Result<T> {
     let key = lock_key(git_source_id);
@@ -33,11 +33,12 @@ pub(crate) fn with_source_lock<T>(
         .with_context(|| format!("taking the lock of source {name}"))?
         .get(0);
     if !taken {
-        let spinner = out.spinner(&format!("waiting for another sync of {name} to finish"));
-        client
+        progress.waiting_for_lock(name);
+        let waited = client
             .execute("SELECT pg_advisory_lock($1, $2)", &[&SOURCE_LOCK_CLASS, &key])
-            .with_context(|| format!("waiting for the lock of source {name}"))?;
-        spinner.finish_and_clear();
+            .with_context(|| format!("waiting for the lock of source {name}"));
+        progress.lock_taken();
+        waited?;
     }
     let result = body(client);
     let unlocked = client.execute("SELECT pg_advisory_unlock($1, $2)", &[&SOURCE_LOCK_CLASS, &key]);

@@ -1,15 +1,23 @@
 //! `windforce.json` and its schemas, read from a commit's tree (never from a work tree) and
 //! validated as a whole: every problem is collected, each naming the file and the JSON key, so one
 //! sync shows everything there is to fix.
+//!
+//! The manifest's shape is `windforce.schema.json` beside this file (it doubles as the manifest's
+//! documentation for action authors, and says what wf answers to each mistake). Rust checks only
+//! what a schema cannot see: the files the manifest names in the commit's tree (paths, symlinks,
+//! submodules, schema files, NUL bytes), the store's reserved name, and apps of other sources.
+//! Then the manifest is read into types that refuse unknown fields too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::OnceLock;
 
 use git2::{Oid, Repository, Tree};
+use jsonschema::Validator;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::store::MARKER;
-use super::{KEY_PATTERN, is_valid_key};
 
 /// The manifest's name, at the repository root.
 pub(crate) const MANIFEST: &str = "windforce.json";
@@ -17,16 +25,8 @@ pub(crate) const MANIFEST: &str = "windforce.json";
 pub(crate) const DEFAULT_TIMEOUT_S: i32 = 300;
 /// The tag of an action when neither it nor its app sets one.
 pub(crate) const DEFAULT_TAG: &str = "default";
-/// Entrypoints bun runs as modules.
-const ENTRYPOINT_EXTENSIONS: [&str; 3] = [".ts", ".js", ".mjs"];
-
-const TOP_FIELDS: [&str; 1] = ["apps"];
-const APP_FIELDS: [&str; 5] = ["tag", "actions", "network", "memory_mb", "max_processes"];
-const ACTION_FIELDS: [&str; 8] =
-    ["entrypoint", "input_schema", "output_schema", "timeout", "tag", "network", "memory_mb", "max_processes"];
-/// Upper bounds of the sandbox limits: far above any real need, low enough to catch a typo.
-const MAX_MEMORY_MB: u64 = 1 << 20;
-const MAX_PROCESSES: u64 = 1 << 16;
+/// The JSON Schema of `windforce.json`.
+pub(crate) const MANIFEST_SCHEMA: &str = include_str!("windforce.schema.json");
 
 // Git tree entry modes.
 const MODE_TREE: i32 = 0o040000;
@@ -95,299 +95,318 @@ impl fmt::Display for Invalid {
 
 impl std::error::Error for Invalid {}
 
+/// `windforce.json` as written, once its schema accepted it (field names as in the schema).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManifestFile {
+    apps: BTreeMap<String, AppFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AppFile {
+    tag: Option<String>,
+    actions: BTreeMap<String, ActionFile>,
+    network: Option<bool>,
+    memory_mb: Option<i32>,
+    max_processes: Option<i32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActionFile {
+    entrypoint: String,
+    input_schema: Option<SchemaSource>,
+    output_schema: Option<SchemaSource>,
+    timeout: Option<i32>,
+    tag: Option<String>,
+    network: Option<bool>,
+    memory_mb: Option<i32>,
+    max_processes: Option<i32>,
+}
+
+/// A schema given inline, or the path of its file in the repository.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SchemaSource {
+    Inline(Map<String, Value>),
+    File(String),
+}
+
+/// What the repository checks found: each entrypoint as given and normalized, and each schema
+/// file by its path.
+#[derive(Default)]
+struct Found {
+    entrypoints: BTreeMap<String, String>,
+    schema_files: BTreeMap<String, Value>,
+}
+
 /// Read and validate the manifest of the commit whose tree is `root`. `taken`: apps that belong to
 /// other sources (app key -> source name), which this manifest may not declare.
 pub(crate) fn read(repo: &Repository, root: &Tree, taken: &BTreeMap<String, String>) -> Result<Manifest, Invalid> {
-    let mut reader = Reader { repo, root, taken, problems: Vec::new() };
-    let manifest = reader.manifest();
-    match manifest {
-        Some(manifest) if reader.problems.is_empty() => Ok(manifest),
-        _ => Err(Invalid { problems: reader.problems }),
+    let mut problems = Problems::default();
+    if root.get_name(MARKER).is_some() {
+        problems.push(
+            &[],
+            format!("{MARKER}: this name is reserved for the store's completion marker; remove it from the repository"),
+        );
     }
-}
-
-struct Reader<'r> {
-    repo: &'r Repository,
-    root: &'r Tree<'r>,
-    taken: &'r BTreeMap<String, String>,
-    problems: Vec<String>,
-}
-
-impl Reader<'_> {
-    fn problem(&mut self, path: &str, message: impl fmt::Display) {
-        if path.is_empty() {
-            self.problems.push(format!("{MANIFEST}: {message}"));
-        } else {
-            self.problems.push(format!("{MANIFEST}: {path}: {message}"));
-        }
-    }
-
-    fn manifest(&mut self) -> Option<Manifest> {
-        if self.root.get_name(MARKER).is_some() {
-            self.problems.push(format!(
-                "{MARKER}: this name is reserved for the store's completion marker; remove it from the repository"
-            ));
-        }
-        let (_, oid) = match lookup_blob(self.repo, self.root, MANIFEST) {
-            Ok(found) => found,
+    let value = match lookup_blob(repo, root, MANIFEST) {
+        Ok((_, oid)) => match blob_json(repo, oid) {
+            Ok(value) => Some(value),
             Err(reason) => {
-                self.problems.push(format!(
-                    "{MANIFEST}: {reason}; add one at the repository root (see examples/windforce.json)"
-                ));
-                return None;
+                problems.at(&[], reason);
+                None
             }
-        };
-        let value: Value = match self.blob_json(oid) {
-            Ok(value) => value,
-            Err(reason) => {
-                self.problem("", reason);
-                return None;
-            }
-        };
-        let Value::Object(top) = value else {
-            self.problem("", "must be a JSON object with an `apps` object");
-            return None;
-        };
-        self.unknown_fields("", &top, &TOP_FIELDS);
-        let Some(apps) = top.get("apps") else {
-            self.problem("apps", "missing; the manifest lists its apps under `apps`");
-            return None;
-        };
-        let Value::Object(apps) = apps else {
-            self.problem("apps", "must be an object of apps by key");
-            return None;
-        };
-        let apps = apps.iter().filter_map(|(key, value)| self.app(key, value)).collect();
-        Some(Manifest { apps })
-    }
-
-    fn app(&mut self, key: &str, value: &Value) -> Option<App> {
-        let path = join("apps", key);
-        let key_ok = is_valid_key(key);
-        if !key_ok {
-            self.problem(&path, format_args!("app key must match {KEY_PATTERN}"));
+        },
+        Err(reason) => {
+            problems.at(&[], format_args!("{reason}; add one at the repository root (see examples/windforce.json)"));
+            None
         }
-        if let Some(owner) = self.taken.get(key) {
+    };
+    let Some(value) = value else { return Err(problems.into_invalid()) };
+
+    let refused = problems.schema(&value);
+    let mut found = Found::default();
+    for (app_key, app) in value.get("apps").and_then(Value::as_object).into_iter().flatten() {
+        if let Some(owner) = taken.get(app_key) {
             let message = format!(
-                "the app {key} belongs to source {owner}; an app belongs to one source: rename it here, \
+                "the app {app_key} belongs to source {owner}; an app belongs to one source: rename it here, \
                  or remove it from {owner} (or `wf source rm {owner}`)"
             );
-            self.problem(&path, message);
+            problems.at(&["apps", app_key], message);
         }
-        let Value::Object(fields) = value else {
-            self.problem(&path, "must be an object with `actions`");
-            return None;
-        };
-        self.unknown_fields(&path, fields, &APP_FIELDS);
-        let tag = self.tag(&path, fields);
-        let sandbox = self.sandbox(&path, fields);
-        let actions_path = format!("{path}.actions");
-        let actions = match fields.get("actions") {
-            Some(Value::Object(actions)) => actions,
-            Some(_) => {
-                self.problem(&actions_path, "must be an object of actions by key");
-                return None;
-            }
-            None => {
-                self.problem(&actions_path, "missing; an app lists its actions under `actions`");
-                return None;
-            }
-        };
-        let actions: Vec<Action> = actions
-            .iter()
-            .filter_map(|(action_key, value)| self.action(&actions_path, action_key, value, tag.as_deref(), sandbox))
-            .collect();
-        key_ok.then(|| App { key: key.to_string(), tag, actions })
+        let actions = app.get("actions").and_then(Value::as_object).into_iter().flatten();
+        for (action_key, action) in actions {
+            let at = ["apps", app_key.as_str(), "actions", action_key.as_str()];
+            problems.files(repo, root, &at, action, &refused, &mut found);
+        }
     }
+    if !problems.lines.is_empty() {
+        return Err(problems.into_invalid());
+    }
+    let file: ManifestFile =
+        serde_json::from_value(value).map_err(|error| Invalid { problems: vec![format!("{MANIFEST}: {error}")] })?;
+    Ok(manifest(file, &found))
+}
 
-    fn action(
-        &mut self,
-        parent: &str,
-        key: &str,
-        value: &Value,
-        app_tag: Option<&str>,
-        app_sandbox: Sandbox,
-    ) -> Option<Action> {
-        let path = join(parent, key);
-        let key_ok = is_valid_key(key);
-        if !key_ok {
-            self.problem(&path, format_args!("action key must match {KEY_PATTERN}"));
-        }
-        let Value::Object(fields) = value else {
-            self.problem(&path, "must be an object with an `entrypoint`");
-            return None;
-        };
-        self.unknown_fields(&path, fields, &ACTION_FIELDS);
-        let entrypoint = self.entrypoint(&path, fields);
-        let input_schema = self.schema(&path, fields, "input_schema");
-        let output_schema = self.schema(&path, fields, "output_schema");
-        let timeout_s = self.timeout(&path, fields);
-        let tag = self.tag(&path, fields);
-        let tag = tag.or(app_tag.map(str::to_string)).unwrap_or_else(|| DEFAULT_TAG.to_string());
-        let sandbox = self.sandbox(&path, fields).or(app_sandbox);
-        if !key_ok {
-            return None;
-        }
-        Some(Action {
-            key: key.to_string(),
-            entrypoint: entrypoint?,
-            input_schema: input_schema?,
-            output_schema: output_schema?,
-            timeout_s: timeout_s?,
-            tag,
-            sandbox,
+/// The manifest's apps and actions, with the effective tags, defaults and inherited settings.
+fn manifest(file: ManifestFile, found: &Found) -> Manifest {
+    let apps = file
+        .apps
+        .into_iter()
+        .map(|(app_key, app)| {
+            let app_sandbox =
+                Sandbox { network: app.network, memory_mb: app.memory_mb, max_processes: app.max_processes };
+            let actions = app
+                .actions
+                .into_iter()
+                .map(|(key, action)| {
+                    let schema = |source: Option<SchemaSource>| match source {
+                        Some(SchemaSource::Inline(schema)) => Some(Value::Object(schema)),
+                        Some(SchemaSource::File(path)) => found.schema_files.get(&path).cloned(),
+                        None => None,
+                    };
+                    Action {
+                        entrypoint: found.entrypoints.get(&action.entrypoint).cloned().unwrap_or(action.entrypoint),
+                        input_schema: schema(action.input_schema),
+                        output_schema: schema(action.output_schema),
+                        timeout_s: action.timeout.unwrap_or(DEFAULT_TIMEOUT_S),
+                        tag: action.tag.or_else(|| app.tag.clone()).unwrap_or_else(|| DEFAULT_TAG.to_string()),
+                        sandbox: Sandbox {
+                            network: action.network,
+                            memory_mb: action.memory_mb,
+                            max_processes: action.max_processes,
+                        }
+                        .or(app_sandbox),
+                        key,
+                    }
+                })
+                .collect();
+            App { key: app_key, tag: app.tag, actions }
         })
+        .collect();
+    Manifest { apps }
+}
+
+/// The manifest's schema and its validator, built once.
+fn manifest_schema() -> &'static (Value, Validator) {
+    static SCHEMA: OnceLock<(Value, Validator)> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let schema: Value = serde_json::from_str(MANIFEST_SCHEMA).expect("windforce.schema.json is JSON");
+        let validator = jsonschema::validator_for(&schema).expect("windforce.schema.json is a JSON Schema");
+        (schema, validator)
+    })
+}
+
+/// The problems of one manifest, as lines naming the file and the key, each with the key's path.
+#[derive(Default)]
+struct Problems {
+    lines: Vec<(Vec<String>, String)>,
+}
+
+impl Problems {
+    /// A problem at the key `path` (none: the manifest as a whole).
+    fn at(&mut self, path: &[&str], message: impl fmt::Display) {
+        match path {
+            [] => self.push(path, format!("{MANIFEST}: {message}")),
+            _ => self.push(path, format!("{MANIFEST}: {}: {message}", key(path))),
+        }
     }
 
-    /// `network`, `memory_mb` and `max_processes`, where given (problems recorded, values dropped).
-    fn sandbox(&mut self, path: &str, fields: &Map<String, Value>) -> Sandbox {
-        let network = match fields.get("network") {
-            None => None,
-            Some(Value::Bool(network)) => Some(*network),
-            Some(other) => {
-                self.problem(&format!("{path}.network"), format_args!("must be true or false, not {other}"));
-                None
-            }
+    fn push(&mut self, path: &[&str], line: String) {
+        if !self.lines.iter().any(|(_, known)| *known == line) {
+            self.lines.push((path.iter().map(|key| key.to_string()).collect(), line));
+        }
+    }
+
+    /// Grouped by key, a key before the keys inside it, whichever check found them.
+    fn into_invalid(mut self) -> Invalid {
+        self.lines.sort_by(|(a, _), (b, _)| a.cmp(b));
+        Invalid { problems: self.lines.into_iter().map(|(_, line)| line).collect() }
+    }
+
+    /// Every way the manifest breaks its schema, said as the schema's `x-problem` and `x-missing`
+    /// say it. Returns the JSON pointers of the values refused, which the repository checks skip.
+    fn schema(&mut self, value: &Value) -> BTreeSet<String> {
+        let (schema, validator) = manifest_schema();
+        let mut refused = BTreeSet::new();
+        for error in validator.iter_errors(value) {
+            let mut at: Vec<String> = error.instance_path().segments().map(|segment| segment.to_string()).collect();
+            let keyword = error.schema_path().segments().last().map(|segment| segment.to_string()).unwrap_or_default();
+            let node = schema.pointer(parent(error.schema_path().as_str())).unwrap_or(&Value::Null);
+            let message = match error.kind() {
+                jsonschema::error::ValidationErrorKind::Required { property } => {
+                    let property = property.as_str().unwrap_or_default().to_string();
+                    let missing = node["properties"][&property]["x-missing"].as_str().map(str::to_string);
+                    at.push(property);
+                    missing.unwrap_or_else(|| "missing".to_string())
+                }
+                jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
+                    let known: Vec<&str> =
+                        node["properties"].as_object().into_iter().flatten().map(|(name, _)| name.as_str()).collect();
+                    let names: Vec<String> = unexpected.iter().map(|name| format!("`{name}`")).collect();
+                    let plural = if unexpected.len() == 1 { "" } else { "s" };
+                    format!("unknown field{plural} {} (known: {})", names.join(", "), known.join(", "))
+                }
+                jsonschema::error::ValidationErrorKind::PropertyNames { error: name } => {
+                    at.push(name.instance().as_str().unwrap_or_default().to_string());
+                    problem(node, &keyword, name.instance()).unwrap_or_else(|| name.to_string())
+                }
+                _ => problem(node, &keyword, error.instance()).unwrap_or_else(|| error.to_string()),
+            };
+            refused.insert(pointer(&at));
+            self.at(&at.iter().map(String::as_str).collect::<Vec<_>>(), message);
+        }
+        refused
+    }
+
+    /// The repository checks of one action at `at`: its entrypoint and schema files in the tree,
+    /// for the values the schema accepted.
+    fn files(
+        &mut self,
+        repo: &Repository,
+        root: &Tree,
+        at: &[&str],
+        action: &Value,
+        refused: &BTreeSet<String>,
+        found: &mut Found,
+    ) {
+        let field = |name: &str| {
+            let mut path = at.to_vec();
+            path.push(name);
+            let accepted = !refused.contains(&pointer(&path));
+            (path.iter().map(|key| key.to_string()).collect::<Vec<_>>(), action.get(name).filter(|_| accepted))
         };
-        Sandbox {
-            network,
-            memory_mb: self.bounded(path, fields, "memory_mb", MAX_MEMORY_MB, "MiB"),
-            max_processes: self.bounded(path, fields, "max_processes", MAX_PROCESSES, "processes"),
+        if let (path, Some(Value::String(entrypoint))) = field("entrypoint") {
+            match lookup_blob(repo, root, entrypoint) {
+                Ok((normalized, _)) => {
+                    found.entrypoints.insert(entrypoint.clone(), normalized);
+                }
+                Err(reason) => self.at(&path.iter().map(String::as_str).collect::<Vec<_>>(), reason),
+            }
         }
-    }
-
-    fn bounded(&mut self, path: &str, fields: &Map<String, Value>, name: &str, max: u64, unit: &str) -> Option<i32> {
-        let value = fields.get(name)?;
-        match value.as_u64().filter(|&n| (1..=max).contains(&n)) {
-            Some(n) => i32::try_from(n).ok(),
-            None => {
-                self.problem(
-                    &format!("{path}.{name}"),
-                    format_args!("must be a whole number of {unit} from 1 to {max}, not {value}"),
-                );
-                None
+        for name in ["input_schema", "output_schema"] {
+            let (path, Some(given)) = field(name) else { continue };
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
+            if let (Value::String(file), Some(schema)) = (given, self.schema_file(repo, root, &path, given)) {
+                found.schema_files.insert(file.clone(), schema);
             }
         }
     }
 
-    fn unknown_fields(&mut self, path: &str, fields: &Map<String, Value>, known: &[&str]) {
-        let unknown: BTreeSet<&str> = fields.keys().map(String::as_str).filter(|name| !known.contains(name)).collect();
-        if !unknown.is_empty() {
-            let names: Vec<String> = unknown.iter().map(|name| format!("`{name}`")).collect();
-            let plural = if unknown.len() == 1 { "" } else { "s" };
-            self.problem(
-                path,
-                format_args!("unknown field{plural} {} (known: {})", names.join(", "), known.join(", ")),
-            );
-        }
-    }
-
-    fn entrypoint(&mut self, path: &str, fields: &Map<String, Value>) -> Option<String> {
-        let path = format!("{path}.entrypoint");
-        let file = match fields.get("entrypoint") {
-            Some(Value::String(file)) => file,
-            Some(_) => {
-                self.problem(&path, "must be the path of a .ts, .js or .mjs file in the repository");
-                return None;
-            }
-            None => {
-                self.problem(&path, "missing; give the path of the action's .ts, .js or .mjs file");
-                return None;
-            }
-        };
-        if !ENTRYPOINT_EXTENSIONS.iter().any(|ext| file.ends_with(ext)) {
-            self.problem(&path, format_args!("{file:?} must end in .ts, .js or .mjs"));
-            return None;
-        }
-        match lookup_blob(self.repo, self.root, file) {
-            Ok((normalized, _)) => Some(normalized),
-            Err(reason) => {
-                self.problem(&path, reason);
-                None
-            }
-        }
-    }
-
-    /// Some(None): no schema (anything goes). None: a problem was recorded.
-    fn schema(&mut self, path: &str, fields: &Map<String, Value>, name: &str) -> Option<Option<Value>> {
-        let path = format!("{path}.{name}");
-        let (schema, place) = match fields.get(name) {
-            None => return Some(None),
-            Some(Value::Object(_)) => (fields[name].clone(), path.clone()),
-            Some(Value::String(file)) => {
-                let place = format!("{path}: {file}");
-                let oid = match lookup_blob(self.repo, self.root, file) {
+    /// A schema given inline or by its file: it must be a JSON Schema object.
+    fn schema_file(&mut self, repo: &Repository, root: &Tree, path: &[&str], given: &Value) -> Option<Value> {
+        let (schema, place) = match given {
+            Value::String(file) => {
+                let oid = match lookup_blob(repo, root, file) {
                     Ok((_, oid)) => oid,
                     Err(reason) => {
-                        self.problem(&path, format_args!("schema file {reason}"));
+                        self.at(path, format_args!("schema file {reason}"));
                         return None;
                     }
                 };
-                match self.blob_json(oid) {
+                let place = format!("{}: {file}", key(path));
+                match blob_json(repo, oid) {
                     Ok(schema) => (schema, place),
                     Err(reason) => {
-                        self.problem(&place, reason);
+                        self.push(path, format!("{MANIFEST}: {place}: {reason}"));
                         return None;
                     }
                 }
             }
-            Some(_) => {
-                self.problem(&path, "must be a JSON Schema object or the path of a JSON file in the repository");
-                return None;
-            }
+            schema => (schema.clone(), key(path)),
         };
         if !schema.is_object() {
-            self.problem(&place, "must be a JSON Schema object");
+            self.push(path, format!("{MANIFEST}: {place}: must be a JSON Schema object"));
             return None;
         }
         if let Err(error) = jsonschema::meta::validate(&schema) {
             let at = error.instance_path().to_string();
             let at = if at.is_empty() { String::new() } else { format!(" at {at}") };
-            self.problem(&place, format_args!("not a valid JSON Schema: {error}{at}"));
+            self.push(path, format!("{MANIFEST}: {place}: not a valid JSON Schema: {error}{at}"));
             return None;
         }
         if let Err(error) = jsonschema::validator_for(&schema) {
-            self.problem(&place, format_args!("cannot be used as a JSON Schema: {error}"));
+            self.push(path, format!("{MANIFEST}: {place}: cannot be used as a JSON Schema: {error}"));
             return None;
         }
-        Some(Some(schema))
+        Some(schema)
     }
+}
 
-    fn timeout(&mut self, path: &str, fields: &Map<String, Value>) -> Option<i32> {
-        let path = format!("{path}.timeout");
-        match fields.get("timeout") {
-            None => Some(DEFAULT_TIMEOUT_S),
-            Some(value) => match value.as_u64().filter(|&s| s > 0).map(i32::try_from) {
-                Some(Ok(seconds)) => Some(seconds),
-                Some(Err(_)) => {
-                    self.problem(&path, format_args!("must be at most {} seconds", i32::MAX));
-                    None
-                }
-                None => {
-                    self.problem(&path, format_args!("must be a positive integer (seconds), not {value}"));
-                    None
-                }
-            },
-        }
+/// `apps.billing.actions.charge`: a key path as the problems name it.
+fn key(path: &[&str]) -> String {
+    match path.split_first() {
+        Some((first, rest)) => rest.iter().fold(first.to_string(), |parent, key| join(&parent, key)),
+        None => String::new(),
     }
+}
 
-    /// An optional `tag`: a valid tag, or None (absent, or a problem recorded).
-    fn tag(&mut self, path: &str, fields: &Map<String, Value>) -> Option<String> {
-        let path = format!("{path}.tag");
-        match fields.get("tag") {
-            None => None,
-            Some(Value::String(tag)) if is_valid_key(tag) => Some(tag.clone()),
-            Some(_) => {
-                self.problem(&path, format_args!("must be a string matching {KEY_PATTERN}"));
-                None
-            }
-        }
-    }
+/// What the schema's node says to a value that breaks its rule `keyword`: its `x-problem`, one for
+/// all its keywords or one per keyword, with `{value}` the value given.
+fn problem(node: &Value, keyword: &str, value: &Value) -> Option<String> {
+    let template = match &node["x-problem"] {
+        Value::String(template) => template.as_str(),
+        Value::Object(by_keyword) => by_keyword.get(keyword)?.as_str()?,
+        _ => return None,
+    };
+    Some(template.replace("{value}", &value.to_string()))
+}
 
-    fn blob_json(&self, oid: Oid) -> Result<Value, String> {
-        let blob = self.repo.find_blob(oid).map_err(|e| format!("cannot be read: {e}"))?;
-        serde_json::from_slice(blob.content()).map_err(|e| format!("not valid JSON: {e}"))
-    }
+/// The JSON pointer of the node that holds the keyword at `keyword_location`.
+fn parent(keyword_location: &str) -> &str {
+    keyword_location.rsplit_once('/').map_or("", |(parent, _)| parent)
+}
+
+/// A JSON pointer, for the set of refused values.
+fn pointer(path: &[impl AsRef<str>]) -> String {
+    path.iter().map(|key| format!("/{}", key.as_ref().replace('~', "~0").replace('/', "~1"))).collect()
+}
+
+fn blob_json(repo: &Repository, oid: Oid) -> Result<Value, String> {
+    let blob = repo.find_blob(oid).map_err(|e| format!("cannot be read: {e}"))?;
+    serde_json::from_slice(blob.content()).map_err(|e| format!("not valid JSON: {e}"))
 }
 
 /// Find the regular file at `path` in `root`, refusing every way out of the repository: absolute
@@ -447,4 +466,34 @@ fn entry_of(tree: &Tree, name: &str, path: &str) -> Result<(i32, Oid), String> {
 fn join(parent: &str, key: &str) -> String {
     let plain = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if plain { format!("{parent}.{key}") } else { format!("{parent}[{}]", Value::String(key.to_string())) }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::{MANIFEST_SCHEMA, manifest_schema};
+    use crate::source::KEY_PATTERN;
+
+    /// Keys and tags follow one rule: the schema's copy of it is the code's.
+    #[test]
+    fn the_schema_holds_the_key_rule_of_the_code() {
+        let schema: Value = serde_json::from_str(MANIFEST_SCHEMA).unwrap();
+        let patterns = [
+            "/properties/apps/propertyNames/pattern",
+            "/$defs/app/properties/actions/propertyNames/pattern",
+            "/$defs/tag/pattern",
+        ];
+        for pointer in patterns {
+            assert_eq!(schema.pointer(pointer).and_then(Value::as_str), Some(KEY_PATTERN), "{pointer}");
+        }
+    }
+
+    #[test]
+    fn the_example_manifest_follows_the_schema() {
+        let example: Value = serde_json::from_str(include_str!("../../examples/windforce.json")).unwrap();
+        let (_, validator) = manifest_schema();
+        let problems: Vec<String> = validator.iter_errors(&example).map(|error| error.to_string()).collect();
+        assert!(problems.is_empty(), "{problems:?}");
+    }
 }

@@ -14,6 +14,23 @@ pub(crate) mod manifest;
 pub mod store;
 pub(crate) mod sync;
 
+/// What a sync, or a source's removal, tells its caller while it works: the command draws it
+/// (spinners, a progress bar, notes); the library draws nothing.
+pub(crate) trait Progress {
+    /// Another sync or removal of `source` holds its lock: this one waits for it.
+    fn waiting_for_lock(&self, source: &str);
+    /// The wait for the lock is over.
+    fn lock_taken(&self);
+    /// Fetching `url` into the mirror: `received` of `total` objects (0 of 0 at the start).
+    fn fetching(&self, url: &str, received: usize, total: usize);
+    fn fetched(&self);
+    /// A ref of `source`'s mirror that names no commit was dropped from it.
+    fn dropped_ref(&self, source: &str, reference: &str);
+    /// Writing `commit`'s tree into the store: `done` of `total` files.
+    fn materializing(&self, commit: &str, done: usize, total: usize);
+    fn materialized(&self);
+}
+
 /// The rule for app keys, action keys, tags and source names.
 pub const KEY_PATTERN: &str = "^[a-z0-9][a-z0-9_-]{0,62}$";
 

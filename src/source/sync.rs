@@ -20,8 +20,7 @@ use super::git_source::{self, GitSource};
 use super::lock::with_source_lock;
 use super::manifest::{self, Manifest};
 use super::store::{self, Materialized};
-use super::{catalog, short_sha};
-use crate::output::Output;
+use super::{Progress, catalog, short_sha};
 
 /// What a sync did.
 #[derive(Debug, Clone)]
@@ -42,13 +41,13 @@ pub(crate) fn sync(
     target: &Target,
     home: &Path,
     store: &Path,
-    out: &Output,
+    progress: &dyn Progress,
 ) -> Result<Report> {
     let source = git_source::find(client, name)?;
-    with_source_lock(client, source.id, name, out, |client| {
+    with_source_lock(client, source.id, name, progress, |client| {
         // Read again under the lock: a sync that ran while we waited may have moved the commit.
         let source = git_source::find(client, name)?;
-        sync_locked(client, &source, target, home, store, out)
+        sync_locked(client, &source, target, home, store, progress)
     })
     .with_context(|| format!("syncing source {name}"))
 }
@@ -59,17 +58,17 @@ fn sync_locked(
     target: &Target,
     home: &Path,
     store: &Path,
-    out: &Output,
+    progress: &dyn Progress,
 ) -> Result<Report> {
     // 1. fetch, resolve, no going back.
     let repo = git::open_mirror(&git::mirror_path(home, source.id))?;
-    let spinner = out.spinner(&format!("fetching {}", source.url));
-    let dropped = git::fetch(&repo, &source.url, target, source.branch.as_deref(), |received, total| {
-        spinner.set_message(format!("fetching {}: {received}/{total} objects", source.url));
-    })?;
-    spinner.finish_and_clear();
-    for name in dropped {
-        out.info(&format!("left {name} out of the mirror of {}: it names no commit", source.name));
+    progress.fetching(&source.url, 0, 0);
+    let fetched = git::fetch(&repo, &source.url, target, source.branch.as_deref(), |received, total| {
+        progress.fetching(&source.url, received, total);
+    });
+    progress.fetched();
+    for reference in fetched? {
+        progress.dropped_ref(&source.name, &reference);
     }
     let commit = git::resolve(&repo, target, source.branch.as_deref())?;
     let sha = commit.to_string();
@@ -88,13 +87,12 @@ fn sync_locked(
     let manifest = read_manifest(client, &repo, source, commit)?;
 
     // 3. the tree into the store, marker last.
-    let bar = out.progress(0, &format!("materializing {}", short_sha(&sha)));
     let materialized = store::materialize(&repo, store, source.id, commit, |done, total| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    })
-    .with_context(|| format!("materializing commit {sha} into the store; the catalog was not changed"))?;
-    bar.finish_and_clear();
+        progress.materializing(&sha, done, total);
+    });
+    progress.materialized();
+    let materialized = materialized
+        .with_context(|| format!("materializing commit {sha} into the store; the catalog was not changed"))?;
 
     // 4. only then, the catalog.
     catalog::replace(client, source, source.commit_sha.as_deref(), &sha, &manifest)?;

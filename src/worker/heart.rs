@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::connection::Connection;
 use crate::db::failure::{Failure, classify};
-use crate::output::diag;
+use crate::diag::diag;
 use crate::queue::heartbeat::{self, Beat};
 use crate::queue::logs::{self, LogLine};
 

@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::db::Database;
-use crate::output::diag;
+use crate::diag::diag;
 use crate::runner::ScratchRoot;
 
 /// When a worker stops on its own.
@@ -40,6 +40,21 @@ pub(crate) enum Isolation {
     None,
 }
 
+/// What a worker takes from its host's configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Local {
+    /// WF_HOME: the worker's scratch root is made under it.
+    pub home: PathBuf,
+    /// The source store it runs commits from.
+    pub store: PathBuf,
+    /// The bun executable.
+    pub bun: PathBuf,
+    /// The key WF_TOKENs are signed with.
+    pub secret: Vec<u8>,
+    /// PATH, HOME and TZ, as actions inherit them.
+    pub inherited_env: Vec<(String, String)>,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
     pub tags: Vec<String>,
@@ -56,6 +71,7 @@ pub(crate) struct Options {
     /// Say nothing when all is well (problems are still reported on stderr).
     pub quiet: bool,
     pub isolation: Isolation,
+    pub local: Local,
 }
 
 impl Options {
@@ -143,9 +159,9 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
     // from the worker, this keeps the rest of the machine's processes of that user away too.
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .context("making the worker not dumpable")?;
-    let bun = crate::config::bun_path();
+    let bun = options.local.bun.display().to_string();
     let mut version = crate::runner::check_bun(&bun)?;
-    let scratch = ScratchRoot::create()?;
+    let scratch = ScratchRoot::create_in(&options.local.home)?;
     if let Isolation::Sandbox { allow_write } = &options.isolation {
         let probe = crate::runner::Isolation::Sandbox(crate::runner::SandboxOptions {
             allow_write: allow_write.clone(),
@@ -168,8 +184,8 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
             Until::Jobs(n) => i64::try_from(n).unwrap_or(i64::MAX),
             _ => 0,
         }),
-        secret: crate::token::load_secret()?,
-        store: crate::config::wf_store()?,
+        secret: options.local.secret.clone(),
+        store: options.local.store.clone(),
         scratch,
         bun,
         database,

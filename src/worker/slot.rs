@@ -13,11 +13,12 @@ use super::connection::Connection;
 use super::heart::{Heart, Verdict};
 use super::{Isolation, Shared, Until};
 use crate::db::failure::{Failure, classify};
-use crate::output::diag;
+use crate::diag::diag;
 use crate::queue::claim::{self, Claimed};
-use crate::queue::complete::{self, Completion, JobError, Recorded, Status};
+use crate::queue::complete::{self, Completion, Recorded};
+use crate::queue::job::{JobError, JobStatus};
 use crate::queue::logs::{LogBuffer, LogLine};
-use crate::queue::reaper;
+use crate::queue::release;
 use crate::runner::{self, Event, Limits, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Stream};
 use crate::source::store;
 use crate::token;
@@ -151,11 +152,19 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
     let tree = store::commit_dir(&shared.store, job.git_source_id, &job.commit_sha);
     if let Err(error) = prepare(shared, &tree) {
         let error = JobError::new("SourceNotMaterialized", format!("commit {}: {error:#}", job.commit_sha));
-        record(shared, &mut link.connection, &job, Status::Failure, None, Some(error.to_value()), LogBuffer::default());
+        record(
+            shared,
+            &mut link.connection,
+            &job,
+            JobStatus::Failure,
+            None,
+            Some(error.to_value()),
+            LogBuffer::default(),
+        );
         return Ok(link);
     }
     let claims = token::Claims::for_claim(job.id, &job.claim, job.started_at, job.timeout_s);
-    let env = vec![
+    let mut env = vec![
         ("WF_JOB_ID".to_string(), job.id.to_string()),
         ("WF_TOKEN".to_string(), token::issue(&shared.secret, &claims)),
         ("WF_APP".to_string(), job.app.clone()),
@@ -165,6 +174,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
         ("WF_SCHEDULED_FOR".to_string(), job.scheduled_for.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
         ("WF_ATTEMPT".to_string(), job.attempt().to_string()),
     ];
+    env.extend(shared.options.local.inherited_env.iter().cloned());
     let mut spec =
         runner::Spec::new(&shared.scratch, &job.id, job.attempt(), tree, &job.entrypoint, job.input.clone(), env);
     spec.bun = shared.bun.clone();
@@ -177,7 +187,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
                 shared,
                 &mut link.connection,
                 &job,
-                Status::Failure,
+                JobStatus::Failure,
                 None,
                 Some(error.to_value()),
                 LogBuffer::default(),
@@ -210,7 +220,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
         }
     };
 
-    let failure = |error: JobError| (Status::Failure, None, Some(error.to_value()));
+    let failure = |error: JobError| (JobStatus::Failure, None, Some(error.to_value()));
     let (status, result, error) = match (stop, outcome) {
         (Some(StopReason::Lost), _) => {
             diag!("worker {name}: job {} is no longer ours (reaped?): killed it, recorded nothing", job.id);
@@ -221,17 +231,17 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
             release(shared, &mut link.connection, &job, logs);
             return Ok(link);
         }
-        (Some(StopReason::Canceled), Outcome::Stopped) => (Status::Canceled, None, None),
+        (Some(StopReason::Canceled), Outcome::Stopped) => (JobStatus::Canceled, None, None),
         (Some(StopReason::TimedOut), Outcome::Stopped) => failure(JobError::new(
             "Timeout",
             format!("the job ran longer than its timeout of {} s and was killed", job.timeout_s),
         )),
         // Finished before the stop landed: the real outcome counts (a cancel request stays on record).
         (_, Outcome::Returned(value)) => match check_result(&value, job.output_schema.as_ref()) {
-            Ok(()) => (Status::Success, Some(value), None),
+            Ok(()) => (JobStatus::Success, Some(value), None),
             Err(error) => failure(error),
         },
-        (_, Outcome::Threw(error)) => (Status::Failure, None, Some(error)),
+        (_, Outcome::Threw(error)) => (JobStatus::Failure, None, Some(error)),
         (_, Outcome::Failed { name, message }) => failure(JobError::new(&name, message)),
         (None, Outcome::Stopped) => failure(JobError::new("ProcessError", "the action's process was stopped")),
     };
@@ -372,7 +382,7 @@ fn record(
     shared: &Shared,
     connection: &mut Connection,
     job: &Claimed,
-    status: Status,
+    status: JobStatus,
     result: Option<Value>,
     error: Option<Value>,
     mut logs: LogBuffer,
@@ -421,7 +431,7 @@ fn record(
             }
             Err(error) if classify(&error) == Failure::Data && !rewritten => {
                 rewritten = true;
-                completion.status = Status::Failure;
+                completion.status = JobStatus::Failure;
                 completion.result = None;
                 completion.error = Some(
                     JobError::new("CompletionError", format!("recording the job's outcome failed: {error:#}"))
@@ -441,11 +451,12 @@ fn record(
     }
 }
 
-fn count(shared: &Shared, status: Status) {
+fn count(shared: &Shared, status: JobStatus) {
     let counter = match status {
-        Status::Success => &shared.succeeded,
-        Status::Failure => &shared.failed,
-        Status::Canceled => &shared.canceled,
+        JobStatus::Success => &shared.succeeded,
+        JobStatus::Canceled => &shared.canceled,
+        // A completion is never recorded as waiting or running.
+        JobStatus::Failure | JobStatus::Queued | JobStatus::Scheduled | JobStatus::Running => &shared.failed,
     };
     counter.fetch_add(1, Ordering::SeqCst);
 }
@@ -459,7 +470,7 @@ fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, mut logs
     loop {
         let released = connection
             .client()
-            .and_then(|session| reaper::release(session.client(), job.id, &job.claim, job.attempt(), &lines));
+            .and_then(|session| release::release(session.client(), job.id, &job.claim, job.attempt(), &lines));
         match released {
             Ok(true) => {
                 shared.released.fetch_add(1, Ordering::SeqCst);

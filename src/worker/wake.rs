@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use postgres::fallible_iterator::FallibleIterator;
 
 use crate::db::Database;
-use crate::output::diag;
+use crate::diag::diag;
 use crate::queue::CHANNEL_ENQUEUED;
 
 /// How long the listener blocks before it looks at `done`.

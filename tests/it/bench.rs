@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::fixtures::{path, signal};
-use crate::harness::{TestEnv, wait_for};
+use crate::support::fixtures::{path, signal};
+use crate::support::harness::{TestEnv, wait_for};
 
 /// The bench's jobs, catalog rows and store tree are gone (the test database starts empty).
 fn assert_nothing_left(env: &TestEnv) {
@@ -53,7 +53,16 @@ fn bench_measures_in_its_own_tag_and_leaves_nothing_behind() {
 #[test]
 fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
     let env = TestEnv::new();
-    let report = env.wf(["bench", "--bun", "--jobs", "20", "--workers", "2", "--json"]).ok().json();
+    let run = env.wf(["bench", "--bun", "--jobs", "20", "--workers", "2", "--json"]).ok();
+    let rates = ["enqueue_single_per_s", "enqueue_batch_per_s", "claim_complete_per_s", "p50", "p99", "tag"];
+    let bun = ["bun_end_to_end_per_s", "bun_no_sandbox_per_s", "sandbox_ms_per_attempt"];
+    let expected = r#"{
+        "bun_end_to_end_per_s": "<number>", "bun_jobs": 20, "bun_no_sandbox_per_s": "<number>",
+        "claim_complete_per_s": "<number>", "enqueue_batch_per_s": "<number>", "enqueue_single_per_s": "<number>",
+        "jobs": 20, "pickup_latency_ms": {"p50": "<number>", "p99": "<number>", "samples": 20},
+        "sandbox_ms_per_attempt": "<number>", "tag": "<text>", "workers": 2}"#;
+    crate::support::checks::pin(&run, env.dir.path(), &[&rates[..], &bun[..]].concat(), expected);
+    let report = run.json();
     assert_measured(&report, 20, 2);
     rate(&report, "bun_end_to_end_per_s");
     rate(&report, "bun_no_sandbox_per_s");

@@ -2,17 +2,16 @@
 //! behind by a dead worker, or caught in a race with a claim or with a reaper's requeue.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::checks::{
+use crate::support::checks::{
     assert_no_job_processes, assert_queue_empty, completed, counts, kill, make_zombies, ping_age, reap, stop_worker,
     uuid, wait_completed, wait_server_up_longer_than,
 };
-use crate::fixtures::{all_gone, enqueue, executions, path, spawned_pids, synced};
-use crate::harness::{Run, TestEnv, wait_for};
+use crate::support::fixtures::{all_gone, enqueue, enqueue_batch, executions, path, spawned_pids, synced};
+use crate::support::harness::{Run, TestEnv, wait_for};
 
 /// `wf cancel IDS --yes --json [--reason R]`: the exit code and the outcome of each id.
 fn cancel(env: &TestEnv, ids: &[&str], reason: Option<&str>) -> (i32, BTreeMap<String, String>) {
@@ -85,7 +84,7 @@ fn a_job_canceled_while_running_has_its_process_tree_killed_and_completes_as_can
     synced(&env);
     let pids_file = path(&env, "pids");
     let job = enqueue(&env, "t/spawn_long", json!({"pids": pids_file}));
-    let mut w = crate::fixtures::worker(&env, "w", &["--heartbeat", "1s", "--no-reap"]);
+    let mut w = crate::support::fixtures::worker(&env, "w", &["--heartbeat", "1s", "--no-reap"]);
     let pids = spawned_pids(&job, &pids_file);
     let (code, out) = cancel(&env, &[&job], Some("stop it"));
     assert_eq!((code, one(&out, &job).as_str()), (0, "cancel_requested"));
@@ -96,6 +95,8 @@ fn a_job_canceled_while_running_has_its_process_tree_killed_and_completes_as_can
     assert_eq!(done.canceled_reason.as_deref(), Some("stop it"));
     assert!(done.worker.as_deref().unwrap().starts_with("w#"), "{done:?}");
     assert_eq!(done.result, None);
+    let canceled = env.wf(["result", &job]).run().expect_code(4).stdout;
+    assert!(canceled.contains("stop it"), "`wf result` prints who canceled it and why: {canceled}");
     assert_no_job_processes(std::slice::from_ref(&job), "the canceled job");
     stop_worker(&mut w, "the worker");
     assert_queue_empty(&env);
@@ -110,7 +111,7 @@ fn a_canceled_job_whose_worker_died_is_completed_as_canceled_by_the_reaper_and_n
     synced(&env);
     let log = path(&env, "executions.log");
     let job = enqueue(&env, "t/sleep", json!({"ms": 600000, "log": log}));
-    let mut w = crate::fixtures::worker(&env, "w", &["--heartbeat", "3s", "--no-reap"]);
+    let mut w = crate::support::fixtures::worker(&env, "w", &["--heartbeat", "3s", "--no-reap"]);
     wait_for(Duration::from_secs(30), "the job to start", || {
         executions(&log).contains(&(job.clone(), 1)).then_some(())
     });
@@ -168,7 +169,7 @@ fn a_cancel_racing_a_claim_never_lets_a_canceled_job_run() {
     let env = TestEnv::new();
     synced(&env);
     let log = path(&env, "executions.log");
-    let mut w = crate::fixtures::worker(&env, "w", &["--concurrency", "2", "--heartbeat", "1s", "--no-reap"]);
+    let mut w = crate::support::fixtures::worker(&env, "w", &["--concurrency", "2", "--heartbeat", "1s", "--no-reap"]);
     const THREADS: usize = 4;
     const ROUNDS: usize = 50;
     let results: Vec<(String, i32, String)> = std::thread::scope(|scope| {
@@ -240,16 +241,8 @@ fn a_cancel_racing_a_reapers_requeue_ends_canceled() {
     let log = path(&env, "executions.log");
     const ROUNDS: usize = 40;
     const PER_ROUND: usize = 5;
-    let batch = path(&env, "batch.jsonl");
-    let lines: Vec<String> = (0..ROUNDS * PER_ROUND).map(|n| json!({"log": log, "n": n}).to_string()).collect();
-    std::fs::write(&batch, lines.join("\n") + "\n").unwrap();
-    let ids: Vec<String> =
-        env.wf(["enqueue", "t/echo", "--batch", batch.to_str().unwrap(), "--json"]).ok().json()["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|id| id.as_str().unwrap().to_string())
-            .collect();
+    let inputs: Vec<Value> = (0..ROUNDS * PER_ROUND).map(|n| json!({"log": log, "n": n})).collect();
+    let ids = enqueue_batch(&env, "t/echo", &inputs);
     let mut db = env.db();
     wait_server_up_longer_than(&env, 3.0);
     let mut rng = fastrand::Rng::with_seed(8);
@@ -259,11 +252,7 @@ fn a_cancel_racing_a_reapers_requeue_ends_canceled() {
         make_zombies(&mut db, &uuids);
         let mut cancel_args = vec!["cancel", "--yes", "--json"];
         cancel_args.extend(round.iter().map(String::as_str));
-        let spawn = |args: &[&str]| {
-            let mut wf = env.wf(args);
-            wf.command.stdout(Stdio::piped()).stderr(Stdio::piped());
-            wf.command.spawn().unwrap()
-        };
+        let spawn = |args: &[&str]| env.wf(args).start();
         let delay = Duration::from_millis(rng.u64(0..30));
         let (canceler, reaper) = if rng.bool() {
             let canceler = spawn(&cancel_args);
@@ -274,8 +263,8 @@ fn a_cancel_racing_a_reapers_requeue_ends_canceled() {
             std::thread::sleep(delay);
             (spawn(&cancel_args), reaper)
         };
-        let canceled = Run::from(canceler.wait_with_output().unwrap());
-        let reaped = Run::from(reaper.wait_with_output().unwrap());
+        let canceled = canceler.finish();
+        let reaped = reaper.finish();
         assert_eq!(canceled.code, 0, "cancel failed: {canceled:?}");
         assert_eq!(reaped.code, 0, "reap failed: {reaped:?}");
         let (requeued, failed, _) = counts(&reaped.json());

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::harness::TestEnv;
+use crate::support::harness::TestEnv;
 
 /// Fill the queue with `count` jobs spread over `tags`, straight in SQL.
 fn fill(env: &TestEnv, count: i64, tags: &[&str], priority: &str, due: &str) {

@@ -7,21 +7,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::checks::{
+use crate::support::checks::{
     assert_each_succeeded_once, assert_no_job_processes, assert_queue_empty, captured_json, completed, kill, ping_age,
     reap, spawn_capturing, stop_worker, uuid, wait_completed, wait_exit,
 };
-use crate::fixtures::{enqueue, executions, path, signal, synced};
-use crate::harness::{Process, TestEnv, wait_for};
-
-/// Enqueue one job per input in one batch; returns the ids.
-fn enqueue_batch(env: &TestEnv, target: &str, inputs: &[Value]) -> Vec<String> {
-    let file = path(env, "batch.jsonl");
-    let lines: Vec<String> = inputs.iter().map(Value::to_string).collect();
-    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
-    let run = env.wf(["enqueue", target, "--batch", file.to_str().unwrap(), "--json"]).ok();
-    run.json()["ids"].as_array().unwrap().iter().map(|id| id.as_str().unwrap().to_string()).collect()
-}
+use crate::support::fixtures::{enqueue, enqueue_batch, executions, path, signal, synced};
+use crate::support::harness::{Process, TestEnv, wait_for};
 
 fn completed_count(env: &TestEnv) -> i64 {
     env.scalar("SELECT count(*) FROM job_completed")
@@ -45,7 +36,11 @@ fn chaos(seed: u64) {
     assert_eq!(ids.len(), CHAOS_JOBS);
 
     let start = |slot: usize, generation: u32| -> Process {
-        crate::fixtures::worker(&env, &format!("w{slot}g{generation}"), &["--concurrency", "2", "--heartbeat", "1s"])
+        crate::support::fixtures::worker(
+            &env,
+            &format!("w{slot}g{generation}"),
+            &["--concurrency", "2", "--heartbeat", "1s"],
+        )
     };
     let mut generations = [0u32; CHAOS_WORKERS];
     let mut workers: Vec<Process> = (0..CHAOS_WORKERS).map(|slot| start(slot, 0)).collect();
@@ -115,7 +110,7 @@ fn a_worker_killed_before_its_first_heartbeat_has_its_job_recovered_after_the_wi
     synced(&env);
     let log = path(&env, "executions.log");
     let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 60000, "2": 100}, "log": log}));
-    let mut first = crate::fixtures::worker(&env, "first", &["--heartbeat", "1s", "--no-reap"]);
+    let mut first = crate::support::fixtures::worker(&env, "first", &["--heartbeat", "1s", "--no-reap"]);
     let mut db = env.db();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !db.query_one("SELECT running FROM job_queue WHERE job_id = $1", &[&uuid(&job)]).unwrap().get::<_, bool>(0) {
@@ -145,7 +140,7 @@ fn a_worker_killed_before_its_first_heartbeat_has_its_job_recovered_after_the_wi
     assert_eq!(row.get::<_, Option<String>>(1), None);
     assert_eq!(row.get::<_, i32>(2), 1);
 
-    let mut second = crate::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
+    let mut second = crate::support::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
     assert!(wait_exit(&mut second, Duration::from_secs(30), "the second worker").success());
     let done = completed(&env, &job).expect("the second worker completed the job");
     assert_eq!(done.status, "success");
@@ -175,7 +170,7 @@ fn resumed_after_reap(resume_early: bool) {
         executions(&log).contains(&(job.clone(), 1)).then_some(())
     });
     let jobs = [job.clone()].into_iter().collect();
-    let attempt_1: Vec<i32> = crate::checks::job_processes(&jobs).iter().map(|(pid, _, _)| *pid).collect();
+    let attempt_1: Vec<i32> = crate::support::checks::job_processes(&jobs).iter().map(|(pid, _, _)| *pid).collect();
     assert!(!attempt_1.is_empty(), "the processes of attempt 1 must be visible");
 
     signal(&first, libc::SIGSTOP);
@@ -183,7 +178,7 @@ fn resumed_after_reap(resume_early: bool) {
         ping_age(&env, &job).is_some_and(|age| age > 3.0).then_some(())
     });
     assert_eq!(reap(&env, &["--zombie-timeout", "3s"]), (1, 0, 0));
-    let mut second = crate::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
+    let mut second = crate::support::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
     if resume_early {
         wait_for(Duration::from_secs(30), "attempt 2 to start", || {
             executions(&log).contains(&(job.clone(), 2)).then_some(())
@@ -192,12 +187,12 @@ fn resumed_after_reap(resume_early: bool) {
         wait_completed(&env, &job, Duration::from_secs(30));
     }
     assert!(
-        attempt_1.iter().all(|&pid| crate::fixtures::alive(pid)),
+        attempt_1.iter().all(|&pid| crate::support::fixtures::alive(pid)),
         "attempt 1 keeps running while its worker is stopped"
     );
 
     signal(&first, libc::SIGCONT);
-    crate::fixtures::all_gone(&attempt_1, "the resumed worker to kill attempt 1");
+    crate::support::fixtures::all_gone(&attempt_1, "the resumed worker to kill attempt 1");
     if resume_early {
         assert!(completed(&env, &job).is_none(), "attempt 2 still runs when attempt 1 is gone");
     }
@@ -247,7 +242,7 @@ fn a_worker_resumed_with_a_finished_result_for_a_reaped_job_records_nothing() {
         ping_age(&env, &job).is_some_and(|age| age > 3.0).then_some(())
     });
     assert_eq!(reap(&env, &["--zombie-timeout", "3s"]), (1, 0, 0));
-    let mut second = crate::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
+    let mut second = crate::support::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
     wait_for(Duration::from_secs(30), "attempt 2 to start", || {
         executions(&log).contains(&(job.clone(), 2)).then_some(())
     });
@@ -284,7 +279,7 @@ fn a_poison_job_ends_as_failure_after_the_restart_limit() {
         assert!(Instant::now() < deadline, "the poison job never completed");
         match current.as_mut().map(|child| child.try_wait().unwrap()) {
             None => {
-                current = Some(crate::fixtures::worker(
+                current = Some(crate::support::fixtures::worker(
                     &env,
                     &format!("w{generation}"),
                     &["--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"],
@@ -322,7 +317,7 @@ fn a_poison_job_ends_as_failure_after_the_restart_limit() {
 /// completed exactly once.
 #[test]
 fn workers_carry_on_across_a_postgres_restart_and_nothing_is_lost_or_done_twice() {
-    let cluster = crate::harness::PrivateCluster::start();
+    let cluster = crate::support::harness::PrivateCluster::start();
     let env = cluster.env().env("WF_ZOMBIE_TIMEOUT_S", "6");
     synced(&env);
     let log = path(&env, "executions.log");
@@ -330,7 +325,7 @@ fn workers_carry_on_across_a_postgres_restart_and_nothing_is_lost_or_done_twice(
     let inputs: Vec<Value> = (0..150).map(|n| json!({"n": n, "ms": rng.u32(200..=600), "log": log})).collect();
     let ids = enqueue_batch(&env, "t/sleep", &inputs);
     let mut workers: Vec<Process> = (0..3)
-        .map(|n| crate::fixtures::worker(&env, &format!("w{n}"), &["--concurrency", "2", "--heartbeat", "1s"]))
+        .map(|n| crate::support::fixtures::worker(&env, &format!("w{n}"), &["--concurrency", "2", "--heartbeat", "1s"]))
         .collect();
     let at_least = |n: i64| {
         wait_for(Duration::from_secs(60), &format!("{n} completions"), || (completed_count(&env) >= n).then_some(()))

@@ -1,8 +1,6 @@
 //! The database: migrations and the embedded default cluster.
 
-use std::process::Stdio;
-
-use crate::harness::TestEnv;
+use crate::support::harness::TestEnv;
 
 #[test]
 fn concurrent_migrations_apply_each_migration_once() {
@@ -10,18 +8,13 @@ fn concurrent_migrations_apply_each_migration_once() {
     let fresh = format!("{}_fresh", env.dbname);
     env.db().batch_execute(&format!("CREATE DATABASE {fresh}")).unwrap();
     let url = TestEnv::cluster_url(&fresh);
-    let children: Vec<_> = (0..4)
-        .map(|_| {
-            let mut wf = env.wf(["db", "migrate", "--json"]).env("DATABASE_URL", &url);
-            wf.command.stdout(Stdio::piped()).stderr(Stdio::piped());
-            wf.command.spawn().unwrap()
-        })
-        .collect();
+    let children: Vec<_> =
+        (0..4).map(|_| env.wf(["db", "migrate", "--json"]).env("DATABASE_URL", &url).start()).collect();
     let mut applied_total = 0;
     for child in children {
-        let output = child.wait_with_output().unwrap();
-        assert!(output.status.success(), "wf db migrate failed: {output:?}");
-        let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let run = child.finish();
+        assert_eq!(run.code, 0, "wf db migrate failed: {run:?}");
+        let doc = run.json();
         applied_total += doc["applied"].as_array().unwrap().len();
     }
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
+
+use crate::support::harness::Wf;
 
 const REGENERATE: &str = "run `cargo run -- generate-docs --out .` and commit completions/ and man/";
 
@@ -23,9 +24,8 @@ fn docs_under(root: &Path) -> BTreeMap<String, Vec<u8>> {
 /// Run `wf generate-docs` into a fresh folder and read what it wrote.
 fn generate() -> BTreeMap<String, Vec<u8>> {
     let out = tempfile::tempdir().unwrap();
-    let output =
-        Command::new(env!("CARGO_BIN_EXE_wf")).args(["generate-docs", "--out"]).arg(out.path()).output().unwrap();
-    assert!(output.status.success(), "wf generate-docs failed: {output:?}");
+    let run = Wf::new(["generate-docs".as_ref(), "--out".as_ref(), out.path().as_os_str()]).run();
+    assert_eq!(run.code, 0, "wf generate-docs failed: {run:?}");
     docs_under(out.path())
 }
 

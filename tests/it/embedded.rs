@@ -4,7 +4,6 @@
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -12,7 +11,8 @@ use std::time::Duration;
 use serde_json::Value;
 use wf::db::embedded::is_root;
 
-use crate::harness::{Run, TestEnv, Wf, wait_for};
+use crate::support::checks::pin;
+use crate::support::harness::{Run, TestEnv, Wf, wait_for, wf_binary};
 
 const CLUSTER_MESSAGE: &str = "embedded PostgreSQL cluster";
 
@@ -54,7 +54,7 @@ impl EmbeddedHome {
         let shared = tempfile::Builder::new().prefix("wf-nobody-").tempdir().unwrap();
         fs::set_permissions(shared.path(), fs::Permissions::from_mode(0o755)).unwrap();
         let bin = shared.path().join("wf");
-        fs::copy(env!("CARGO_BIN_EXE_wf"), &bin).unwrap();
+        fs::copy(wf_binary(), &bin).unwrap();
         fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
         let home = shared.path().join(home_name);
         fs::create_dir(&home).unwrap();
@@ -66,19 +66,11 @@ impl EmbeddedHome {
         let Some(user) = &self.other_user else {
             return self.env.wf(args).env_remove("DATABASE_URL").env("WF_HOME", &self.home);
         };
-        let mut command = Command::new(&user.bin);
-        command
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        Wf::new(args)
             .env("HOME", &self.home)
             .env("WF_HOME", &self.home)
-            .env("NO_COLOR", "1")
             .current_dir(&self.home)
-            .stdin(Stdio::null())
-            .uid(user.uid)
-            .gid(user.gid);
-        Wf { command }
+            .run_as(&user.bin, user.uid, user.gid)
     }
 
     fn status(&self) -> Value {
@@ -107,7 +99,7 @@ impl EmbeddedHome {
     /// refuses to fetch a local repository of another user) on this embedded cluster: the catalog
     /// shows its action and the store holds the tree with its marker.
     fn assert_sync_works(&self) {
-        let repo = crate::harness::GitRepo::new();
+        let repo = crate::support::harness::GitRepo::new();
         repo.manifest(&serde_json::json!({"apps": {"hello": {"actions": {"hi": {"entrypoint": "hi.ts"}}}}}));
         repo.file("hi.ts", "export function main() { return 'hi'; }\n");
         let commit = repo.commit("hello");
@@ -199,12 +191,20 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
     let again = embedded.wf(["db", "up"]).ok();
     assert_eq!(mentions_of_the_cluster(&again), 0, "a running cluster is left alone: {again:?}");
     embedded.assert_running_and_migrated();
+    let up = embedded.wf(["db", "up", "--json"]).ok();
+    let dir = &embedded.home;
+    pin(&up, dir, &["schema_version"], r#"{"path": "<dir>/pg", "running": true, "schema_version": "<number>"}"#);
+    let status = embedded.wf(["db", "status", "--json"]).ok();
+    let expected = r#"{"embedded": true, "latest_version": "<number>", "location": "<dir>/pg", "running": true,
+                       "schema_version": "<number>"}"#;
+    pin(&status, dir, &["schema_version", "latest_version"], expected);
 
     let down = embedded.wf(["db", "down"]).ok();
     assert!(down.stderr.contains("embedded cluster stopped"), "{down:?}");
     embedded.assert_stopped();
     let down_again = embedded.wf(["db", "down"]).ok();
     assert!(down_again.stderr.contains("was not running"), "{down_again:?}");
+    pin(&embedded.wf(["db", "down", "--json"]).ok(), &embedded.home, &[], r#"{"stopped": false}"#);
 
     let restart = embedded.wf(["db", "up"]).ok();
     assert!(restart.stderr.contains("starting the embedded PostgreSQL cluster"), "{restart:?}");
@@ -239,14 +239,8 @@ fn db_up_starts_the_cluster_again_after_its_server_was_killed() {
 #[test]
 fn concurrent_db_up_on_a_fresh_home_all_succeed() {
     let embedded = EmbeddedHome::new();
-    let children: Vec<_> = (0..3)
-        .map(|_| {
-            let mut wf = embedded.wf(["db", "up"]);
-            wf.command.stdout(Stdio::piped()).stderr(Stdio::piped());
-            wf.command.spawn().unwrap()
-        })
-        .collect();
-    let runs: Vec<Run> = children.into_iter().map(|child| Run::from(child.wait_with_output().unwrap())).collect();
+    let children: Vec<_> = (0..3).map(|_| embedded.wf(["db", "up"]).start()).collect();
+    let runs: Vec<Run> = children.into_iter().map(|child| child.finish()).collect();
     for run in &runs {
         assert_eq!(run.code, 0, "{run:?}");
     }
@@ -343,8 +337,8 @@ fn the_quick_start_demo_runs_the_example_jobs_end_to_end() {
         .env_remove("DATABASE_URL")
         .env("WF_HOME", &embedded.home)
         .env("WF_DEMO_DIR", embedded.env.dir.path().join("demo"))
-        .env("WF_EXE", env!("CARGO_BIN_EXE_wf"))
-        .env("WF_BUN", crate::harness::bun())
+        .env("WF_EXE", wf_binary())
+        .env("WF_BUN", crate::support::harness::bun())
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .output()

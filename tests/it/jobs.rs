@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::fixtures::{enqueue, path, synced};
-use crate::harness::{TestEnv, wait_for};
+use crate::support::fixtures::{enqueue, path, synced};
+use crate::support::harness::{TestEnv, wait_for};
 
 fn drain(env: &TestEnv) {
     env.wf(["work", "--drain", "--concurrency", "2"]).ok();
@@ -212,7 +212,7 @@ fn results_and_exit_codes_follow_the_outcome() {
 fn enqueue_wait_prints_the_result_with_its_exit_code() {
     let env = TestEnv::new();
     synced(&env);
-    let mut worker = crate::fixtures::worker(&env, "w", &[]);
+    let mut worker = crate::support::fixtures::worker(&env, "w", &[]);
     let run = env.wf(["enqueue", "t/echo", "--input", r#"{"w":1}"#, "--wait", "--timeout", "60s"]).ok();
     let result: Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(result["input"], json!({"w": 1}));
@@ -280,14 +280,16 @@ fn logs_are_capped_per_attempt_with_a_visible_mark() {
     // 2 x 40,000 lines of about 10 bytes: more than the 1 MiB cap.
     let id = enqueue(&env, "t/chatty", json!({"lines": 60000}));
     drain(&env);
-    let bytes: i64 = env.scalar(&format!(
-        "SELECT coalesce(sum(octet_length(line)), 0) FROM job_logs WHERE job_id = '{id}' AND stream <> 'wf'"
-    ));
+    let bytes: i64 = env.scalar_of(
+        "SELECT coalesce(sum(octet_length(line)), 0) FROM job_logs WHERE job_id = $1::text::uuid AND stream <> 'wf'",
+        &[&id],
+    );
     assert!(bytes > 1000 * 1024, "output up to the cap is kept: {bytes} bytes");
     assert!(bytes <= 1024 * 1024, "{bytes} bytes stored");
-    let marks: i64 = env.scalar(&format!(
-        "SELECT count(*) FROM job_logs WHERE job_id = '{id}' AND stream = 'wf' AND line LIKE '%truncated%'"
-    ));
+    let marks: i64 = env.scalar_of(
+        "SELECT count(*) FROM job_logs WHERE job_id = $1::text::uuid AND stream = 'wf' AND line LIKE '%truncated%'",
+        &[&id],
+    );
     assert_eq!(marks, 1);
     env.wf(["result", &id]).ok();
 }
@@ -352,19 +354,19 @@ fn priority_then_scheduled_time_decide_the_order() {
 fn a_delayed_job_does_not_start_early() {
     let env = TestEnv::new();
     synced(&env);
-    let mut worker = crate::fixtures::worker(&env, "w", &["--once"]);
+    let mut worker = crate::support::fixtures::worker(&env, "w", &["--once"]);
     let job = env.wf(["enqueue", "t/echo", "--in", "2s", "--json"]).ok().json();
     let id = job["id"].as_str().unwrap().to_string();
     assert_eq!(env.wf(["show", &id, "--json"]).ok().json()["status"], "scheduled");
     let status = worker.wait().unwrap();
     assert!(status.success());
-    let early: bool = env.scalar(&format!(
-        "SELECT c.started_at < j.scheduled_for FROM job_completed c JOIN job j ON j.id = c.job_id WHERE c.job_id = '{id}'"
-    ));
+    let early: bool = env.scalar_of(
+        "SELECT c.started_at < j.scheduled_for FROM job_completed c JOIN job j ON j.id = c.job_id WHERE c.job_id = $1::text::uuid"
+    , &[&id]);
     assert!(!early, "the job started before it was due");
-    let delay: f64 = env.scalar(&format!(
-        "SELECT extract(epoch FROM c.started_at - j.created_at)::float8 FROM job_completed c JOIN job j ON j.id = c.job_id WHERE c.job_id = '{id}'"
-    ));
+    let delay: f64 = env.scalar_of(
+        "SELECT extract(epoch FROM c.started_at - j.created_at)::float8 FROM job_completed c JOIN job j ON j.id = c.job_id WHERE c.job_id = $1::text::uuid"
+    , &[&id]);
     assert!(delay >= 2.0, "started {delay} s after enqueue");
 }
 
@@ -392,7 +394,7 @@ fn the_action_sees_its_environment_and_a_token_that_verifies() {
     let claims = run.json();
     assert_eq!((claims["current"].as_bool(), claims["valid"].as_bool()), (Some(false), Some(false)), "{claims}");
     assert_eq!(claims["job"], id.as_str());
-    let worker: String = env.scalar(&format!("SELECT worker FROM job_completed WHERE job_id = '{id}'"));
+    let worker: String = env.scalar_of("SELECT worker FROM job_completed WHERE job_id = $1::text::uuid", &[&id]);
     assert_eq!(claims["claim"], worker.as_str());
     assert!(run.stderr.contains("no longer current"), "{run:?}");
 
@@ -421,11 +423,11 @@ fn a_running_attempts_token_is_current() {
     let env = TestEnv::new().env("WF_SECRET", "0123456789abcdef0123456789abcdef-test-secret");
     synced(&env);
     let id = enqueue(&env, "t/sleep", json!({"ms": 20000}));
-    let _worker = crate::fixtures::worker(&env, "w", &["--once"]);
+    let _worker = crate::support::fixtures::worker(&env, "w", &["--once"]);
     let jobs = [id.clone()].into_iter().collect();
     // Read from the environment of the job's own processes, as only root can.
     let token = wait_for(Duration::from_secs(30), "the job's processes", || {
-        crate::checks::job_processes(&jobs).iter().find_map(|(pid, _, _)| {
+        crate::support::checks::job_processes(&jobs).iter().find_map(|(pid, _, _)| {
             let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
             environ
                 .split(|&b| b == 0)
@@ -449,7 +451,7 @@ fn a_commit_without_marker_is_never_run() {
     env.wf(["work", "--drain"]).env("WF_STORE", &empty_store).ok();
     let error: Value = serde_json::from_str(&env.wf(["result", &id]).run().expect_code(4).stdout).unwrap();
     let message = error["message"].as_str().unwrap();
-    let commit: String = env.scalar(&format!("SELECT commit_sha FROM job WHERE id = '{id}'"));
+    let commit: String = env.scalar_of("SELECT commit_sha FROM job WHERE id = $1::text::uuid", &[&id]);
     assert!(message.contains(&commit), "{message}");
     assert!(message.contains(empty_store.to_str().unwrap()), "{message}");
     assert!(!log.exists(), "the action must not have run");
@@ -486,22 +488,18 @@ fn status_counts_each_tag_and_jobs_filters() {
     // Pings older than the server's start count from that start: use a window shorter than the
     // test server's age.
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "1");
-    crate::harness::wait_for(std::time::Duration::from_secs(5), "the test server to be older than the window", || {
-        env.scalar::<bool>("SELECT now() - pg_postmaster_start_time() > interval '1 second'").then_some(())
-    });
+    crate::support::harness::wait_for(
+        std::time::Duration::from_secs(5),
+        "the test server to be older than the window",
+        || env.scalar::<bool>("SELECT now() - pg_postmaster_start_time() > interval '1 second'").then_some(()),
+    );
     synced(&env);
     enqueue(&env, "t/echo", json!({}));
     enqueue(&env, "t/echo", json!({}));
     env.wf(["enqueue", "t/echo", "--in", "1h"]).ok();
     enqueue(&env, "other/echo", json!({}));
     let zombie = enqueue(&env, "other/echo", json!({}));
-    env.db()
-        .batch_execute(&format!(
-            "UPDATE job_queue SET running = true, worker = 'gone#1', started_at = now() - interval '1 hour'
-              WHERE job_id = '{zombie}';
-             INSERT INTO job_runtime (job_id, ping) VALUES ('{zombie}', now() - interval '1 hour');"
-        ))
-        .unwrap();
+    crate::support::checks::make_zombies(&mut env.db(), &[crate::support::checks::uuid(&zombie)]);
     let status = env.wf(["status", "--json"]).ok().json();
     assert_eq!(
         status,
@@ -531,12 +529,10 @@ fn logs_follow_prints_lines_until_the_job_completes() {
     let env = TestEnv::new();
     synced(&env);
     let id = enqueue(&env, "t/chatty", json!({"lines": 5}));
-    let mut follow = env.wf(["logs", &id, "--follow"]);
-    follow.command.stdout(std::process::Stdio::piped());
-    let follower = follow.command.spawn().unwrap();
+    let follower = env.wf(["logs", &id, "--follow"]).start();
     env.wf(["work", "--drain"]).ok();
-    let output = follower.wait_with_output().unwrap();
-    assert!(output.status.success());
-    let text = String::from_utf8(output.stdout).unwrap();
+    let run = follower.finish();
+    assert_eq!(run.code, 0, "{run:?}");
+    let text = run.stdout;
     assert!(text.contains("out 4") && text.contains("[stderr] err 4"), "{text}");
 }

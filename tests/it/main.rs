@@ -1,16 +1,15 @@
 //! The integration tests of `wf`: real PostgreSQL, real git repositories, real bun.
 
-mod harness;
+mod support;
 
 mod bench;
 mod cancel;
-mod checks;
 mod claim;
 mod crash;
 mod db;
 mod docs;
+mod documents;
 mod embedded;
-mod fixtures;
 mod jobs;
 mod pipes;
 mod prune;
@@ -22,3 +21,22 @@ mod sick;
 mod sync;
 mod waits;
 mod work;
+
+/// A test file that no `mod` names is never compiled, so its tests never run: every `.rs` file
+/// here and in `support/` must be declared.
+#[test]
+fn every_test_file_is_declared() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it");
+    for (dir, declaring) in [(root.clone(), "main.rs"), (root.join("support"), "mod.rs")] {
+        let declared = std::fs::read_to_string(dir.join(declaring)).unwrap();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            let Some(module) = name.strip_suffix(".rs").filter(|_| name != declaring) else { continue };
+            let declaration = declared.lines().any(|line| {
+                let line = line.trim();
+                line == format!("mod {module};") || line == format!("pub(crate) mod {module};")
+            });
+            assert!(declaration, "{} is not declared in {declaring}: its tests never run", dir.join(&name).display());
+        }
+    }
+}

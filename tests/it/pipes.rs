@@ -2,22 +2,16 @@
 
 use std::process::Stdio;
 
-use crate::fixtures::synced;
-use crate::harness::{Run, TestEnv, Wf};
+use crate::support::fixtures::synced;
+use crate::support::harness::{Run, TestEnv, Wf};
 
 /// Run `wf` with stdout, and stderr too when `stderr_closed`, into a pipe whose reader is closed
 /// (`wf ... | head -c 10` once head is gone).
 fn run_into_closed_pipe(wf: Wf, stderr_closed: bool) -> Run {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let mut command = wf.command;
-    if stderr_closed {
-        command.stderr(Stdio::from(writer.try_clone().unwrap()));
-    } else {
-        command.stderr(Stdio::piped());
-    }
-    command.stdout(Stdio::from(writer));
-    Run::from(command.output().expect("running wf"))
+    let stderr = if stderr_closed { Stdio::from(writer.try_clone().unwrap()) } else { Stdio::piped() };
+    wf.run_into(Stdio::from(writer), stderr)
 }
 
 #[test]

@@ -2,16 +2,14 @@
 
 use serde_json::json;
 
-use crate::fixtures::{enqueue, synced};
-use crate::harness::TestEnv;
+use crate::support::fixtures::{enqueue, enqueue_batch, synced};
+use crate::support::harness::TestEnv;
 
 #[test]
 fn prune_deletes_only_old_completed_jobs_with_their_logs() {
     let env = TestEnv::new();
     synced(&env);
-    let batch = crate::fixtures::path(&env, "batch.jsonl");
-    std::fs::write(&batch, "{}\n".repeat(2500)).unwrap();
-    env.wf(["enqueue", "t/chatty", "--batch", batch.to_str().unwrap()]).ok();
+    enqueue_batch(&env, "t/chatty", &vec![json!({}); 2500]);
     // Completing 2,500 jobs with bun proves nothing more about retention: complete them in SQL.
     env.db()
         .batch_execute(

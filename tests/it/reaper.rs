@@ -1,13 +1,11 @@
 //! The reaper is safe to run from many hosts at once: concurrent passes never process the same
 //! zombie twice.
 
-use std::process::Stdio;
-
 use serde_json::json;
 
-use crate::checks::{counts, make_zombies, wait_server_up_longer_than};
-use crate::fixtures::{path, synced};
-use crate::harness::{Run, TestEnv};
+use crate::support::checks::{counts, make_zombies, wait_server_up_longer_than};
+use crate::support::fixtures::{path, synced};
+use crate::support::harness::TestEnv;
 
 const PLAIN: usize = 300;
 const MARKED: usize = 40;
@@ -17,16 +15,12 @@ const REAPERS: usize = 4;
 /// Start REAPERS `wf reap --json` at once and add up what they report.
 fn reap_concurrently(env: &TestEnv) -> (u64, u64, u64) {
     let children: Vec<_> = (0..REAPERS)
-        .map(|_| {
-            let mut wf = env.wf(["reap", "--json", "--zombie-timeout", "3s", "--restart-limit", "10"]);
-            wf.command.stdout(Stdio::piped()).stderr(Stdio::piped());
-            wf.command.spawn().unwrap()
-        })
+        .map(|_| env.wf(["reap", "--json", "--zombie-timeout", "3s", "--restart-limit", "10"]).start())
         .collect();
     let mut total = (0, 0, 0);
     let mut busy = 0;
     for child in children {
-        let run = Run::from(child.wait_with_output().unwrap());
+        let run = child.finish();
         assert_eq!(run.code, 0, "wf reap failed: {run:?}");
         let (requeued, failed, canceled) = counts(&run.json());
         busy += usize::from(requeued + failed + canceled > 0);

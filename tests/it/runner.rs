@@ -14,8 +14,8 @@ use wf::runner::{
     Event, Isolation, Limits, MAX_LINE, Outcome, Running, SandboxOptions, ScratchRoot, Spec, Stream, check_bun,
 };
 
-use crate::checks::job_processes;
-use crate::harness::{bun, wait_for};
+use crate::support::checks::job_processes;
+use crate::support::harness::{bun, inherited_env, supervisor_binary, wait_for, wf_binary};
 
 /// A worker's local world: WF_HOME with its scratch root, and a "store" holding action files.
 struct World {
@@ -68,12 +68,14 @@ impl World {
         name.to_string()
     }
 
-    fn spec(&self, entrypoint: String, input: Value, env: Vec<(String, String)>) -> Spec {
+    /// A spec as a worker makes it: the given variables, and PATH, HOME and TZ.
+    fn spec(&self, entrypoint: String, input: Value, mut env: Vec<(String, String)>) -> Spec {
+        env.extend(inherited_env());
         let mut spec = Spec::new(&self.root, &Uuid::new_v4(), 1, self.store(), &entrypoint, input, env);
         spec.bun = bun().display().to_string();
         // In a test, the running binary is the test harness, not wf: the supervisor binary is
         // named, as a worker finds it beside itself.
-        spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf-supervise"));
+        spec.wf_exe = supervisor_binary();
         spec.isolation = self.isolation.clone();
         spec
     }
@@ -251,7 +253,7 @@ fn the_supervisor_runs_as_wf_itself_too() {
     for world in World::both() {
         let entrypoint = world.action("sum.ts", "export function main(input) { return input.a + input.b; }");
         let mut spec = world.spec(entrypoint, json!({"a": 1, "b": 2}), Vec::new());
-        spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf"));
+        spec.wf_exe = wf_binary();
         assert_eq!(returned(collect(Running::start(spec).unwrap())), json!(3));
     }
 }
@@ -556,10 +558,10 @@ fn worker_process_for_the_sigkill_test() {
         dir.join("store"),
         "spawner.ts",
         json!({"report": shared.join("report.json")}),
-        vec![("WF_JOB_ID".to_string(), job)],
+        [("WF_JOB_ID".to_string(), job)].into_iter().chain(inherited_env()).collect(),
     );
     spec.bun = bun().display().to_string();
-    spec.wf_exe = PathBuf::from(env!("CARGO_BIN_EXE_wf-supervise"));
+    spec.wf_exe = supervisor_binary();
     spec.isolation = if std::env::var("WF_RUNNER_TEST_SANDBOX").as_deref() == Ok("true") {
         Isolation::Sandbox(SandboxOptions { allow_write: vec![shared], ..Default::default() })
     } else {

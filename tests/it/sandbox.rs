@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::checks::{assert_no_job_processes, job_processes, wait_completed};
-use crate::fixtures::{enqueue, worker};
-use crate::harness::{GitRepo, TestEnv, wait_for};
+use crate::support::checks::{assert_no_job_processes, job_processes, wait_completed};
+use crate::support::fixtures::{enqueue, worker};
+use crate::support::harness::{GitRepo, TestEnv, wait_for};
 
 const SECRET: &str = "a-worker-secret-that-no-action-may-ever-read-0123456789";
 
@@ -244,7 +244,7 @@ fn an_action_cannot_reach_a_sibling_job() {
         let attacker = enqueue(&env, "a/sibling", json!({"home": env.home(), "victim": victim}));
         let seen = wait_completed(&env, &attacker, Duration::from_secs(30));
         let done = wait_completed(&env, &victim, Duration::from_secs(30));
-        crate::checks::kill(&mut w);
+        crate::support::checks::kill(&mut w);
         let seen = seen.result.unwrap();
         if isolation == "sandbox" {
             assert_eq!(seen, json!({"others": [], "scratch": "ENOENT"}));
@@ -290,7 +290,7 @@ fn a_huge_result_is_refused_without_the_worker_reading_it() {
         .find_map(|line| line.strip_prefix("VmHWM:"))
         .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
-    crate::checks::kill(&mut w);
+    crate::support::checks::kill(&mut w);
     let error = error(&env, &big);
     assert_eq!(error["name"], "ResultTooLarge", "{error}");
     // Reading the whole result would take 60 MB at least (parsing it, several times that).
@@ -345,8 +345,8 @@ fn a_worker_refuses_to_start_where_the_sandbox_is_refused() {
         "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"",
         "sh",
     ]);
-    command.arg(wf.command.get_program()).args(wf.command.get_args());
-    command.env_clear().envs(wf.command.get_envs().filter_map(|(key, value)| value.map(|value| (key, value))));
+    command.arg(wf.command().get_program()).args(wf.command().get_args());
+    command.env_clear().envs(wf.command().get_envs().filter_map(|(key, value)| value.map(|value| (key, value))));
     let output = command.output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
@@ -369,13 +369,13 @@ fn a_worker_that_is_not_root_runs_sandboxed_actions() {
     let home = env.dir.path().join("nobody-home");
     std::fs::create_dir(&home).unwrap();
     std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
-    for dir in [env.dir.path().to_path_buf(), env.home(), crate::harness::socket_dir()] {
+    for dir in [env.dir.path().to_path_buf(), env.home(), crate::support::harness::socket_dir()] {
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }
     let wf = env.wf(["work", "--drain"]).env("WF_HOME", &home).env("WF_STORE", env.store());
     let mut command = std::process::Command::new("runuser");
-    command.args(["-u", "nobody", "--"]).arg(wf.command.get_program()).args(wf.command.get_args());
-    command.env_clear().envs(wf.command.get_envs().filter_map(|(key, value)| value.map(|value| (key, value))));
+    command.args(["-u", "nobody", "--"]).arg(wf.command().get_program()).args(wf.command().get_args());
+    command.env_clear().envs(wf.command().get_envs().filter_map(|(key, value)| value.map(|value| (key, value))));
     let output = command.output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let found = result(&env, &id);

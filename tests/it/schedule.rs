@@ -5,8 +5,8 @@ use std::time::Duration;
 use chrono::{DateTime, Timelike, Utc};
 use serde_json::Value;
 
-use crate::fixtures::synced;
-use crate::harness::TestEnv;
+use crate::support::fixtures::synced;
+use crate::support::harness::TestEnv;
 
 fn scheduled_jobs(env: &TestEnv, name: &str) -> Vec<DateTime<Utc>> {
     env.db()

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::checks::{completed, wait_completed};
-use crate::fixtures::{enqueue, executions, path, synced, worker};
-use crate::harness::{Proxy, TestEnv, wait_for};
+use crate::support::checks::{completed, wait_completed};
+use crate::support::fixtures::{enqueue, executions, path, synced, worker};
+use crate::support::harness::{Proxy, TestEnv, wait_for};
 
 /// The PostgreSQL backends of worker `name`, stopped with SIGSTOP while idle (a stuck backend,
 /// a partition that drops packets) and continued when dropped.
@@ -134,8 +134,8 @@ fn a_worker_cut_off_stops_its_attempt_before_another_may_run_it() {
     assert!(cut_at.elapsed() > Duration::from_secs(6));
     proxy.set_cut(false);
     std::thread::sleep(Duration::from_secs(3));
-    crate::fixtures::signal(&first, libc::SIGTERM);
-    let status = crate::checks::wait_exit(&mut first, Duration::from_secs(30), "the worker that was cut off");
+    crate::support::fixtures::signal(&first, libc::SIGTERM);
+    let status = crate::support::checks::wait_exit(&mut first, Duration::from_secs(30), "the worker that was cut off");
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("stopping it before the reaper may take it"), "{stderr}");
@@ -159,11 +159,11 @@ fn a_completion_that_times_out_on_a_lock_is_retried_and_recorded_once() {
     let mut locker = env.db();
     let mut tx = locker.transaction().unwrap();
     tx.batch_execute("SET LOCAL statement_timeout = 0").unwrap();
-    let id = crate::checks::uuid(&job);
+    let id = crate::support::checks::uuid(&job);
     tx.query("SELECT 1 FROM job_queue WHERE job_id = $1 FOR UPDATE", &[&id]).unwrap();
     std::thread::sleep(Duration::from_secs(4));
     tx.commit().unwrap();
-    assert!(crate::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
+    assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
     let done = completed(&env, &job).unwrap();
     assert_eq!(done.status, "success", "{done:?}");
     assert_eq!(executions(&log).len(), 1, "the action ran once");
@@ -219,7 +219,7 @@ fn a_reaper_never_takes_a_job_before_its_workers_window() {
     std::thread::sleep(Duration::from_secs(2));
     let reaped = env.wf(["reap", "--zombie-timeout", "1s", "--json"]).ok().json();
     assert_eq!(reaped["requeued"], 0, "{reaped}");
-    assert!(crate::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
+    assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
     let done = completed(&env, &job).unwrap();
     assert_eq!((done.status.as_str(), done.restarts), ("success", 0), "{done:?}");
     assert_eq!(executions(&log).len(), 1);

@@ -4,11 +4,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use serde_json::{Value, json};
 
-use crate::harness::{GitRepo, TestEnv};
+use crate::support::harness::{GitRepo, TestEnv};
 
 const MARKER: &str = ".windforce_clone_complete";
 
@@ -411,11 +410,7 @@ fn concurrent_syncs_of_one_source_end_complete_on_the_newest_commit() {
         let id = add_source(&env, "acme", &repo);
         sync_json(&env, &["acme"]);
 
-        let start = |env: &TestEnv| {
-            let mut wf = env.wf(["sync", "acme", "--json"]);
-            wf.command.stdout(Stdio::piped()).stderr(Stdio::piped());
-            wf.command.spawn().unwrap()
-        };
+        let start = |env: &TestEnv| env.wf(["sync", "acme", "--json"]).start();
         repo.file(&format!("billing/r{round}a.ts"), "export function main() { return {}; }\n");
         repo.commit("c2");
         let a = start(&env);
@@ -423,8 +418,8 @@ fn concurrent_syncs_of_one_source_end_complete_on_the_newest_commit() {
         let c3 = repo.commit("c3");
         let b = start(&env);
         for child in [a, b] {
-            let output = child.wait_with_output().unwrap();
-            assert!(output.status.success(), "round {round}: a sync failed: {output:?}");
+            let run = child.finish();
+            assert_eq!(run.code, 0, "round {round}: a sync failed: {run:?}");
         }
         assert_eq!(source_commit(&env, "acme"), Some(c3.clone()), "round {round}: the catalog shows the newest");
         let commits: Vec<String> = std::fs::read_dir(env.store().join(&id))
@@ -745,8 +740,7 @@ fn source_add_list_rm_and_actions_print_their_documents() {
     // A relative local path is stored absolute.
     let parent = repo.path().parent().unwrap();
     let relative = repo.path().file_name().unwrap().to_str().unwrap();
-    let mut wf = env.wf(["source", "add", "rel", relative, "--json"]);
-    wf.command.current_dir(parent);
+    let wf = env.wf(["source", "add", "rel", relative, "--json"]).current_dir(parent);
     assert_eq!(wf.ok().json()["url"], repo.path().canonicalize().unwrap().to_str().unwrap());
 
     let sha = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();

@@ -2,15 +2,14 @@
 //! line.
 
 use std::io::BufRead;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::fixtures::{enqueue, path, synced};
-use crate::harness::{Process, TestEnv, wait_for};
+use crate::support::fixtures::{enqueue, path, synced};
+use crate::support::harness::{TestEnv, wait_for};
 
 /// Complete a queued job the way a worker's completion transaction does: final log lines, the
 /// completion record, the queue row gone, the notification.
@@ -75,9 +74,7 @@ fn logs_follow_prints_the_lines_written_by_the_completion() {
     db.execute("INSERT INTO job_logs (job_id, attempt, stream, line) VALUES ($1, 1, 'stdout', 'first')", &[&job])
         .unwrap();
 
-    let mut follow = env.wf(["logs", &id, "--follow"]);
-    follow.command.stdout(Stdio::piped());
-    let mut follower = Process::new(follow.command.spawn().unwrap());
+    let mut follower = env.wf(["logs", &id, "--follow"]).start();
     let (lines, printed) = mpsc::channel();
     let stdout = follower.stdout.take().unwrap();
     std::thread::spawn(move || {

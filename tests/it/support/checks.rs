@@ -1,16 +1,16 @@
-//! What the crash, cancel and reaper tests look at once the dust settles: the completion record
-//! of every job, an empty queue, executions counted from the actions' own log, and the processes
-//! that still run a job.
+//! What the tests look at once the dust settles: the completion record of every job, an empty
+//! queue, executions counted from the actions' own log, the processes that still run a job, and
+//! the `--json` documents, pinned.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::fixtures::executions;
-use crate::harness::{Process, TestEnv, wait_for};
+use crate::support::fixtures::executions;
+use crate::support::harness::{Process, Run, TestEnv, wait_for};
 
 /// A job's row in job_completed.
 #[derive(Debug, Clone)]
@@ -157,7 +157,7 @@ pub(crate) fn wait_exit(child: &mut Child, timeout: Duration, what: &str) -> std
 
 /// SIGTERM a worker and expect a clean exit.
 pub(crate) fn stop_worker(child: &mut Child, what: &str) {
-    crate::fixtures::signal(child, libc::SIGTERM);
+    crate::support::fixtures::signal(child, libc::SIGTERM);
     let status = wait_exit(child, Duration::from_secs(30), what);
     assert!(status.success(), "{what} exited with {status}");
 }
@@ -165,11 +165,9 @@ pub(crate) fn stop_worker(child: &mut Child, what: &str) {
 /// Start `wf ARGS` in the background with its stdout (a JSON summary) and stderr in files
 /// `<name>.out` and `<name>.log`.
 pub(crate) fn spawn_capturing(env: &TestEnv, name: &str, args: &[&str]) -> Process {
-    let mut wf = env.wf(args);
     let out = std::fs::File::create(env.dir.path().join(format!("{name}.out"))).unwrap();
     let err = std::fs::File::create(env.dir.path().join(format!("{name}.log"))).unwrap();
-    wf.command.stdout(out).stderr(err).stdin(Stdio::null());
-    Process::new(wf.command.spawn().expect("spawning wf"))
+    env.wf(args).spawn_into(out.into(), err.into())
 }
 
 /// What `spawn_capturing` wrote to stdout, as JSON.
@@ -230,4 +228,50 @@ pub(crate) fn make_zombies(db: &mut postgres::Client, ids: &[uuid::Uuid]) {
         &[&ids],
     )
     .unwrap();
+}
+
+/// Check that `run` printed exactly one pretty JSON document with its keys in order, and that it
+/// reads as `expected` (JSON, in any layout) once the values that differ between runs are shown by
+/// kind: `<uuid>`, `<time>` (RFC 3339 to the millisecond, UTC), `<sha>`, `<dir>` (for paths under
+/// `dir`), and `<number>` or `<text>` for the fields named in `varying`.
+pub(crate) fn pin(run: &Run, dir: &std::path::Path, varying: &[&str], expected: &str) {
+    let document: Value = run.json();
+    let printed = format!("{}\n", serde_json::to_string_pretty(&document).unwrap());
+    assert_eq!(run.stdout, printed, "not one pretty JSON document with its keys in order");
+    let shown = serde_json::to_string_pretty(&by_kind(document, &dir.display().to_string(), varying, None)).unwrap();
+    let expected: Value = serde_json::from_str(expected).expect("the expected document is JSON");
+    assert_eq!(shown, serde_json::to_string_pretty(&expected).unwrap(), "the document changed; it was:\n{shown}");
+}
+
+fn by_kind(value: Value, dir: &str, varying: &[&str], key: Option<&str>) -> Value {
+    if key.is_some_and(|key| varying.contains(&key)) {
+        return match value {
+            Value::Number(_) => json!("<number>"),
+            Value::String(_) => json!("<text>"),
+            other => panic!("{key:?} varies but is {other}"),
+        };
+    }
+    match value {
+        Value::String(text) => Value::String(kind_of(&text, dir)),
+        Value::Array(items) => Value::Array(items.into_iter().map(|item| by_kind(item, dir, varying, None)).collect()),
+        Value::Object(fields) => Value::Object(
+            fields.into_iter().map(|(key, value)| (key.clone(), by_kind(value, dir, varying, Some(&key)))).collect(),
+        ),
+        other => other,
+    }
+}
+
+pub(crate) fn kind_of(text: &str, dir: &str) -> String {
+    let hex = |s: &str| s.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
+    if uuid::Uuid::parse_str(text).is_ok_and(|id| id.hyphenated().to_string() == text) {
+        "<uuid>".to_string()
+    } else if text.len() == 40 && hex(text) {
+        "<sha>".to_string()
+    } else if chrono::DateTime::parse_from_rfc3339(text).is_ok() && text.len() == 24 && text.ends_with('Z') {
+        "<time>".to_string()
+    } else if let Some(rest) = text.strip_prefix(dir) {
+        format!("<dir>{rest}")
+    } else {
+        text.to_string()
+    }
 }

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::harness::{GitRepo, Process, TestEnv, wait_for};
+use crate::support::harness::{GitRepo, Process, TestEnv, wait_for};
 
 /// The test actions. Those that record executions append `<job id> <attempt>` to the file named
 /// by `input.log`, so a test can count how often each job really ran.
@@ -193,6 +193,15 @@ pub(crate) fn enqueue(env: &TestEnv, target: &str, input: serde_json::Value) -> 
     run.stdout.trim().to_string()
 }
 
+/// Enqueue one job per input, in one batch (one transaction); returns the ids in input order.
+pub(crate) fn enqueue_batch(env: &TestEnv, target: &str, inputs: &[Value]) -> Vec<String> {
+    let file = path(env, "batch.jsonl");
+    let lines: Vec<String> = inputs.iter().map(Value::to_string).collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let run = env.wf(["enqueue", target, "--batch", file.to_str().unwrap(), "--json"]).ok();
+    run.json()["ids"].as_array().unwrap().iter().map(|id| id.as_str().unwrap().to_string()).collect()
+}
+
 /// Start `wf work --name NAME ARGS`; its stderr goes to `NAME.log` in the test's folder; killed
 /// when dropped, so a failing test leaves no worker behind.
 pub(crate) fn worker(env: &TestEnv, name: &str, args: &[&str]) -> Process {
@@ -210,7 +219,7 @@ pub(crate) fn spawned_pids(job: &str, path: &Path) -> Vec<i32> {
     });
     assert_eq!(report["own_session"], true, "the detached child left the action's session: {report}");
     let jobs = [job.to_string()].into_iter().collect();
-    let pids: Vec<i32> = crate::checks::job_processes(&jobs).iter().map(|(pid, _, _)| *pid).collect();
+    let pids: Vec<i32> = crate::support::checks::job_processes(&jobs).iter().map(|(pid, _, _)| *pid).collect();
     assert!(pids.len() >= 4, "the supervisor, bun and two sleeps run: {pids:?}");
     assert!(pids.iter().all(|&pid| alive(pid)), "the action's processes run: {pids:?}");
     pids

@@ -68,7 +68,7 @@ fn start_cluster() -> TestCluster {
     let dir = create_run_dir();
     wf::db::embedded::chown_to_postgres(&dir).unwrap();
     let data = dir.join("data");
-    let initdb = wf::db::embedded::pg_bin("initdb").expect("PostgreSQL server binaries are required");
+    let initdb = wf::db::embedded::pg_bin("initdb", &search_path()).expect("PostgreSQL server binaries are required");
     let mut command = Command::new(initdb);
     command.arg("-D").arg(&data).args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-locale"]);
     command.current_dir(&dir).stdout(Stdio::null());
@@ -81,7 +81,7 @@ fn start_cluster() -> TestCluster {
     let (ready_tx, ready_rx) = mpsc::channel();
     let socket_dir = dir.clone();
     std::thread::spawn(move || {
-        let postgres = wf::db::embedded::pg_bin("postgres").expect("postgres binary");
+        let postgres = wf::db::embedded::pg_bin("postgres", &search_path()).expect("postgres binary");
         let mut command = Command::new(postgres);
         command
             .arg("-D")
@@ -119,7 +119,7 @@ fn start_cluster() -> TestCluster {
     };
     admin.batch_execute("CREATE DATABASE wf_template").unwrap();
     let mut template = postgres::Client::connect(&cluster.url("wf_template"), postgres::NoTls).unwrap();
-    wf::db::migrate::apply(&mut template, &wf::output::Output::new(false, true)).unwrap();
+    wf::db::migrate::apply(&mut template).unwrap();
     drop(template);
     cluster
 }
@@ -128,6 +128,19 @@ impl TestCluster {
     fn url(&self, dbname: &str) -> String {
         format!("host={} port=5432 user={SUPERUSER} dbname={dbname}", self.socket_dir.display())
     }
+}
+
+/// The folders of the tests' PATH, where the PostgreSQL server binaries are looked for first.
+pub(crate) fn search_path() -> Vec<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect()
+}
+
+/// PATH, HOME and TZ of the tests' environment, as a worker gives them to its actions.
+pub(crate) fn inherited_env() -> Vec<(String, String)> {
+    ["PATH", "HOME", "TZ"]
+        .into_iter()
+        .filter_map(|name| std::env::var(name).ok().map(|value| (name.to_string(), value)))
+        .collect()
 }
 
 /// The folder of the shared cluster's socket.
@@ -215,6 +228,15 @@ impl TestEnv {
         self.db().query_one(sql, &[]).unwrap().get(0)
     }
 
+    /// Run a query with bind parameters and return the first column of the single row.
+    pub(crate) fn scalar_of<T: for<'a> postgres::types::FromSql<'a>>(
+        &self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> T {
+        self.db().query_one(sql, params).unwrap().get(0)
+    }
+
     pub(crate) fn env(mut self, key: &str, value: &str) -> TestEnv {
         self.extra_env.insert(key.to_string(), value.to_string());
         self
@@ -226,28 +248,33 @@ impl TestEnv {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_wf"));
-        command
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        let mut wf = Wf::new(args)
             .env("HOME", self.dir.path())
             .env("DATABASE_URL", &self.url)
             .env("WF_HOME", self.home())
             .env("WF_BUN", bun())
-            .env("WF_ALLOW_WRITE", self.shared())
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null());
+            .env("WF_ALLOW_WRITE", self.shared());
         for (key, value) in &self.extra_env {
-            command.env(key, value);
+            wf = wf.env(key, value);
         }
-        Wf { command }
+        wf
     }
 }
 
-/// A `wf` invocation: `.run()` it, or `.spawn()` it for a long-running worker.
+/// The `wf` binary under test.
+pub(crate) fn wf_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_wf"))
+}
+
+/// The `wf-supervise` binary under test, which a worker finds beside `wf`.
+pub(crate) fn supervisor_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_wf-supervise"))
+}
+
+/// A `wf` invocation, the one way the tests start wf: `.run()` it, `.start()` it in the background
+/// and `.finish()` it, or `.spawn()` a long-running worker.
 pub(crate) struct Wf {
-    pub command: Command,
+    command: Command,
 }
 
 /// What a finished `wf` printed and returned.
@@ -259,6 +286,48 @@ pub(crate) struct Run {
 }
 
 impl Wf {
+    /// `wf ARGS` with nothing of the tests' environment but PATH, and no stdin: for what needs no
+    /// database (`TestEnv::wf` adds this test's).
+    pub(crate) fn new<I, S>(args: I) -> Wf
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut command = Command::new(wf_binary());
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        Wf { command }
+    }
+
+    /// The same invocation of a copy of wf at `binary` (where `uid` can reach it), run as that user.
+    pub(crate) fn run_as(self, binary: &Path, uid: u32, gid: u32) -> Wf {
+        let mut command = Command::new(binary);
+        command.args(self.command.get_args()).env_clear().stdin(Stdio::null()).uid(uid).gid(gid);
+        for (key, value) in self.command.get_envs() {
+            if let Some(value) = value {
+                command.env(key, value);
+            }
+        }
+        if let Some(dir) = self.command.get_current_dir() {
+            command.current_dir(dir);
+        }
+        Wf { command }
+    }
+
+    /// The command, for a test that runs wf inside another program (`unshare`, `runuser`).
+    pub(crate) fn command(&self) -> &Command {
+        &self.command
+    }
+
+    pub(crate) fn current_dir(mut self, dir: &Path) -> Wf {
+        self.command.current_dir(dir);
+        self
+    }
+
     pub(crate) fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Wf {
         self.command.env(key, value);
         self
@@ -292,12 +361,26 @@ impl Wf {
         run
     }
 
+    /// Run with stdout and stderr going where given (a pipe whose reader went away).
+    pub(crate) fn run_into(mut self, stdout: Stdio, stderr: Stdio) -> Run {
+        Run::from(self.command.stdout(stdout).stderr(stderr).output().expect("running wf"))
+    }
+
+    /// Start in the background, stdout and stderr piped (read them, or `finish`); killed when
+    /// dropped.
+    pub(crate) fn start(self) -> Process {
+        self.spawn_into(Stdio::piped(), Stdio::piped())
+    }
+
     /// Start in the background (a worker), stdout to nowhere and stderr to `log`; killed when
     /// dropped.
-    pub(crate) fn spawn(mut self, log: &Path) -> Process {
-        let file = std::fs::File::create(log).unwrap();
-        self.command.stdout(Stdio::null()).stderr(file);
-        Process(self.command.spawn().expect("spawning wf"))
+    pub(crate) fn spawn(self, log: &Path) -> Process {
+        self.spawn_into(Stdio::null(), std::fs::File::create(log).unwrap().into())
+    }
+
+    /// Start in the background with stdout and stderr going where given; killed when dropped.
+    pub(crate) fn spawn_into(mut self, stdout: Stdio, stderr: Stdio) -> Process {
+        Process(self.command.stdout(stdout).stderr(stderr).spawn().expect("spawning wf"))
     }
 }
 
@@ -401,7 +484,8 @@ impl PrivateCluster {
         let dir = tempfile::Builder::new().prefix("wf-pg-").tempdir().unwrap();
         wf::db::embedded::chown_to_postgres(dir.path()).unwrap();
         let cluster = PrivateCluster { dir };
-        let initdb = wf::db::embedded::pg_bin("initdb").expect("PostgreSQL server binaries are required");
+        let initdb =
+            wf::db::embedded::pg_bin("initdb", &search_path()).expect("PostgreSQL server binaries are required");
         let mut command = Command::new(initdb);
         command.arg("-D").arg(cluster.data()).args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-locale"]);
         command.current_dir(cluster.dir.path()).stdout(Stdio::null());
@@ -411,7 +495,7 @@ impl PrivateCluster {
         let mut admin = postgres::Client::connect(&cluster.url_of("postgres"), postgres::NoTls).unwrap();
         admin.batch_execute("CREATE DATABASE wf").unwrap();
         let mut client = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
-        wf::db::migrate::apply(&mut client, &wf::output::Output::new(false, true)).unwrap();
+        wf::db::migrate::apply(&mut client).unwrap();
         cluster
     }
 
@@ -434,7 +518,7 @@ impl PrivateCluster {
     }
 
     fn pg_ctl(&self, args: &[&str]) {
-        let mut command = Command::new(wf::db::embedded::pg_bin("pg_ctl").expect("pg_ctl"));
+        let mut command = Command::new(wf::db::embedded::pg_bin("pg_ctl", &search_path()).expect("pg_ctl"));
         command.arg("-D").arg(self.data()).args(["-l"]).arg(self.dir.path().join("postgres.log")).args(args);
         command.current_dir(self.dir.path()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         wf::db::embedded::run_as_cluster_owner(&mut command).unwrap();
@@ -461,7 +545,7 @@ impl PrivateCluster {
 
 impl Drop for PrivateCluster {
     fn drop(&mut self) {
-        let mut command = Command::new(wf::db::embedded::pg_bin("pg_ctl").expect("pg_ctl"));
+        let mut command = Command::new(wf::db::embedded::pg_bin("pg_ctl", &search_path()).expect("pg_ctl"));
         command.arg("-D").arg(self.data()).args(["stop", "-m", "immediate", "-w"]);
         command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         if wf::db::embedded::run_as_cluster_owner(&mut command).is_ok() {
@@ -475,8 +559,23 @@ impl Drop for PrivateCluster {
 pub(crate) struct Process(Child);
 
 impl Process {
-    pub(crate) fn new(child: Child) -> Process {
-        Process(child)
+    /// Wait for a process started with its output piped (`Wf::start`); what it printed.
+    pub(crate) fn finish(mut self) -> Run {
+        let mut stderr = self.0.stderr.take();
+        let errors = std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(stderr) = stderr.as_mut() {
+                std::io::Read::read_to_end(stderr, &mut text).unwrap();
+            }
+            text
+        });
+        let mut stdout = Vec::new();
+        if let Some(mut out) = self.0.stdout.take() {
+            std::io::Read::read_to_end(&mut out, &mut stdout).unwrap();
+        }
+        let status = self.0.wait().unwrap();
+        let stderr = errors.join().unwrap();
+        Run::from(Output { status, stdout, stderr })
     }
 }
 

@@ -1,0 +1,125 @@
+//! What several commands print the same way: a job (`wf jobs`, `wf show`) and how a job ended
+//! (`wf result`, `wf enqueue --wait`).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::CommandResult;
+use crate::diag::diag;
+use crate::error::Exit;
+use crate::output::{Output, pretty, rfc3339, rfc3339_or_null};
+use crate::queue::inspect::JobView;
+use crate::queue::job::{JobStatus, TriggerKind};
+
+/// Print a job's outcome as `wf result` does, and return the matching exit.
+pub(super) fn print_result(out: &Output, job: &JobView) -> CommandResult {
+    let (ending, exit) = match job.status {
+        JobStatus::Success => (Some(Ending::Result(job.result.clone().unwrap_or(Value::Null))), Exit::Ok),
+        JobStatus::Failure => (Some(Ending::Error(job.error.clone().unwrap_or(Value::Null))), Exit::JobFailed),
+        JobStatus::Canceled => {
+            let cancellation = Cancellation {
+                canceled_by: job.canceled_by.as_deref(),
+                canceled_reason: job.canceled_reason.as_deref(),
+            };
+            (Some(Ending::Canceled(cancellation)), Exit::JobFailed)
+        }
+        JobStatus::Queued | JobStatus::Scheduled | JobStatus::Running => (None, Exit::NotFinished),
+    };
+    if out.json {
+        let (result, error) = match &ending {
+            Some(ending @ Ending::Result(_)) => (Some(ending), None),
+            Some(ending) => (None, Some(ending)),
+            None => (None, None),
+        };
+        out.json(&ResultDocument { id: job.id, status: job.status, result, error })?;
+    } else if let Some(ending) = ending {
+        out.line(&pretty(&ending)?)?;
+    } else {
+        diag!("job {} is {}: not finished (use --wait to wait for it)", job.id, job.status);
+    }
+    Ok(exit)
+}
+
+/// Everything about one job (SPEC: `wf show --json`); `wf jobs --json` lists these.
+#[derive(Serialize)]
+pub(super) struct JobDocument<'a> {
+    id: Uuid,
+    status: JobStatus,
+    app: &'a str,
+    action: &'a str,
+    commit_sha: &'a str,
+    tag: &'a str,
+    priority: i32,
+    trigger_kind: TriggerKind,
+    input: &'a Value,
+    result: &'a Option<Value>,
+    error: &'a Option<Value>,
+    worker: &'a Option<String>,
+    restarts: i32,
+    #[serde(serialize_with = "rfc3339")]
+    created_at: DateTime<Utc>,
+    #[serde(serialize_with = "rfc3339")]
+    scheduled_for: DateTime<Utc>,
+    #[serde(serialize_with = "rfc3339_or_null")]
+    started_at: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "rfc3339_or_null")]
+    completed_at: Option<DateTime<Utc>>,
+    canceled_by: &'a Option<String>,
+    canceled_reason: &'a Option<String>,
+}
+
+impl<'a> From<&'a JobView> for JobDocument<'a> {
+    fn from(job: &'a JobView) -> JobDocument<'a> {
+        JobDocument {
+            id: job.id,
+            status: job.status,
+            app: &job.app,
+            action: &job.action,
+            commit_sha: &job.commit_sha,
+            tag: &job.tag,
+            priority: job.priority,
+            trigger_kind: job.trigger_kind,
+            input: &job.input,
+            result: &job.result,
+            error: &job.error,
+            worker: &job.worker,
+            restarts: job.restarts,
+            created_at: job.created_at,
+            scheduled_for: job.scheduled_for,
+            started_at: job.started_at,
+            completed_at: job.completed_at,
+            canceled_by: &job.canceled_by,
+            canceled_reason: &job.canceled_reason,
+        }
+    }
+}
+
+/// `wf result --json`: `{"id","status"}` and, once the job finished, its `result` or its `error`
+/// (a canceled job's error is its cancellation).
+#[derive(Serialize)]
+struct ResultDocument<'a> {
+    id: Uuid,
+    status: JobStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Ending<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a Ending<'a>>,
+}
+
+/// How a finished job ended; without `--json`, `wf result` prints this alone.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Ending<'a> {
+    Result(Value),
+    Error(Value),
+    Canceled(Cancellation<'a>),
+}
+
+/// Who canceled a job, and why.
+#[derive(Serialize)]
+struct Cancellation<'a> {
+    canceled_by: Option<&'a str>,
+    canceled_reason: Option<&'a str>,
+}

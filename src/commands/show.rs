@@ -1,0 +1,45 @@
+//! `wf show ID`: everything about one job.
+
+use serde_json::Value;
+
+use super::args::parse_id;
+use super::render::JobDocument;
+use super::{CommandResult, Ctx};
+use crate::cli::ShowArgs;
+use crate::error::Exit;
+use crate::output::time_cell;
+use crate::queue::inspect;
+
+pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
+    let id = parse_id(&args.id)?;
+    let mut client = ctx.connect()?;
+    let job = inspect::show_existing(&mut client, id)?;
+    if ctx.out.json {
+        ctx.out.json(&JobDocument::from(&job))?;
+        return Ok(Exit::Ok);
+    }
+    let compact = |value: &Option<Value>| value.as_ref().map_or("-".to_string(), Value::to_string);
+    let text = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".to_string());
+    let rows = vec![
+        ("id", job.id.to_string()),
+        ("status", job.status.to_string()),
+        ("action", format!("{}/{}", job.app, job.action)),
+        ("commit", job.commit_sha.clone()),
+        ("tag", job.tag.clone()),
+        ("priority", job.priority.to_string()),
+        ("trigger", job.trigger_kind.to_string()),
+        ("input", job.input.to_string()),
+        ("result", compact(&job.result)),
+        ("error", compact(&job.error)),
+        ("worker", text(&job.worker)),
+        ("restarts", job.restarts.to_string()),
+        ("created", time_cell(Some(job.created_at))),
+        ("scheduled for", time_cell(Some(job.scheduled_for))),
+        ("started", time_cell(job.started_at)),
+        ("completed", time_cell(job.completed_at)),
+        ("canceled by", text(&job.canceled_by)),
+        ("cancel reason", text(&job.canceled_reason)),
+    ];
+    ctx.out.table(&["field", "value"], rows.into_iter().map(|(k, v)| vec![k.to_string(), v]).collect())?;
+    Ok(Exit::Ok)
+}
