@@ -32,6 +32,9 @@ pub(crate) struct Config {
     pub no_color: bool,
     /// WF_FAULT: the fault point switched on for the tests (see `fault`).
     pub fault: Option<String>,
+    /// The binary attempts' supervisors run as: `wf-supervise` beside this executable (it starts
+    /// in a fraction of the time), else this executable itself (`wf __supervise`).
+    pub supervisor: PathBuf,
 }
 
 impl Config {
@@ -58,6 +61,7 @@ impl Config {
             operator: format!("{user}@{}", hostname()),
             no_color: std::env::var_os("NO_COLOR").is_some(),
             fault: std::env::var("WF_FAULT").ok(),
+            supervisor: supervisor_binary(),
         }
     }
 
@@ -137,4 +141,13 @@ fn is_executable(path: &Path) -> bool {
 pub(crate) fn hostname() -> String {
     let name = rustix::system::uname().nodename().to_string_lossy().into_owned();
     if name.is_empty() { "localhost".to_string() } else { name }
+}
+
+/// `wf-supervise` beside the running executable when it is there, else the running executable.
+fn supervisor_binary() -> PathBuf {
+    let beside = std::env::current_exe().ok().map(|exe| exe.with_file_name("wf-supervise"));
+    match beside {
+        Some(path) if path.is_file() => path,
+        _ => PathBuf::from("/proc/self/exe"),
+    }
 }

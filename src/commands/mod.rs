@@ -98,6 +98,7 @@ impl Ctx {
             bun: self.config.bun()?,
             secret: load_secret(self.config.secret(), &home)?,
             inherited_env: self.config.inherited_env.clone(),
+            supervisor: self.config.supervisor.clone(),
             home,
         })
     }

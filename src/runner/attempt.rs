@@ -97,7 +97,8 @@ impl Spec {
     ) -> Spec {
         Spec {
             bun: "bun".to_string(),
-            wf_exe: super::supervisor_exe(),
+            // This very binary (`wf __supervise`); a worker gives its `SupervisorExe`.
+            wf_exe: PathBuf::from("/proc/self/exe"),
             wrapper: root.wrapper().to_path_buf(),
             source,
             entrypoint: entrypoint.to_string(),

@@ -45,18 +45,21 @@ pub fn supervise_main(mut args: impl Iterator<Item = String>) -> i32 {
     }
 }
 
-/// The binary that runs an attempt's supervisor: `wf-supervise` beside this executable, opened
-/// once (an upgrade that replaces it later does not mix versions: the worker keeps running the
-/// one it started with), else this very executable (`wf __supervise`).
-pub(crate) fn supervisor_exe() -> PathBuf {
-    static SUPERVISOR: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
-    let sibling = SUPERVISOR.get_or_init(|| {
-        let path = std::env::current_exe().ok()?.with_file_name("wf-supervise");
-        is_executable(&path).then(|| std::fs::File::open(&path).ok()).flatten()
-    });
-    match sibling {
-        Some(file) => PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(file))),
-        None => PathBuf::from("/proc/self/exe"),
+/// The binary a worker runs its attempts' supervisors with (`<it> __supervise PLAN`), opened once:
+/// an upgrade that replaces the file later does not mix versions, the worker keeps running the one
+/// it started with.
+pub struct SupervisorExe(std::fs::File);
+
+impl SupervisorExe {
+    pub fn open(path: &Path) -> Result<SupervisorExe> {
+        std::fs::File::open(path)
+            .map(SupervisorExe)
+            .with_context(|| format!("opening the action supervisor {}", path.display()))
+    }
+
+    /// A path to the binary as it was opened.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&self.0)))
     }
 }
 
@@ -93,10 +96,11 @@ pub fn resolve_bun(bun: &str) -> Result<PathBuf> {
 /// Run a trivial action exactly as jobs run, before the worker claims anything: a sandbox the
 /// kernel refuses, or a bun that cannot run in it, is one clear error at start instead of a
 /// failure per job. Returns bun's version as the action saw it.
-pub fn probe(root: &ScratchRoot, bun: &str, isolation: Isolation) -> Result<String> {
+pub fn probe(root: &ScratchRoot, bun: &str, supervisor: &SupervisorExe, isolation: Isolation) -> Result<String> {
     let source = root.probe_source()?;
     let mut spec = Spec::new(root, &uuid::Uuid::nil(), 0, source, PROBE, serde_json::Value::Null, Vec::new());
     spec.bun = bun.to_string();
+    spec.wf_exe = supervisor.path();
     spec.isolation = isolation;
     let running = Running::start(spec)?;
     let deadline = std::time::Instant::now() + PROBE_PATIENCE;

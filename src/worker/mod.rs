@@ -17,7 +17,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::db::Database;
 use crate::diag::diag;
-use crate::runner::ScratchRoot;
+use crate::runner::{ScratchRoot, SupervisorExe};
 
 /// When a worker stops on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +53,8 @@ pub(crate) struct Local {
     pub secret: Vec<u8>,
     /// PATH, HOME and TZ, as actions inherit them.
     pub inherited_env: Vec<(String, String)>,
+    /// The binary the attempts' supervisors run as.
+    pub supervisor: PathBuf,
 }
 
 #[derive(Debug, Clone)]
@@ -110,6 +112,8 @@ struct Shared {
     store: PathBuf,
     bun: String,
     scratch: ScratchRoot,
+    /// The binary attempts' supervisors run as, opened at the start.
+    supervisor: SupervisorExe,
     /// SIGINT/SIGTERM seen: claim nothing more.
     stopping: AtomicBool,
     /// The grace is over: stop running jobs and put them back in the queue.
@@ -161,13 +165,14 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         .context("making the worker not dumpable")?;
     let bun = options.local.bun.display().to_string();
     let mut version = crate::runner::check_bun(&bun)?;
+    let supervisor = SupervisorExe::open(&options.local.supervisor)?;
     let scratch = ScratchRoot::create_in(&options.local.home)?;
     if let Isolation::Sandbox { allow_write } = &options.isolation {
         let probe = crate::runner::Isolation::Sandbox(crate::runner::SandboxOptions {
             allow_write: allow_write.clone(),
             ..Default::default()
         });
-        version = crate::runner::probe(&scratch, &bun, probe).context(
+        version = crate::runner::probe(&scratch, &bun, &supervisor, probe).context(
             "the action sandbox cannot be set up here (it needs user, PID and mount namespaces, which \
              the kernel or a container runtime may refuse); run `wf work --isolation none` to run actions \
              without it",
@@ -187,6 +192,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         secret: options.local.secret.clone(),
         store: options.local.store.clone(),
         scratch,
+        supervisor,
         bun,
         database,
         options,

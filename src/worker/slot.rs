@@ -178,6 +178,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
     let mut spec =
         runner::Spec::new(&shared.scratch, &job.id, job.attempt(), tree, &job.entrypoint, job.input.clone(), env);
     spec.bun = shared.bun.clone();
+    spec.wf_exe = shared.supervisor.path();
     spec.isolation = isolation_of(&shared.options.isolation, &job);
     let running = match Running::start(spec) {
         Ok(running) => running,

@@ -59,8 +59,8 @@ fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
     let expected = r#"{
         "bun_end_to_end_per_s": "<number>", "bun_jobs": 20, "bun_no_sandbox_per_s": "<number>",
         "claim_complete_per_s": "<number>", "enqueue_batch_per_s": "<number>", "enqueue_single_per_s": "<number>",
-        "jobs": 20, "pickup_latency_ms": {"p50": "<number>", "p99": "<number>", "samples": 20},
-        "sandbox_ms_per_attempt": "<number>", "tag": "<text>", "workers": 2}"#;
+        "floor_per_s": null, "jobs": 20, "pickup_latency_ms": {"p50": "<number>", "p99": "<number>", "samples": 20},
+        "sandbox_ms_per_attempt": "<number>", "spine_vs_floor": null, "tag": "<text>", "workers": 2}"#;
     crate::support::checks::pin(&run, env.dir.path(), &[&rates[..], &bun[..]].concat(), expected);
     let report = run.json();
     assert_measured(&report, 20, 2);
@@ -68,6 +68,21 @@ fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
     rate(&report, "bun_no_sandbox_per_s");
     assert!(report["sandbox_ms_per_attempt"].as_f64().is_some_and(|ms| ms >= 0.0), "{report}");
     assert_eq!(report["bun_jobs"], 20, "{report}");
+    assert_nothing_left(&env);
+}
+
+/// The floor runs the seed's statements on a scratch schema of its own, over the same connections,
+/// and drops the schema.
+#[test]
+fn bench_floor_measures_the_seeds_statements_and_leaves_nothing_behind() {
+    let env = TestEnv::new();
+    let report = env.wf(["bench", "--floor", "--jobs", "200", "--workers", "2", "--json"]).ok().json();
+    assert_measured(&report, 200, 2);
+    let floor = rate(&report, "floor_per_s");
+    let ratio = rate(&report, "spine_vs_floor");
+    assert!((ratio - rate(&report, "claim_complete_per_s") / floor).abs() < 1e-9, "{report}");
+    let schemas: i64 = env.scalar("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'wf_bench_floor_%'");
+    assert_eq!(schemas, 0, "the floor's schema is dropped");
     assert_nothing_left(&env);
 }
 

@@ -623,6 +623,7 @@ fn bench() {
   "claim_complete_per_s": "<number>",
   "enqueue_batch_per_s": "<number>",
   "enqueue_single_per_s": "<number>",
+  "floor_per_s": null,
   "jobs": 3,
   "pickup_latency_ms": {
     "p50": "<number>",
@@ -630,6 +631,7 @@ fn bench() {
     "samples": 3
   },
   "sandbox_ms_per_attempt": null,
+  "spine_vs_floor": null,
   "tag": "<text>",
   "workers": 1
 }"#,
