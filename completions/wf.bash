@@ -329,7 +329,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__bench)
-            opts="-q -h --jobs --workers --bun --floor --database-url --json --output --quiet --help"
+            opts="-q -h --jobs --workers --batch --bun --floor --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -340,6 +340,10 @@ _wf() {
                     return 0
                     ;;
                 --workers)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --batch)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

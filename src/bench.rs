@@ -27,7 +27,7 @@ use crate::db::{Database, Session};
 use crate::diag::diag;
 use crate::queue::CHANNEL_ENQUEUED;
 use crate::queue::claim::{self, Claimed};
-use crate::queue::complete::{self, Completion, Recorded};
+use crate::queue::complete::{self, Completion};
 use crate::queue::enqueue::{self, Request, When};
 use crate::queue::job::{JobStatus, TriggerKind};
 use crate::source::store;
@@ -60,6 +60,9 @@ pub(crate) struct Plan {
     pub bun: Option<Local>,
     /// Also measure the floor: the seed's minimal statements, prepared, on a scratch schema.
     pub floor: bool,
+    /// Jobs each claimer claims, and completes, per statement (a worker claims as many as it has
+    /// idle slots).
+    pub batch: u32,
 }
 
 /// How long a number of jobs took.
@@ -89,6 +92,7 @@ pub(crate) struct Report {
     pub tag: String,
     pub jobs: u32,
     pub workers: u32,
+    pub batch: u32,
     /// One enqueue call and one transaction per job.
     pub enqueue_single: Rate,
     /// One enqueue call with every input, in one transaction.
@@ -134,6 +138,9 @@ pub(crate) fn run(database: &Database, plan: &Plan, progress: &dyn Progress) -> 
     if plan.workers == 0 {
         bail!("--workers must be at least 1");
     }
+    if plan.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
     let interrupt = Interrupt::install()?;
     let namespace = Namespace::create(database, plan.bun.as_ref().map(|local| local.store.as_path()))?;
     let report = measure(&namespace, plan, progress, &interrupt);
@@ -156,7 +163,7 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
     progress.done(u64::from(jobs));
     interrupt.check()?;
 
-    let claim_complete = claim_and_complete(namespace, jobs, plan.workers, progress, interrupt)?;
+    let claim_complete = claim_and_complete(namespace, jobs, plan.workers, plan.batch, progress, interrupt)?;
     expect_succeeded(&mut client, &namespace.tag, jobs, "claim-to-complete")?;
     delete_jobs(&mut client, &namespace.tag)?;
     let floor = match plan.floor {
@@ -186,6 +193,7 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
         tag: namespace.tag.clone(),
         jobs,
         workers: plan.workers,
+        batch: plan.batch,
         enqueue_single,
         enqueue_batch,
         claim_complete,
@@ -463,6 +471,7 @@ fn claim_and_complete(
     namespace: &Namespace,
     jobs: u32,
     workers: u32,
+    batch: u32,
     progress: &dyn Progress,
     interrupt: &Interrupt,
 ) -> Result<Rate> {
@@ -482,10 +491,14 @@ fn claim_and_complete(
                     let tags = [namespace.tag.clone()];
                     for n in 0u64.. {
                         interrupt.check()?;
-                        let claim_id = format!("{}:{worker}#{n}", namespace.tag);
-                        let Some(job) = claim::claim(client, &tags, &claim_id, CLAIM_WINDOW)? else { return Ok(()) };
-                        complete_noop(client, &job)?;
-                        progress.done(done.fetch_add(1, Ordering::SeqCst) + 1);
+                        let claims: Vec<String> =
+                            (0..batch).map(|k| format!("{}:{worker}#{n}.{k}", namespace.tag)).collect();
+                        let jobs = claim::claim(client, &tags, &claims, CLAIM_WINDOW)?;
+                        if jobs.is_empty() {
+                            return Ok(());
+                        }
+                        complete_noop(client, &jobs)?;
+                        progress.done(done.fetch_add(jobs.len() as u64, Ordering::SeqCst) + jobs.len() as u64);
                     }
                     Ok(())
                 })
@@ -499,21 +512,25 @@ fn claim_and_complete(
     Ok(Rate { jobs: u64::from(jobs), elapsed })
 }
 
-/// Complete a claimed job at once as success with the result `{}`.
-fn complete_noop(client: &mut Session, job: &Claimed) -> Result<()> {
-    let completion = Completion {
-        job_id: job.id,
-        claim: job.claim.clone(),
-        attempt: job.attempt(),
-        status: JobStatus::Success,
-        result: Some(json!({})),
-        error: None,
-        logs: Vec::new(),
-    };
-    match complete::complete(client, &completion)? {
-        Recorded::Completed => Ok(()),
-        Recorded::Fenced => bail!("the bench lost job {} to another claimer (claim {})", job.id, job.claim),
+/// Complete claimed jobs at once as success with the result `{}`, in one statement.
+fn complete_noop(client: &mut Session, jobs: &[Claimed]) -> Result<()> {
+    let completions: Vec<Completion> = jobs
+        .iter()
+        .map(|job| Completion {
+            job_id: job.id,
+            claim: job.claim.clone(),
+            attempt: job.attempt(),
+            status: JobStatus::Success,
+            result: Some(json!({})),
+            error: None,
+            logs: Vec::new(),
+        })
+        .collect();
+    let recorded = complete::complete_many(client, &completions)?;
+    if recorded.len() != jobs.len() {
+        bail!("the bench lost {} of its {} claimed jobs to another claimer", jobs.len() - recorded.len(), jobs.len());
     }
+    Ok(())
 }
 
 /// What the idle claimer tells the enqueuing thread.
@@ -615,11 +632,11 @@ fn idle_claimer(namespace: &Namespace, stop: &AtomicBool, picked: mpsc::Sender<P
             |_| {
                 claims += 1;
                 let claim_id = format!("{}:idle#{claims}", namespace.tag);
-                let Some(job) = claim::claim(&mut session, &tags, &claim_id, CLAIM_WINDOW)? else {
+                let Some(job) = claim::claim(&mut session, &tags, &[claim_id], CLAIM_WINDOW)?.pop() else {
                     return Ok(ControlFlow::Continue(()));
                 };
                 let told = picked.send(Pickup::Claimed(job.id, Instant::now())).is_ok();
-                complete_noop(&mut session, &job)?;
+                complete_noop(&mut session, std::slice::from_ref(&job))?;
                 Ok(ControlFlow::Break(told))
             },
         )?;

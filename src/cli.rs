@@ -380,6 +380,10 @@ pub(crate) struct BenchArgs {
     /// Concurrent claimers for the claim-to-complete rate.
     #[arg(long, default_value_t = 4)]
     pub workers: u32,
+    /// Jobs each claimer claims, and completes, per statement (as a worker claims for its idle
+    /// slots); 1 is the seed's one job per claim.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub batch: u32,
     /// Also measure end to end with a trivial bun action (at most 200 jobs), with and without the
     /// sandbox.
     #[arg(long)]

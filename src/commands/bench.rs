@@ -27,6 +27,7 @@ pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> CommandResult {
         workers: args.workers,
         bun: if args.bun { Some(ctx.local()?) } else { None },
         floor: args.floor,
+        batch: args.batch,
     };
     let report = bench::run(&database, &plan, &bars);
     bars.finish();
@@ -46,6 +47,7 @@ struct BenchDocument<'a> {
     tag: &'a str,
     jobs: u32,
     workers: u32,
+    batch: u32,
     enqueue_single_per_s: f64,
     enqueue_batch_per_s: f64,
     claim_complete_per_s: f64,
@@ -71,6 +73,7 @@ impl<'a> From<&'a Report> for BenchDocument<'a> {
             tag: &report.tag,
             jobs: report.jobs,
             workers: report.workers,
+            batch: report.batch,
             enqueue_single_per_s: report.enqueue_single.per_second(),
             enqueue_batch_per_s: report.enqueue_batch.per_second(),
             claim_complete_per_s: report.claim_complete.per_second(),
@@ -103,7 +106,10 @@ fn rows(report: &Report) -> Vec<Vec<String>> {
     let mut rows = vec![
         rate("enqueue, a transaction each", &report.enqueue_single),
         rate("enqueue, one batch transaction", &report.enqueue_batch),
-        rate(&format!("claim + complete (no-op, {} workers)", report.workers), &report.claim_complete),
+        rate(
+            &format!("claim + complete (no-op, {} workers, {} per statement)", report.workers, report.batch),
+            &report.claim_complete,
+        ),
         vec![
             "pickup latency (idle claimer)".to_string(),
             report.pickup.samples.to_string(),

@@ -87,7 +87,7 @@ priorities AS (
              LIMIT 1) IS NULL
 ),
 peek AS (
-    SELECT c.job_id
+    SELECT c.job_id, row_number() OVER (ORDER BY p.priority DESC, c.scheduled_for) AS n
       FROM priorities p
      CROSS JOIN LATERAL (
            SELECT q.job_id, q.scheduled_for
@@ -96,16 +96,18 @@ peek AS (
               AND NOT q.running AND q.canceled_by IS NULL
               AND q.scheduled_for <= now()
             ORDER BY q.scheduled_for
-            LIMIT 1
+            LIMIT cardinality($2::text[])
               FOR UPDATE SKIP LOCKED) c
      WHERE p.priority IS NOT NULL
      ORDER BY p.priority DESC, c.scheduled_for
-     LIMIT 1
+     LIMIT cardinality($2::text[])
 ),
+-- Each job its own claim id: one owner per job, fenced per attempt, however many come at once.
 claimed AS (
-    UPDATE job_queue SET running = true, started_at = now(), worker = $2
-     WHERE job_id = (SELECT job_id FROM peek)
-    RETURNING job_id, started_at, restarts
+    UPDATE job_queue q SET running = true, started_at = now(), worker = ($2::text[])[p.n]
+      FROM peek p
+     WHERE q.job_id = p.job_id
+    RETURNING q.job_id, q.started_at, q.restarts, q.worker
 ),
 -- Ping is stamped at claim: a worker that dies before its first heartbeat leaves a ping the
 -- reaper's guard catches, never a NULL that would leave the job a zombie forever. The worker's
@@ -117,33 +119,41 @@ stamped AS (
 )
 SELECT j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoint,
        j.output_schema, j.timeout_s, j.tag, j.input, j.trigger_kind, j.scheduled_for,
-       c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes
+       c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes, c.worker
   FROM claimed c JOIN job j ON j.id = c.job_id";
 
-/// Claim the best due job of `tags` for this claim id, if any. `window` is the claiming worker's
-/// zombie window.
-pub fn claim(session: &mut Session, tags: &[String], claim: &str, window: Duration) -> Result<Option<Claimed>> {
-    let row = session.query_opt(CLAIM_SQL, &[&tags, &claim, &window.as_secs_f64()])?;
-    Ok(row.map(|row| Claimed {
-        id: row.get(0),
-        claim: claim.to_string(),
-        app: row.get(1),
-        action: row.get(2),
-        git_source_id: row.get(3),
-        commit_sha: row.get(4),
-        entrypoint: row.get(5),
-        output_schema: row.get(6),
-        timeout_s: row.get(7),
-        tag: row.get(8),
-        input: row.get(9),
-        trigger_kind: row.get(10),
-        scheduled_for: row.get(11),
-        started_at: row.get(12),
-        restarts: row.get(13),
-        network: row.get(14),
-        memory_mb: row.get(15),
-        max_processes: row.get(16),
-    }))
+/// Claim the best due jobs of `tags`, up to as many as there are claim ids (one for each job),
+/// best first: a worker with k free slots claims up to k jobs in one statement. A batch takes from
+/// the best priority of each tag that has due jobs; the next claim goes down when it is used up. `window` is the claiming
+/// worker's zombie window.
+pub fn claim(session: &mut Session, tags: &[String], claims: &[String], window: Duration) -> Result<Vec<Claimed>> {
+    let rows = session.query(CLAIM_SQL, &[&tags, &claims, &window.as_secs_f64()])?;
+    let mut claimed: Vec<Claimed> = rows
+        .iter()
+        .map(|row| Claimed {
+            id: row.get(0),
+            app: row.get(1),
+            action: row.get(2),
+            git_source_id: row.get(3),
+            commit_sha: row.get(4),
+            entrypoint: row.get(5),
+            output_schema: row.get(6),
+            timeout_s: row.get(7),
+            tag: row.get(8),
+            input: row.get(9),
+            trigger_kind: row.get(10),
+            scheduled_for: row.get(11),
+            started_at: row.get(12),
+            restarts: row.get(13),
+            network: row.get(14),
+            memory_mb: row.get(15),
+            max_processes: row.get(16),
+            claim: row.get(17),
+        })
+        .collect();
+    // In the order of their claim ids, which is the order of preference.
+    claimed.sort_by_key(|job| claims.iter().position(|claim| *claim == job.claim));
+    Ok(claimed)
 }
 
 /// Seconds until the next unclaimed job of `tags` is due (<= 0: one is due now); None when

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::CHANNEL_COMPLETED;
 use super::job::JobStatus;
-use super::logs::{self, LogLine};
+use super::logs::LogLine;
 use crate::db::Session;
 
 /// A worker's completion of one attempt.
@@ -38,46 +38,70 @@ pub(crate) enum Recorded {
 /// queue row is gone; if the queue row remains, there is no result. Every part hangs on the gate's
 /// row, so a claim that no longer owns the job writes nothing at all.
 pub(crate) fn complete(session: &mut Session, completion: &Completion) -> Result<Recorded> {
-    let (streams, texts) = logs::columns(&completion.logs);
-    let recorded = session.query_opt(
+    let recorded = complete_many(session, std::slice::from_ref(completion))?;
+    Ok(if recorded.is_empty() { Recorded::Fenced } else { Recorded::Completed })
+}
+
+/// Several completions in one statement, each all or nothing behind its own gate: a job whose
+/// claim no longer owns it is skipped without holding up the others. Returns the jobs recorded.
+pub(crate) fn complete_many(session: &mut Session, completions: &[Completion]) -> Result<Vec<Uuid>> {
+    let ids: Vec<Uuid> = completions.iter().map(|c| c.job_id).collect();
+    let claims: Vec<&str> = completions.iter().map(|c| c.claim.as_str()).collect();
+    let statuses: Vec<&str> = completions.iter().map(|c| c.status.as_str()).collect();
+    let results: Vec<Option<&Value>> = completions.iter().map(|c| c.result.as_ref()).collect();
+    let errors: Vec<Option<&Value>> = completions.iter().map(|c| c.error.as_ref()).collect();
+    let attempts: Vec<i32> = completions.iter().map(|c| c.attempt).collect();
+    let lines = completions.iter().flat_map(|c| c.logs.iter().map(move |line| (c.job_id, line)));
+    let (line_jobs, line_streams, line_texts): (Vec<Uuid>, Vec<&str>, Vec<&str>) =
+        lines.map(|(job, line)| (job, line.stream, line.line.as_str())).collect();
+    let rows = session.query(
         COMPLETE_SQL,
         &[
-            &completion.job_id,
-            &completion.claim,
-            &completion.status.as_str(),
-            &completion.result,
-            &completion.error,
-            &completion.attempt,
-            &streams,
-            &texts,
+            &ids,
+            &claims,
+            &statuses,
+            &results,
+            &errors,
+            &attempts,
+            &line_jobs,
+            &line_streams,
+            &line_texts,
             &CHANNEL_COMPLETED,
         ],
     )?;
-    Ok(if recorded.is_some() { Recorded::Completed } else { Recorded::Fenced })
+    Ok(rows.iter().map(|row| row.get(0)).collect())
 }
 
 const COMPLETE_SQL: &str = "
-WITH gate AS (
-    DELETE FROM job_queue WHERE job_id = $1 AND worker = $2
-    RETURNING job_id, worker, started_at, restarts, canceled_by, canceled_reason
+WITH done AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[])
+        AS d(job_id, claim, status, result, error, attempt)
+),
+gate AS (
+    DELETE FROM job_queue q USING done d
+     WHERE q.job_id = d.job_id AND q.worker = d.claim
+    RETURNING q.job_id, q.worker, q.started_at, q.restarts, q.canceled_by, q.canceled_reason
 ),
 runtime AS (
     DELETE FROM job_runtime WHERE job_id IN (SELECT job_id FROM gate)
 ),
 logged AS (
     INSERT INTO job_logs (job_id, attempt, stream, line)
-    SELECT g.job_id, $6, l.stream, l.line
-      FROM gate g, unnest($7::text[], $8::text[]) WITH ORDINALITY AS l(stream, line, n)
+    SELECT l.job_id, d.attempt, l.stream, l.line
+      FROM unnest($7::uuid[], $8::text[], $9::text[]) WITH ORDINALITY AS l(job_id, stream, line, n)
+      JOIN gate g ON g.job_id = l.job_id
+      JOIN done d ON d.job_id = l.job_id
      ORDER BY l.n
 ),
 recorded AS (
     INSERT INTO job_completed (job_id, status, result, error, worker, started_at, restarts,
                                canceled_by, canceled_reason)
-    SELECT job_id, $3, $4, $5, worker, started_at, restarts, canceled_by, canceled_reason
-      FROM gate
+    SELECT g.job_id, d.status, d.result, d.error, g.worker, g.started_at, g.restarts,
+           g.canceled_by, g.canceled_reason
+      FROM gate g JOIN done d ON d.job_id = g.job_id
     RETURNING job_id
 )
-SELECT job_id, pg_notify($9, job_id::text) FROM recorded";
+SELECT job_id, pg_notify($10, job_id::text) FROM recorded";
 
 /// After a completion whose commit acknowledgement was lost, the gate finds no row: the record
 /// tells whether our own commit landed.

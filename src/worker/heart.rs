@@ -91,7 +91,9 @@ impl Heart {
         Ok(Heart { shared, _thread: thread })
     }
 
-    /// Beat for this attempt, every `period`, on `connection`. The claim stamped the first ping.
+    /// Beat for this attempt, every `period`, on `connection`. The claim stamped the first ping, no
+    /// earlier than `claimed_at`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn begin(
         &self,
         connection: Connection,
@@ -100,6 +102,7 @@ impl Heart {
         attempt: i32,
         window: Duration,
         period: Duration,
+        claimed_at: Instant,
     ) {
         let now = Instant::now();
         let mut state = self.shared.lock();
@@ -114,7 +117,7 @@ impl Heart {
             lines: Vec::new(),
             dropped: false,
             ending: false,
-            pulse: Pulse { last_ok: now, verdict: None },
+            pulse: Pulse { last_ok: claimed_at, verdict: None },
         });
         self.shared.changed.notify_all();
     }

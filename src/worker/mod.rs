@@ -6,10 +6,10 @@ mod heart;
 mod slot;
 mod wake;
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -17,6 +17,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::db::Database;
 use crate::diag::diag;
+use crate::queue::claim::Claimed;
 use crate::runner::{ScratchRoot, SupervisorExe};
 
 /// When a worker stops on its own.
@@ -104,6 +105,12 @@ pub(crate) struct Summary {
     pub fenced: u64,
 }
 
+/// A job claimed by one slot for another.
+struct Handed {
+    job: Claimed,
+    claimed_at: Instant,
+}
+
 /// State shared by the slots of one worker process.
 struct Shared {
     options: Options,
@@ -124,6 +131,10 @@ struct Shared {
     prepared: Mutex<HashSet<PathBuf>>,
     /// Moved by the listener when jobs may have become claimable.
     wake: wake::Wake,
+    /// Slots waiting for work: a slot that claims takes as many more jobs as there are.
+    idle: AtomicUsize,
+    /// Jobs a slot claimed for waiting slots, with when their claim was sent.
+    handed: Mutex<VecDeque<Handed>>,
     succeeded: AtomicU64,
     failed: AtomicU64,
     canceled: AtomicU64,
@@ -148,6 +159,22 @@ impl Shared {
         if let Until::Jobs(_) = self.options.until {
             self.budget.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    /// Hand these jobs to the waiting slots; whether there were any.
+    fn hand(&self, jobs: impl Iterator<Item = Claimed>, claimed_at: Instant) -> bool {
+        let mut handed = self.handed.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = handed.len();
+        handed.extend(jobs.map(|job| Handed { job, claimed_at }));
+        handed.len() > before
+    }
+
+    fn take_handed(&self) -> Option<Handed> {
+        self.handed.lock().unwrap_or_else(PoisonError::into_inner).pop_front()
+    }
+
+    fn nothing_handed(&self) -> bool {
+        self.handed.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
     }
 
     fn budget_spent(&self) -> bool {
@@ -200,6 +227,8 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         kill: AtomicBool::new(false),
         prepared: Mutex::new(HashSet::new()),
         wake: wake::Wake::default(),
+        idle: AtomicUsize::new(0),
+        handed: Mutex::new(VecDeque::new()),
         succeeded: AtomicU64::new(0),
         failed: AtomicU64::new(0),
         canceled: AtomicU64::new(0),

@@ -83,54 +83,87 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
     let name = &shared.options.name;
     let mut link = Link::new(shared, index)?;
     let mut trouble = Trouble::default();
+    let new_claim = || format!("{name}#{}", &Uuid::new_v4().simple().to_string()[..12]);
     loop {
-        if shared.stopping.load(Ordering::SeqCst) || !shared.reserve() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            release_handed(shared, &mut link.connection);
             return Ok(());
         }
-        let claim_id = format!("{name}#{}", &Uuid::new_v4().simple().to_string()[..12]);
+        // A job another slot claimed for this one (its budget already taken).
+        if let Some(handed) = shared.take_handed() {
+            link = run_job(shared, link, handed.job, handed.claimed_at)?;
+            continue;
+        }
+        if !shared.reserve() {
+            return Ok(());
+        }
+        // One claim for this slot, and one for each slot waiting idle: up to k jobs in one statement.
+        let mut claims = vec![new_claim()];
+        for _ in 0..shared.idle.load(Ordering::SeqCst) {
+            if !shared.reserve() {
+                break;
+            }
+            claims.push(new_claim());
+        }
         // Read before the look: a job enqueued between the look and the wait moves it.
         let epoch = shared.wake.epoch();
+        // The claim stamps the pings no earlier than this: the self-fence counts from here.
+        let claimed_at = Instant::now();
         let claimed = link
             .connection
             .client()
-            .and_then(|client| claim::claim(client, &shared.options.tags, &claim_id, shared.options.zombie_timeout));
-        match claimed {
-            Ok(Some(job)) => {
-                trouble.recovered(shared);
-                link = run_job(shared, link, job)?;
-            }
-            Ok(None) => {
-                shared.unreserve();
-                match link.connection.client().and_then(|client| claim::next_due_in(client, &shared.options.tags)) {
-                    Ok(next) => {
-                        trouble.recovered(shared);
-                        if shared.options.until == Until::Drained && next.is_none_or(|s| s > 0.0) {
-                            return Ok(());
-                        }
-                        if next.is_some_and(|s| s <= 0.0) {
-                            // Due jobs exist but were locked by other claimers this instant.
-                            std::thread::sleep(Duration::from_millis(5));
-                            continue;
-                        }
-                        let mut wait = shared.options.poll;
-                        if let Some(seconds) = next {
-                            wait = wait.min(Duration::from_secs_f64(seconds.max(0.0)));
-                        }
-                        if !shared.stopping.load(Ordering::SeqCst) {
-                            shared.wake.wait_past(epoch, wait);
-                        }
-                    }
-                    Err(error) => trouble.failed(shared, &mut link.connection, &error, "looking at the queue"),
-                }
-            }
-            Err(error) => {
-                shared.unreserve();
-                trouble.failed(shared, &mut link.connection, &error, "claiming");
-            }
+            .and_then(|client| claim::claim(client, &shared.options.tags, &claims, shared.options.zombie_timeout));
+        let got = claimed.as_ref().map_or(0, Vec::len);
+        for _ in got..claims.len() {
+            shared.unreserve();
         }
-        if shared.budget_spent() {
+        match claimed {
+            Ok(jobs) if !jobs.is_empty() => {
+                trouble.recovered(shared);
+                let mut jobs = jobs.into_iter();
+                let mine = jobs.next().expect("not empty");
+                if shared.hand(jobs, claimed_at) {
+                    shared.wake.bump();
+                }
+                link = run_job(shared, link, mine, claimed_at)?;
+            }
+            Ok(_) => match link.connection.client().and_then(|client| claim::next_due_in(client, &shared.options.tags))
+            {
+                Ok(next) => {
+                    trouble.recovered(shared);
+                    if shared.options.until == Until::Drained && next.is_none_or(|s| s > 0.0) {
+                        return Ok(());
+                    }
+                    if next.is_some_and(|s| s <= 0.0) {
+                        // Due jobs exist but were locked by other claimers this instant.
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
+                    let mut wait = shared.options.poll;
+                    if let Some(seconds) = next {
+                        wait = wait.min(Duration::from_secs_f64(seconds.max(0.0)));
+                    }
+                    if !shared.stopping.load(Ordering::SeqCst) {
+                        shared.idle.fetch_add(1, Ordering::SeqCst);
+                        shared.wake.wait_past(epoch, wait);
+                        shared.idle.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+                Err(error) => trouble.failed(shared, &mut link.connection, &error, "looking at the queue"),
+            },
+            Err(error) => trouble.failed(shared, &mut link.connection, &error, "claiming"),
+        }
+        if shared.budget_spent() && shared.nothing_handed() {
             return Ok(());
         }
+    }
+}
+
+/// Jobs claimed for slots that will not run them (the worker is stopping) go back to the queue at
+/// once, as a clean shutdown puts back a running job.
+fn release_handed(shared: &Shared, connection: &mut Connection) {
+    while let Some(handed) = shared.take_handed() {
+        release(shared, connection, &handed.job, LogBuffer::default());
     }
 }
 
@@ -147,7 +180,7 @@ enum StopReason {
 
 /// Run one claimed job to its completion; returns the link for the next (a new one when the
 /// heart got stuck in a database call).
-fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
+fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed_at: Instant) -> Result<Link> {
     let name = &shared.options.name;
     let tree = store::commit_dir(&shared.store, job.git_source_id, &job.commit_sha);
     if let Err(error) = prepare(shared, &tree) {
@@ -199,7 +232,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
 
     let Link { connection, heart, name: link_name } = link;
     let period = shared.options.heartbeat;
-    heart.begin(connection, job.id, &job.claim, job.attempt(), shared.options.zombie_timeout, period);
+    heart.begin(connection, job.id, &job.claim, job.attempt(), shared.options.zombie_timeout, period, claimed_at);
     let mut logs = LogBuffer::default();
     let stop = watch(shared, &job, &running, &heart, &mut logs);
     let outcome = running.finish();

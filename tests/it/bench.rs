@@ -57,7 +57,7 @@ fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
     let rates = ["enqueue_single_per_s", "enqueue_batch_per_s", "claim_complete_per_s", "p50", "p99", "tag"];
     let bun = ["bun_end_to_end_per_s", "bun_no_sandbox_per_s", "sandbox_ms_per_attempt"];
     let expected = r#"{
-        "bun_end_to_end_per_s": "<number>", "bun_jobs": 20, "bun_no_sandbox_per_s": "<number>",
+        "batch": 1, "bun_end_to_end_per_s": "<number>", "bun_jobs": 20, "bun_no_sandbox_per_s": "<number>",
         "claim_complete_per_s": "<number>", "enqueue_batch_per_s": "<number>", "enqueue_single_per_s": "<number>",
         "floor_per_s": null, "jobs": 20, "pickup_latency_ms": {"p50": "<number>", "p99": "<number>", "samples": 20},
         "sandbox_ms_per_attempt": "<number>", "spine_vs_floor": null, "tag": "<text>", "workers": 2}"#;

@@ -37,7 +37,7 @@ fn explain_claim(env: &TestEnv, tags: &[&str]) -> Value {
     let mut tx = client.transaction().unwrap();
     let tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
     let sql = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", wf::queue::claim::CLAIM_SQL);
-    let plan: Value = tx.query_one(&sql, &[&tags, &"explain#1", &60.0f64]).unwrap().get(0);
+    let plan: Value = tx.query_one(&sql, &[&tags, &vec!["explain#1"], &60.0f64]).unwrap().get(0);
     tx.rollback().unwrap();
     plan
 }
@@ -121,7 +121,7 @@ fn claim_walks_the_index_mid_drain() {
     let mut session = wf::db::Session::new(env.db());
     let tags = vec!["default".to_string()];
     for n in 0..5_000 {
-        let job = wf::queue::claim::claim(&mut session, &tags, &format!("w#{n}"), WINDOW).unwrap().unwrap();
+        let job = wf::queue::claim::claim(&mut session, &tags, &[format!("w#{n}")], WINDOW).unwrap().pop().unwrap();
         if n % 2 == 0 {
             session.client().execute("DELETE FROM job_queue WHERE job_id = $1", &[&job.id]).unwrap();
         }
@@ -144,7 +144,7 @@ fn claim_takes_the_best_due_job_across_tags() {
     let mut session = wf::db::Session::new(env.db());
     let tags = vec!["a".to_string(), "b".to_string()];
     let mut priorities = Vec::new();
-    while let Some(job) = wf::queue::claim::claim(&mut session, &tags, "w#1", WINDOW).unwrap() {
+    while let Some(job) = wf::queue::claim::claim(&mut session, &tags, &["w#1".to_string()], WINDOW).unwrap().pop() {
         let priority: i32 =
             session.client().query_one("SELECT priority FROM job_queue WHERE job_id = $1", &[&job.id]).unwrap().get(0);
         priorities.push(priority);
@@ -157,4 +157,39 @@ fn claim_takes_the_best_due_job_across_tags() {
     let stamped: i64 =
         env.scalar("SELECT count(*) FROM job_runtime r JOIN job_queue q USING (job_id) WHERE r.ping = q.started_at");
     assert_eq!(stamped, 20, "ping is stamped at claim");
+}
+
+/// A claim of k jobs takes up to k of the best due jobs in order, each under its own claim id
+/// with its ping stamped: one owner per job, however many come at once. A batch stays within the
+/// best priority that has due jobs; the next claim goes down.
+#[test]
+fn a_claim_of_several_jobs_gives_each_its_own_owner() {
+    let env = TestEnv::new();
+    fill(&env, 10, &["a"], "1", "now() - interval '1 minute' + n * interval '1 second'");
+    fill(&env, 3, &["a"], "5", "now() - interval '1 minute' + n * interval '1 second'");
+    let mut session = wf::db::Session::new(env.db());
+    let claims: Vec<String> = (0..5).map(|k| format!("w#{k}")).collect();
+    let jobs = wf::queue::claim::claim(&mut session, &["a".to_string()], &claims, WINDOW).unwrap();
+    assert_eq!(jobs.iter().map(|job| job.claim.as_str()).collect::<Vec<_>>(), claims[..3]);
+    let mut db = env.db();
+    let mut priorities = Vec::new();
+    for job in &jobs {
+        let row = db
+            .query_one(
+                "SELECT q.worker, q.running, q.priority, r.ping IS NOT NULL
+                   FROM job_queue q JOIN job_runtime r ON r.job_id = q.job_id WHERE q.job_id = $1",
+                &[&job.id],
+            )
+            .unwrap();
+        assert_eq!(
+            (row.get::<_, String>(0), row.get::<_, bool>(1), row.get::<_, bool>(3)),
+            (job.claim.clone(), true, true)
+        );
+        priorities.push(row.get::<_, i32>(2));
+    }
+    assert_eq!(priorities, [5, 5, 5]);
+    let next = wf::queue::claim::claim(&mut session, &["a".to_string()], &claims, WINDOW).unwrap();
+    assert_eq!(next.len(), 5);
+    let running: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE running");
+    assert_eq!(running, 8);
 }

@@ -617,6 +617,7 @@ fn bench() {
         &["enqueue_single_per_s", "enqueue_batch_per_s", "claim_complete_per_s", "p50", "p99", "tag"],
         r#"
 {
+  "batch": 1,
   "bun_end_to_end_per_s": null,
   "bun_jobs": null,
   "bun_no_sandbox_per_s": null,
