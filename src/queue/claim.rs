@@ -64,6 +64,9 @@ impl Claimed {
     }
 }
 
+/// The most jobs one claim takes (the statement's LIMIT says the same).
+pub const CLAIM_BATCH_MAX: usize = 64;
+
 pub const CLAIM_SQL: &str = "
 WITH RECURSIVE
 subscribed AS (SELECT DISTINCT unnest($1::text[]) AS tag),
@@ -86,21 +89,26 @@ priorities AS (
              ORDER BY q.scheduled_for
              LIMIT 1) IS NULL
 ),
+-- At most $2's cardinality jobs, and never more than 64 (CLAIM_BATCH_MAX): the planner plans a
+-- prepared statement once for any $2, and a LIMIT it cannot see would be taken for a tenth of the
+-- queue (hash joins over whole tables); this one it can.
 peek AS (
-    SELECT c.job_id, row_number() OVER (ORDER BY p.priority DESC, c.scheduled_for) AS n
-      FROM priorities p
-     CROSS JOIN LATERAL (
-           SELECT q.job_id, q.scheduled_for
-             FROM job_queue q
-            WHERE q.tag = p.tag AND q.priority = p.priority
-              AND NOT q.running AND q.canceled_by IS NULL
-              AND q.scheduled_for <= now()
-            ORDER BY q.scheduled_for
-            LIMIT cardinality($2::text[])
-              FOR UPDATE SKIP LOCKED) c
-     WHERE p.priority IS NOT NULL
-     ORDER BY p.priority DESC, c.scheduled_for
-     LIMIT cardinality($2::text[])
+    SELECT r.job_id, r.n
+      FROM (SELECT c.job_id, row_number() OVER (ORDER BY p.priority DESC, c.scheduled_for) AS n
+              FROM priorities p
+             CROSS JOIN LATERAL (
+                   SELECT q.job_id, q.scheduled_for
+                     FROM job_queue q
+                    WHERE q.tag = p.tag AND q.priority = p.priority
+                      AND NOT q.running AND q.canceled_by IS NULL
+                      AND q.scheduled_for <= now()
+                    ORDER BY q.scheduled_for
+                    LIMIT cardinality($2::text[])
+                      FOR UPDATE SKIP LOCKED) c
+             WHERE p.priority IS NOT NULL) r
+     WHERE r.n <= cardinality($2::text[])
+     ORDER BY r.n
+     LIMIT 64
 ),
 -- Each job its own claim id: one owner per job, fenced per attempt, however many come at once.
 claimed AS (
@@ -127,6 +135,7 @@ SELECT j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoin
 /// the best priority of each tag that has due jobs; the next claim goes down when it is used up. `window` is the claiming
 /// worker's zombie window.
 pub fn claim(session: &mut Session, tags: &[String], claims: &[String], window: Duration) -> Result<Vec<Claimed>> {
+    let claims = &claims[..claims.len().min(CLAIM_BATCH_MAX)];
     let rows = session.query(CLAIM_SQL, &[&tags, &claims, &window.as_secs_f64()])?;
     let mut claimed: Vec<Claimed> = rows
         .iter()
