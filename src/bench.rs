@@ -106,11 +106,14 @@ pub(crate) struct Report {
     pub floor: Option<Rate>,
 }
 
-/// The end-to-end rate with and without the sandbox, measured one after the other.
+/// The end-to-end rate with and without the sandbox, and the bare spawn loop of the same action,
+/// measured one after the other.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BunRates {
     pub sandbox: Rate,
     pub none: Rate,
+    /// `bun run` of a minimal runner of the same action, `workers` at a time, nothing of wf around.
+    pub bare: Rate,
 }
 
 impl BunRates {
@@ -183,9 +186,10 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
             delete_jobs(&mut client, &namespace.tag)?;
             Ok(rate)
         };
+        let bare = bare_bun(namespace, &local.bun, bun_jobs, plan.workers, progress, interrupt)?;
         let sandbox = end_to_end(Isolation::Sandbox { allow_write: Vec::new() }, "bun end to end")?;
         let none = end_to_end(Isolation::None, "bun end to end, no sandbox")?;
-        Some(BunRates { sandbox, none })
+        Some(BunRates { sandbox, none, bare })
     } else {
         None
     };
@@ -658,6 +662,69 @@ struct Worker {
     workers: u32,
     isolation: Isolation,
     local: Local,
+}
+
+/// A minimal runner of an action, as a bare loop would have one: read the input file, call main,
+/// write the result file.
+const BARE_RUNNER: &str = r#"import { readFileSync, writeFileSync } from "node:fs";
+const [action, input, result] = process.argv.slice(2);
+const { main } = await import(action);
+writeFileSync(result, JSON.stringify({ ok: true, result: await main(JSON.parse(readFileSync(input, "utf8"))) }));
+"#;
+
+/// The ceiling of the end-to-end rate: the bench's action run `jobs` times by `bun run` of a
+/// minimal runner, with its input and result files, `workers` at a time: what wf's worker is
+/// measured against (`bun_vs_bare`).
+fn bare_bun(
+    namespace: &Namespace,
+    bun: &Path,
+    jobs: u32,
+    workers: u32,
+    progress: &dyn Progress,
+    interrupt: &Interrupt,
+) -> Result<Rate> {
+    let store_dir = namespace.store_dir.as_ref().context("the bench's store folder")?;
+    let dir = store_dir.join("bare-loop");
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (runner, action) = (dir.join("runner.mjs"), dir.join(ENTRYPOINT));
+    fs::write(&runner, BARE_RUNNER).with_context(|| format!("writing {}", runner.display()))?;
+    fs::write(&action, NOOP_SOURCE).with_context(|| format!("writing {}", action.display()))?;
+    progress.begin("bare bun loop", u64::from(jobs));
+    let next = AtomicU64::new(0);
+    let started = Instant::now();
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..workers)
+            .map(|worker| {
+                let (next, dir, runner, action) = (&next, &dir, &runner, &action);
+                scope.spawn(move || -> Result<()> {
+                    let input = dir.join(format!("input-{worker}.json"));
+                    let result = dir.join(format!("result-{worker}.json"));
+                    loop {
+                        interrupt.check()?;
+                        let n = next.fetch_add(1, Ordering::SeqCst);
+                        if n >= u64::from(jobs) {
+                            return Ok(());
+                        }
+                        fs::write(&input, json!({"n": n}).to_string())?;
+                        let status = std::process::Command::new(bun)
+                            .arg("run")
+                            .args([runner, action, &input, &result])
+                            .stdin(std::process::Stdio::null())
+                            .status()
+                            .with_context(|| format!("running {}", bun.display()))?;
+                        if !status.success() {
+                            bail!("the bare bun loop: bun ended with {status}");
+                        }
+                        progress.done(n + 1);
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().map(|thread| thread.join().unwrap_or_else(|panic| resume_unwind(panic))).collect()
+    });
+    let elapsed = started.elapsed();
+    results.into_iter().collect::<Result<()>>()?;
+    Ok(Rate { jobs: u64::from(jobs), elapsed })
 }
 
 /// `jobs` jobs of the trivial bun action, run by a real worker (claim, supervisor, sandbox, bun,

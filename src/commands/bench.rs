@@ -56,6 +56,8 @@ struct BenchDocument<'a> {
     bun_no_sandbox_per_s: Option<f64>,
     sandbox_ms_per_attempt: Option<f64>,
     bun_jobs: Option<u64>,
+    bare_bun_per_s: Option<f64>,
+    bun_vs_bare: Option<f64>,
     floor_per_s: Option<f64>,
     spine_vs_floor: Option<f64>,
 }
@@ -86,6 +88,8 @@ impl<'a> From<&'a Report> for BenchDocument<'a> {
             bun_no_sandbox_per_s: report.bun.map(|bun| bun.none.per_second()),
             sandbox_ms_per_attempt: report.bun.map(|bun| millis(bun.sandbox_cost_per_attempt(report.workers))),
             bun_jobs: report.bun.map(|bun| bun.sandbox.jobs),
+            bare_bun_per_s: report.bun.map(|bun| bun.bare.per_second()),
+            bun_vs_bare: report.bun.map(|bun| bun.sandbox.per_second() / bun.bare.per_second()),
             floor_per_s: report.floor.map(|floor| floor.per_second()),
             spine_vs_floor: report.floor.map(|floor| report.claim_complete.per_second() / floor.per_second()),
         }
@@ -134,6 +138,16 @@ fn rows(report: &Report) -> Vec<Vec<String>> {
     if let Some(bun) = &report.bun {
         rows.push(rate(&format!("bun end to end ({} workers)", report.workers), &bun.sandbox));
         rows.push(rate(&format!("bun end to end, no sandbox ({} workers)", report.workers), &bun.none));
+        rows.push(rate(&format!("bare bun loop ({} at a time)", report.workers), &bun.bare));
+        let ratio = bun.sandbox.per_second() / bun.bare.per_second();
+        rows.push(vec![
+            "bun end to end / bare loop".to_string(),
+            "-".into(),
+            "-".into(),
+            format!("{ratio:.2}"),
+            "-".into(),
+            "-".into(),
+        ]);
         let cost = millis(bun.sandbox_cost_per_attempt(report.workers));
         rows.push(vec![
             "sandbox cost per attempt".to_string(),

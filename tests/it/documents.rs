@@ -617,10 +617,12 @@ fn bench() {
         &["enqueue_single_per_s", "enqueue_batch_per_s", "claim_complete_per_s", "p50", "p99", "tag"],
         r#"
 {
+  "bare_bun_per_s": null,
   "batch": 1,
   "bun_end_to_end_per_s": null,
   "bun_jobs": null,
   "bun_no_sandbox_per_s": null,
+  "bun_vs_bare": null,
   "claim_complete_per_s": "<number>",
   "enqueue_batch_per_s": "<number>",
   "enqueue_single_per_s": "<number>",
