@@ -206,3 +206,29 @@ fn a_job_that_finishes_before_its_worker_sees_the_cancel_keeps_its_outcome_and_t
     assert_eq!(again[0]["outcome"], "already_completed");
     assert_eq!(executions(&log).len(), 1);
 }
+
+/// A worker whose WF_HOME cannot be locked (flock failing with ENOLCK, as on some NFS mounts) says
+/// so and exits, instead of trying lock file after lock file forever. The failure is made with a
+/// shared object, built here, that stands in for the C library's flock.
+#[test]
+fn a_worker_on_a_file_system_without_locks_says_so_and_exits() {
+    let env = TestEnv::new();
+    let source = env.dir.path().join("nolock.c");
+    std::fs::write(&source, "#include <errno.h>\nint flock(int fd, int op) { errno = ENOLCK; return -1; }\n").unwrap();
+    let library = env.dir.path().join("libnolock.so");
+    let built = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .expect("gcc is needed to build the test's flock stand-in");
+    assert!(built.success());
+    let log = env.dir.path().join("w.log");
+    let mut worker = env.wf(["work", "--once"]).env("LD_PRELOAD", &library).spawn(&log);
+    let status = crate::support::checks::wait_exit(&mut worker, Duration::from_secs(30), "the worker");
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("working flock"), "{stderr}");
+    let locks = std::fs::read_dir(env.home().join("scratch")).map_or(0, |entries| entries.count());
+    assert!(locks <= 1, "{locks} files left in the scratch folder");
+}
