@@ -242,8 +242,9 @@ pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)]) -
     let mut go = File::from(go_write);
     if let Err(error) = mapped {
         drop(go);
-        // SAFETY: our own unreaped child.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        if let Some(child) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
+        }
         return Err(error);
     }
     go.write_all(b"g").context("starting the sandbox's init")?;
@@ -324,20 +325,19 @@ fn enter_root(plan: &Plan) -> Result<()> {
 /// The sandbox user, keeping init's capabilities in its namespace (init came in as an unmapped
 /// id, so the kernel does not drop them on this change): it still has mounts to make.
 fn become_sandbox_user(user: User) -> Result<()> {
-    // SAFETY: plain syscalls on this single-threaded process's credentials.
-    let changed = unsafe {
-        libc::setresgid(user.gid, user.gid, user.gid) == 0 && libc::setresuid(user.uid, user.uid, user.uid) == 0
-    };
-    if !changed {
-        return Err(io::Error::last_os_error()).context("becoming the sandbox user");
-    }
+    use rustix::process::{Gid, Uid};
+    // Per thread in the kernel: init is single-threaded, so it is the process.
+    let (uid, gid) = (Uid::from_raw(user.uid), Gid::from_raw(user.gid));
+    rustix::thread::set_thread_res_gid(gid, gid, gid).context("becoming the sandbox user's group")?;
+    rustix::thread::set_thread_res_uid(uid, uid, uid).context("becoming the sandbox user")?;
     Ok(())
 }
 
 fn supervisor_gone(go: &OwnedFd) -> bool {
-    let mut poll = libc::pollfd { fd: go.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, no waiting.
-    unsafe { libc::poll(&mut poll, 1, 0) > 0 && poll.revents & (libc::POLLHUP | libc::POLLERR) != 0 }
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut poll = [PollFd::new(go, PollFlags::IN)];
+    let now = Timespec { tv_sec: 0, tv_nsec: 0 };
+    rustix::event::poll(&mut poll, Some(&now)).is_ok() && poll[0].revents().intersects(PollFlags::HUP | PollFlags::ERR)
 }
 
 /// O_PATH handles on the host paths only init's first identity can reach.
@@ -530,26 +530,27 @@ fn spawn_bun(plan: &Plan, command: &[CString], env: &[CString]) -> Result<i32> {
 fn exec_bun(argv: &[*const libc::c_char], envp: &[*const libc::c_char], nproc: u64) -> io::Error {
     // SAFETY: syscalls on this process's own state, with valid arguments; argv and envp are
     // NULL-terminated arrays of NUL-terminated strings that outlive execve.
+    use rustix::process::{Resource, Rlimit};
+    let limit =
+        |resource, value| rustix::process::setrlimit(resource, Rlimit { current: Some(value), maximum: Some(value) });
+    let prepared = rustix::process::setsid()
+        .map(drop)
+        .and_then(|()| limit(Resource::Nproc, nproc))
+        .and_then(|()| limit(Resource::Core, 0))
+        // The user is already the sandbox user: what it still holds are init's capabilities, which
+        // exec drops for a non-root user without file capabilities; no_new_privs keeps setuid
+        // binaries and file capabilities from handing any back.
+        .and_then(|()| rustix::thread::clear_ambient_capability_set())
+        .and_then(|()| rustix::thread::set_no_new_privs(true));
+    if let Err(error) = prepared {
+        return error.into();
+    }
+    // SAFETY: syscalls on this process's own state, with valid arguments; argv and envp are
+    // NULL-terminated arrays of NUL-terminated strings that outlive execve.
     unsafe {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        libc::setsid();
-        let limit = |resource, value| {
-            let rlimit = libc::rlimit { rlim_cur: value, rlim_max: value };
-            libc::setrlimit(resource, &rlimit) == 0
-        };
-        if !limit(libc::RLIMIT_NPROC, nproc) || !limit(libc::RLIMIT_CORE, 0) {
-            return io::Error::last_os_error();
-        }
-        // The user is already the sandbox user: what it still holds are init's capabilities, which
-        // exec drops for a non-root user without file capabilities; no_new_privs keeps setuid
-        // binaries and file capabilities from handing any back.
-        if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0
-            || libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-        {
-            return io::Error::last_os_error();
-        }
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
         libc::execve(argv[0], argv.as_ptr(), envp.as_ptr());
     }
@@ -581,17 +582,12 @@ fn watch(bun: i32, limits: Limits) -> Report {
 /// Reap every exited child (bun, and the orphans init adopts); bun's wait status if it was one.
 fn reap(bun: i32) -> Option<i32> {
     let mut found = None;
-    loop {
-        let mut status = 0;
-        // SAFETY: waitpid with a valid pointer.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if pid <= 0 {
-            return found;
-        }
-        if pid == bun {
-            found = Some(status);
+    while let Ok(Some((pid, status))) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {
+        if pid.as_raw_nonzero().get() == bun {
+            found = Some(status.as_raw());
         }
     }
+    found
 }
 
 /// SIGKILL everything in the sandbox but init, and reap it all.
@@ -599,9 +595,7 @@ fn kill_all() {
     loop {
         // SAFETY: kill(-1) from a namespace's init reaches every other process of the namespace.
         unsafe { libc::kill(-1, libc::SIGKILL) };
-        // SAFETY: waitpid with a null status pointer.
-        let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) };
-        if pid < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+        if let Err(rustix::io::Errno::CHILD) = rustix::process::wait(rustix::process::WaitOptions::empty()) {
             return;
         }
     }

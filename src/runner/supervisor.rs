@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -206,8 +206,7 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &libc::si
     let signal_fd = match signal_fd(signals) {
         Ok(fd) => fd,
         Err(error) => {
-            // SAFETY: init is our unreaped child.
-            unsafe { libc::kill(init.pid, libc::SIGKILL) };
+            kill(init.pid);
             return (Ending::NotStarted(format!("the supervisor's signals: {error}")), Some(init.pid));
         }
     };
@@ -244,9 +243,9 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &libc::si
             break Ending::Orphaned;
         }
     };
-    // SAFETY: init is our unreaped child; SIGKILL to a namespace's init from outside kills it,
-    // and the kernel then kills every process in its namespace before init is reaped.
-    unsafe { libc::kill(init.pid, libc::SIGKILL) };
+    // SIGKILL to a namespace's init from outside kills it, and the kernel then kills every process
+    // in its namespace before init is reaped.
+    kill(init.pid);
     while reap_exited(init.pid).is_none() {
         wait_signal(signals, PARENT_CHECK);
     }
@@ -267,41 +266,41 @@ fn signal_fd(signals: &libc::sigset_t) -> io::Result<OwnedFd> {
 /// Consume the pending signals; the last stop signal among them, if any.
 fn pending_stop(signal_fd: &OwnedFd) -> Option<libc::c_int> {
     let mut stop = None;
-    loop {
-        // SAFETY: a zeroed signalfd_siginfo is valid; read writes at most its size into it.
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        // SAFETY: as above.
-        let read =
-            unsafe { libc::read(signal_fd.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
-        if read != size as isize {
-            return stop;
+    // One signalfd_siginfo per signal; its first field is the signal's number.
+    let mut info = [0u8; std::mem::size_of::<libc::signalfd_siginfo>()];
+    while let Ok(read) = rustix::io::read(signal_fd, &mut info) {
+        if read != info.len() {
+            break;
         }
-        let signal = info.ssi_signo as libc::c_int;
+        let signal = u32::from_ne_bytes([info[0], info[1], info[2], info[3]]) as libc::c_int;
         if STOP_SIGNALS.contains(&signal) {
             stop = Some(signal);
         }
     }
+    stop
 }
 
 /// Wait until one of `fds` is readable (or closed), at most `timeout`; which ones are.
 fn wait_readable(fds: &[BorrowedFd<'_>; 2], timeout: Duration) -> io::Result<[bool; 2]> {
-    let mut polls = fds.map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
-    // SAFETY: two valid pollfds that outlive the call.
-    let ready = unsafe { libc::poll(polls.as_mut_ptr(), 2, timeout.as_millis() as libc::c_int) };
-    if ready < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(polls.map(|poll| poll.revents != 0))
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut polls = [PollFd::new(&fds[0], PollFlags::IN), PollFd::new(&fds[1], PollFlags::IN)];
+    let timeout = Timespec::try_from(timeout).unwrap_or(Timespec { tv_sec: 1, tv_nsec: 0 });
+    rustix::event::poll(&mut polls, Some(&timeout))?;
+    Ok(polls.map(|poll| !poll.revents().is_empty()))
 }
 
 /// Point stdout and stderr at /dev/null: the worker's pipes close once nobody else holds them.
 fn release_output() {
     if let Ok(null) = fs::File::options().write(true).open("/dev/null") {
-        for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
-            // SAFETY: dup2 onto our own standard descriptors.
-            unsafe { libc::dup2(null.as_raw_fd(), fd) };
-        }
+        let _ = rustix::stdio::dup2_stdout(&null);
+        let _ = rustix::stdio::dup2_stderr(&null);
+    }
+}
+
+/// SIGKILL a process of ours (an unreaped child or descendant: its pid cannot have been reused).
+fn kill(pid: i32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
     }
 }
 
@@ -362,25 +361,19 @@ fn spawn(plan: &Supervision) -> io::Result<i32> {
 /// when bun was among them.
 fn reap_exited(bun: i32) -> Option<libc::c_int> {
     let mut bun_status = None;
-    loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: waitpid with a valid pointer.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if pid <= 0 {
-            return bun_status;
-        }
-        if pid == bun {
-            bun_status = Some(status);
+    while let Ok(Some((pid, status))) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {
+        if pid.as_raw_nonzero().get() == bun {
+            bun_status = Some(status.as_raw());
         }
     }
+    bun_status
 }
 
 /// SIGKILL every descendant and reap it, round after round, until none is left: a process can fork
 /// between our look at /proc and our kill, and its child is then reparented to us and caught by
 /// the next round. Returns how many were still there when patience ran out (0 normally).
 fn kill_tree() -> usize {
-    // SAFETY: getpid cannot fail.
-    let me = unsafe { libc::getpid() };
+    let me = rustix::process::getpid().as_raw_nonzero().get();
     let deadline = Instant::now() + KILL_PATIENCE;
     loop {
         // bun, if still to be reaped, is no longer of interest: its status is not wanted here.
@@ -399,8 +392,8 @@ fn kill_tree() -> usize {
             return descendants.len();
         }
         for pid in &descendants {
-            // SAFETY: kill with a pid that is our descendant (zombies included, where it is a no-op).
-            unsafe { libc::kill(*pid, libc::SIGKILL) };
+            // Our descendant (zombies included, where it is a no-op).
+            kill(*pid);
         }
         std::thread::sleep(Duration::from_millis(2));
     }
