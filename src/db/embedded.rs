@@ -354,8 +354,8 @@ fn usable_socket_dir(dir: &Path) -> bool {
 fn is_server_of(pid: i32, data_dir: &Path) -> bool {
     let proc = PathBuf::from(format!("/proc/{pid}"));
     if !Path::new("/proc/self").exists() {
-        // SAFETY: signal 0 only asks whether the process exists.
-        return unsafe { libc::kill(pid, 0) } == 0;
+        // Signal 0 only asks whether the process exists.
+        return rustix::process::Pid::from_raw(pid).is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok());
     }
     let Ok(stat) = fs::read_to_string(proc.join("stat")) else { return false };
     // The state follows the command name, which is in parentheses and may hold anything.
@@ -382,8 +382,7 @@ fn make_private_dir(path: &Path) -> Result<()> {
     if is_root() {
         chown_to_postgres(path)?;
     } else {
-        // SAFETY: geteuid has no preconditions.
-        let uid = unsafe { libc::geteuid() };
+        let uid = rustix::process::geteuid().as_raw();
         if meta.uid() != uid {
             bail!(
                 "{} belongs to another user (uid {}): remove it, or set WF_HOME to a folder of yours",
@@ -423,8 +422,7 @@ pub fn pg_bin(program: &str, search_path: &[PathBuf]) -> Result<PathBuf> {
 }
 
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 /// PostgreSQL refuses to run as root: as root, run its binaries as the `postgres` user.

@@ -3,7 +3,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -460,7 +460,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
 
 /// A thread that pumps one of the supervisor's pipes into events and says when it is done.
 fn spawn_reader(
-    pipe: impl io::Read + AsRawFd + Send + 'static,
+    pipe: impl io::Read + AsFd + Send + 'static,
     stream: Stream,
     events: &SyncSender<Event>,
     closed: &Sender<()>,

@@ -1,7 +1,7 @@
 //! The logs pump: turns the bytes of one of the supervisor's pipes into `Event::Line`s.
 
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
 
@@ -12,19 +12,19 @@ use super::{Event, Stream};
 pub const MAX_LINE: usize = 64 * 1024;
 
 /// How often a reader blocked on an idle pipe looks at the `abandon` flag.
-const POLL_MS: libc::c_int = 200;
+const POLL: rustix::event::Timespec = rustix::event::Timespec { tv_sec: 0, tv_nsec: 200_000_000 };
 
 /// Read `pipe` until EOF (or until `abandon` is set) and send each line as an event. Lines are sent
 /// without their newline; invalid UTF-8 is replaced. A gone receiver does not stop the reading: the
 /// pipe is still drained, so the action never blocks on a full pipe.
-pub(super) fn pump(mut pipe: impl Read + AsRawFd, stream: Stream, events: SyncSender<Event>, abandon: &AtomicBool) {
+pub(super) fn pump(mut pipe: impl Read + AsFd, stream: Stream, events: SyncSender<Event>, abandon: &AtomicBool) {
     let mut lines = Lines::default();
     let mut buffer = vec![0u8; 16 * 1024];
     let mut send = |text: String| {
         let _ = events.send(Event::Line { stream, text });
     };
     while !abandon.load(Ordering::SeqCst) {
-        if !readable(pipe.as_raw_fd()) {
+        if !readable(pipe.as_fd()) {
             continue;
         }
         match pipe.read(&mut buffer) {
@@ -38,10 +38,10 @@ pub(super) fn pump(mut pipe: impl Read + AsRawFd, stream: Stream, events: SyncSe
 }
 
 /// Wait up to POLL_MS for the pipe to have data or to be closed.
-fn readable(fd: libc::c_int) -> bool {
-    let mut poll = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut poll, 1, POLL_MS) > 0 }
+fn readable(fd: BorrowedFd<'_>) -> bool {
+    use rustix::event::{PollFd, PollFlags};
+    let mut poll = [PollFd::new(&fd, PollFlags::IN)];
+    rustix::event::poll(&mut poll, Some(&POLL)).is_ok_and(|ready| ready > 0)
 }
 
 /// Splits a byte stream into lines of at most MAX_LINE bytes.
