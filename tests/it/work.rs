@@ -18,8 +18,10 @@ fn four_workers_drain_a_thousand_jobs_each_exactly_once() {
     let inputs: Vec<Value> = (0..1000).map(|n| json!({"n": n, "log": log})).collect();
     enqueue_batch(&env, "t/echo", &inputs);
     let workers: Vec<_> = (0..4).map(|i| worker(&env, &format!("w{i}"), &["--drain", "--concurrency", "2"])).collect();
-    for mut worker in workers {
-        assert!(worker.wait().unwrap().success());
+    for (i, mut worker) in workers.into_iter().enumerate() {
+        let status = worker.wait().unwrap();
+        let log = std::fs::read_to_string(env.dir.path().join(format!("w{i}.log"))).unwrap_or_default();
+        assert!(status.success(), "worker w{i} ended with {status}: {log}");
     }
     let rows = env
         .db()
