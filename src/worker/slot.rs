@@ -389,6 +389,9 @@ fn record(
     mut logs: LogBuffer,
 ) {
     let name = &shared.options.name;
+    if let Some(error) = &error {
+        log_error(&mut logs, error);
+    }
     let mut completion = Completion {
         job_id: job.id,
         claim: job.claim.clone(),
@@ -449,6 +452,22 @@ fn record(
                 break;
             }
         }
+    }
+}
+
+/// A failed job's error, also at the end of its logs: whoever reads the logs sees why it ended
+/// (bun's build messages of an action that does not compile, with their places), without the
+/// first line of the stack when it only repeats the name and message.
+fn log_error(logs: &mut LogBuffer, error: &Value) {
+    let text = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or_default();
+    let headline = format!("{}: {}", text("name"), text("message"));
+    let mut stack = text("stack").lines().peekable();
+    if stack.peek() == Some(&headline.as_str()) {
+        stack.next();
+    }
+    logs.push("wf", format!("failed: {headline}"));
+    for line in stack {
+        logs.push("wf", line.to_string());
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod actions;
 mod bench;
 mod cancel;
 mod claim;
