@@ -70,6 +70,9 @@ _wf() {
             wf,work)
                 cmd="wf__subcmd__work"
                 ;;
+            wf,workers)
+                cmd="wf__subcmd__workers"
+                ;;
             wf__subcmd__db,down)
                 cmd="wf__subcmd__db__subcmd__down"
                 ;;
@@ -153,6 +156,9 @@ _wf() {
                 ;;
             wf__subcmd__help,work)
                 cmd="wf__subcmd__help__subcmd__work"
+                ;;
+            wf__subcmd__help,workers)
+                cmd="wf__subcmd__help__subcmd__workers"
                 ;;
             wf__subcmd__help__subcmd__db,down)
                 cmd="wf__subcmd__help__subcmd__db__subcmd__down"
@@ -281,7 +287,7 @@ _wf() {
 
     case "${cmd}" in
         wf)
-            opts="-q -h -V --database-url --json --output --quiet --help --version db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help"
+            opts="-q -h -V --database-url --json --output --quiet --help --version db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -633,7 +639,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__help)
-            opts="db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help"
+            opts="db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1094,8 +1100,22 @@ _wf() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wf__subcmd__help__subcmd__workers)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wf__subcmd__jobs)
-            opts="-q -h --status --app --tag --limit --database-url --json --output --quiet --help"
+            opts="-q -h --status --app --action --tag --since --until --limit --page --watch --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1109,11 +1129,27 @@ _wf() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --action)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --tag)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --page)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1133,12 +1169,20 @@ _wf() {
             return 0
             ;;
         wf__subcmd__logs)
-            opts="-f -q -h --follow --database-url --json --output --quiet --help"
+            opts="-f -q -h --follow --tail --since --timestamps --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --tail)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --database-url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1853,7 +1897,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__work)
-            opts="-q -h --tag --concurrency --drain --once --max-jobs --heartbeat --grace --name --no-reap --isolation --allow-write --database-url --json --output --quiet --help"
+            opts="-q -h --tag --concurrency --drain --once --max-jobs --heartbeat --grace --name --no-reap --isolation --allow-write --log-format --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1891,6 +1935,32 @@ _wf() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__workers)
+            opts="-q -h --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --database-url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

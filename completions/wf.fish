@@ -44,6 +44,7 @@ complete -c wf -n "__fish_wf_needs_command" -f -a "show" -d 'Show everything abo
 complete -c wf -n "__fish_wf_needs_command" -f -a "result" -d 'Print a job\'s result (exit 4 when it failed or was canceled, 3 when not finished)'
 complete -c wf -n "__fish_wf_needs_command" -f -a "logs" -d 'Print a job\'s logs'
 complete -c wf -n "__fish_wf_needs_command" -f -a "status" -d 'Queue depth per tag: queued, scheduled, running, zombies, oldest wait'
+complete -c wf -n "__fish_wf_needs_command" -f -a "workers" -d 'Workers, live and recently gone: their tags, slots, current jobs and last beat'
 complete -c wf -n "__fish_wf_needs_command" -f -a "token" -d 'Verify WF_TOKEN tokens'
 complete -c wf -n "__fish_wf_needs_command" -f -a "schedule" -d 'Cron schedules that enqueue jobs through the single enqueue path'
 complete -c wf -n "__fish_wf_needs_command" -f -a "prune" -d 'Delete completed jobs (records, logs) older than a cutoff, in batches'
@@ -165,6 +166,8 @@ complete -c wf -n "__fish_wf_using_subcommand work" -l name -d 'Worker name (def
 complete -c wf -n "__fish_wf_using_subcommand work" -l isolation -d 'How actions are isolated. `sandbox`: every attempt in its own user, PID and mount namespaces, as an unprivileged user (nobody for a root worker), seeing only the system\'s read-only /usr, its pinned commit (read-only), a private work folder and /tmp, with the manifest\'s memory and process limits; the worker refuses to start where the kernel does not allow it. `none`: as the worker\'s own user on its file system, without limits' -r -f -a "sandbox\t''
 none\t''"
 complete -c wf -n "__fish_wf_using_subcommand work" -l allow-write -d 'A host folder bound read-write into every sandbox at the same path (repeatable; WF_ALLOW_WRITE takes a colon-separated list). The sandbox user must be allowed to write it' -r -F
+complete -c wf -n "__fish_wf_using_subcommand work" -l log-format -d 'How the worker writes its lines on stderr (one per job event: claimed, finished, killed, requeued): text, or one JSON object per line' -r -f -a "text\t''
+json\t''"
 complete -c wf -n "__fish_wf_using_subcommand work" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand work" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
@@ -197,11 +200,16 @@ success\t''
 failure\t''
 canceled\t''"
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l app -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l action -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l tag -r
-complete -c wf -n "__fish_wf_using_subcommand jobs" -l limit -d 'List at most this many jobs (newest first)' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l since -d 'Only jobs created since this time (RFC 3339) or this long ago (30s, 5m, 2h, 30d)' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l until -d 'Only jobs created before this time (RFC 3339) or this long ago' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l limit -d 'List at most this many jobs (newest first): one page' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l page -d 'Which page of --limit jobs to list (1: the newest)' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l watch -d 'List again every 2 seconds until interrupted'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -s h -l help -d 'Print help'
@@ -219,10 +227,13 @@ complete -c wf -n "__fish_wf_using_subcommand result" -l wait -d 'Wait until the
 complete -c wf -n "__fish_wf_using_subcommand result" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand result" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand result" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand logs" -l tail -d 'Only the last N lines (then new ones, with --follow)' -r
+complete -c wf -n "__fish_wf_using_subcommand logs" -l since -d 'Only lines written since this time (RFC 3339) or this long ago (30s, 5m, 2h)' -r
 complete -c wf -n "__fish_wf_using_subcommand logs" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand logs" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand logs" -s f -l follow -d 'Keep printing new lines until the job completes'
+complete -c wf -n "__fish_wf_using_subcommand logs" -l timestamps -d 'Start each line with the time it was written (local time zone, RFC 3339)'
 complete -c wf -n "__fish_wf_using_subcommand logs" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand logs" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand logs" -s h -l help -d 'Print help'
@@ -232,6 +243,12 @@ json\t''"
 complete -c wf -n "__fish_wf_using_subcommand status" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand status" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand status" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand workers" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand workers" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand workers" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand workers" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand workers" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
@@ -335,24 +352,25 @@ complete -c wf -n "__fish_wf_using_subcommand bench" -l floor -d 'Also measure t
 complete -c wf -n "__fish_wf_using_subcommand bench" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand bench" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand bench" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "db" -d 'Manage the database: the embedded cluster and migrations'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "source" -d 'Manage git sources of actions'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "sync" -d 'Fetch a source, materialize a commit into the store (marker last), then update the catalog'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "actions" -d 'List the catalog of actions'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "enqueue" -d 'Enqueue a job (or a batch of jobs) through the single enqueue path'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "work" -d 'Run a worker: claim jobs, run them with bun, heartbeat, complete'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "cancel" -d 'Cancel jobs: waiting ones at once, running ones by a mark their worker acts on'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "reap" -d 'Run one reaper pass: recover jobs whose worker stopped sending heartbeats'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "jobs" -d 'List jobs, newest first'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "show" -d 'Show everything about one job'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "result" -d 'Print a job\'s result (exit 4 when it failed or was canceled, 3 when not finished)'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "logs" -d 'Print a job\'s logs'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "status" -d 'Queue depth per tag: queued, scheduled, running, zombies, oldest wait'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "token" -d 'Verify WF_TOKEN tokens'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "schedule" -d 'Cron schedules that enqueue jobs through the single enqueue path'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "prune" -d 'Delete completed jobs (records, logs) older than a cutoff, in batches'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "bench" -d 'Measure the spine on the configured database (in a tag of its own, cleaned up after)'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "db" -d 'Manage the database: the embedded cluster and migrations'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "source" -d 'Manage git sources of actions'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "sync" -d 'Fetch a source, materialize a commit into the store (marker last), then update the catalog'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "actions" -d 'List the catalog of actions'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "enqueue" -d 'Enqueue a job (or a batch of jobs) through the single enqueue path'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "work" -d 'Run a worker: claim jobs, run them with bun, heartbeat, complete'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "cancel" -d 'Cancel jobs: waiting ones at once, running ones by a mark their worker acts on'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "reap" -d 'Run one reaper pass: recover jobs whose worker stopped sending heartbeats'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "jobs" -d 'List jobs, newest first'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "show" -d 'Show everything about one job'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "result" -d 'Print a job\'s result (exit 4 when it failed or was canceled, 3 when not finished)'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "logs" -d 'Print a job\'s logs'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "status" -d 'Queue depth per tag: queued, scheduled, running, zombies, oldest wait'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "workers" -d 'Workers, live and recently gone: their tags, slots, current jobs and last beat'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "token" -d 'Verify WF_TOKEN tokens'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "schedule" -d 'Cron schedules that enqueue jobs through the single enqueue path'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "prune" -d 'Delete completed jobs (records, logs) older than a cutoff, in batches'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "bench" -d 'Measure the spine on the configured database (in a tag of its own, cleaned up after)'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "up" -d 'Create (if needed) and start the embedded cluster, then migrate it'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "down" -d 'Stop the embedded cluster'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "status" -d 'Show the embedded cluster\'s state and the schema version'

@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::queue::inspect::Moment;
 use crate::queue::job::{JobStatus, TriggerKind};
 
 #[derive(Debug, Parser)]
@@ -75,6 +76,8 @@ pub(crate) enum Command {
     Logs(LogsArgs),
     /// Queue depth per tag: queued, scheduled, running, zombies, oldest wait.
     Status,
+    /// Workers, live and recently gone: their tags, slots, current jobs and last beat.
+    Workers,
     /// Verify WF_TOKEN tokens.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -225,6 +228,16 @@ pub(crate) struct WorkArgs {
     /// takes a colon-separated list). The sandbox user must be allowed to write it.
     #[arg(long = "allow-write", value_name = "DIR", env = "WF_ALLOW_WRITE", value_delimiter = ':')]
     pub allow_write: Vec<PathBuf>,
+    /// How the worker writes its lines on stderr (one per job event: claimed, finished, killed,
+    /// requeued): text, or one JSON object per line.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -235,7 +248,7 @@ pub(crate) enum Isolation {
 
 #[derive(Debug, Args)]
 pub(crate) struct CancelArgs {
-    /// Job ids.
+    /// Job ids, or their first hex digits.
     #[arg(required = true)]
     pub ids: Vec<String>,
     #[arg(long)]
@@ -262,19 +275,35 @@ pub(crate) struct JobsArgs {
     #[arg(long)]
     pub app: Option<String>,
     #[arg(long)]
+    pub action: Option<String>,
+    #[arg(long)]
     pub tag: Option<String>,
-    /// List at most this many jobs (newest first).
+    /// Only jobs created since this time (RFC 3339) or this long ago (30s, 5m, 2h, 30d).
+    #[arg(long, value_parser = parse_moment)]
+    pub since: Option<Moment>,
+    /// Only jobs created before this time (RFC 3339) or this long ago.
+    #[arg(long, value_parser = parse_moment)]
+    pub until: Option<Moment>,
+    /// List at most this many jobs (newest first): one page.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..))]
     pub limit: i64,
+    /// Which page of --limit jobs to list (1: the newest).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..))]
+    pub page: i64,
+    /// List again every 2 seconds until interrupted.
+    #[arg(long)]
+    pub watch: bool,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct ShowArgs {
+    /// A job id, or its first hex digits.
     pub id: String,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct ResultArgs {
+    /// A job id, or its first hex digits.
     pub id: String,
     /// Wait until the job finishes.
     #[arg(long)]
@@ -286,10 +315,20 @@ pub(crate) struct ResultArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct LogsArgs {
+    /// A job id, or its first hex digits.
     pub id: String,
     /// Keep printing new lines until the job completes.
     #[arg(long, short)]
     pub follow: bool,
+    /// Only the last N lines (then new ones, with --follow).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
+    pub tail: Option<i64>,
+    /// Only lines written since this time (RFC 3339) or this long ago (30s, 5m, 2h).
+    #[arg(long, value_parser = parse_moment)]
+    pub since: Option<Moment>,
+    /// Start each line with the time it was written (local time zone, RFC 3339).
+    #[arg(long)]
+    pub timestamps: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -401,6 +440,16 @@ pub(crate) struct GenerateDocsArgs {
 pub(crate) struct SuperviseArgs {
     /// The supervision plan (JSON), as the worker writes it.
     pub plan: String,
+}
+
+/// A moment: an RFC 3339 time, or a duration before now (`30s`, `5m`, `2h`, `30d`).
+pub(crate) fn parse_moment(text: &str) -> Result<Moment, String> {
+    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text.trim()) {
+        return Ok(Moment::At(at.with_timezone(&chrono::Utc)));
+    }
+    humantime::parse_duration(text.trim()).map(Moment::Ago).map_err(|_| {
+        format!("{text:?} is neither an RFC 3339 time nor a duration (examples: 2h, 30m, 2026-01-31T09:00:00Z)")
+    })
 }
 
 /// Durations as operators write them: `30s`, `5m`, `2h`, `30d`.

@@ -102,9 +102,13 @@ pub(crate) fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<(Schedul
     let now = crate::db::now(&mut tx)?;
     let next = next_fire(&cron, tz, now)
         .with_context(|| format!("the cron {:?} never fires in {} (nothing was saved)", new.cron, new.tz))?;
-    let action = tx
-        .query_opt("SELECT input_schema FROM action WHERE app_key = $1 AND action_key = $2", &[&new.app, &new.action])?
-        .with_context(|| format!("unknown action {}/{}: `wf actions` lists the catalog", new.app, new.action))?;
+    let action = tx.query_opt(
+        "SELECT input_schema FROM action WHERE app_key = $1 AND action_key = $2",
+        &[&new.app, &new.action],
+    )?;
+    let Some(action) = action else {
+        bail!("{}", crate::source::catalog::unknown_action(&mut tx, new.app, new.action)?);
+    };
     if let Some(schema) = action.get::<_, Option<Value>>(0) {
         enqueue::validate_inputs(&schema, std::slice::from_ref(&new.input))?;
     }

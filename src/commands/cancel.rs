@@ -4,19 +4,19 @@ use anyhow::{Result, anyhow};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::args::parse_id;
 use super::{CommandResult, Ctx};
 use crate::cli::CancelArgs;
 use crate::error::Exit;
 use crate::output::confirm;
 use crate::queue::cancel::{self, CancelOutcome};
+use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
-    let ids = args.ids.iter().map(|id| parse_id(id)).collect::<Result<Vec<_>>>()?;
+    let mut client = ctx.connect()?;
+    let ids = args.ids.iter().map(|id| inspect::resolve_id(&mut client, id)).collect::<Result<Vec<_>>>()?;
     if ids.len() > 1 {
         confirm(&format!("cancel {} jobs", ids.len()), args.yes)?;
     }
-    let mut client = ctx.connect()?;
     let outcomes = cancel::cancel(&mut client, &ids, &ctx.config.operator, args.reason.as_deref())?;
     if ctx.out.json {
         let document: Vec<CancelDocument> =

@@ -24,6 +24,7 @@ mod supervise;
 mod sync;
 mod token;
 mod work;
+mod workers;
 
 use anyhow::Result;
 
@@ -140,6 +141,7 @@ pub(crate) fn dispatch(cli: Cli) -> CommandResult {
         Command::Result(args) => result::run(&ctx, args),
         Command::Logs(args) => logs::run(&ctx, args),
         Command::Status => status::run(&ctx),
+        Command::Workers => workers::run(&ctx),
         Command::Token(command) => token::run(&ctx, command),
         Command::Schedule(command) => schedule::run(&ctx, command),
         Command::Prune(args) => prune::run(&ctx, args),

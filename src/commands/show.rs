@@ -2,7 +2,6 @@
 
 use serde_json::Value;
 
-use super::args::parse_id;
 use super::render::JobDocument;
 use super::{CommandResult, Ctx};
 use crate::cli::ShowArgs;
@@ -11,8 +10,8 @@ use crate::output::time_cell;
 use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
-    let id = parse_id(&args.id)?;
     let mut client = ctx.connect()?;
+    let id = inspect::resolve_id(&mut client, &args.id)?;
     let job = inspect::show_existing(&mut client, id)?;
     if ctx.out.json {
         ctx.out.json(&JobDocument::from(&job))?;

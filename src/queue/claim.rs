@@ -51,6 +51,8 @@ pub struct Claimed {
     /// The database's time of the claim.
     pub started_at: DateTime<Utc>,
     pub restarts: i32,
+    /// Runs a clean shutdown put back in the queue.
+    pub releases: i32,
     /// The sandbox settings pinned from the manifest; None: the worker's default.
     pub network: Option<bool>,
     pub memory_mb: Option<i32>,
@@ -58,9 +60,9 @@ pub struct Claimed {
 }
 
 impl Claimed {
-    /// 1 for the first run, + 1 per restart.
+    /// 1 for the first run, + 1 per restart and per release.
     pub fn attempt(&self) -> i32 {
-        self.restarts + 1
+        self.restarts + self.releases + 1
     }
 }
 
@@ -105,7 +107,7 @@ peek AS (
 claimed AS (
     UPDATE job_queue SET running = true, started_at = now(), worker = $2
      WHERE job_id = (SELECT job_id FROM peek)
-    RETURNING job_id, started_at, restarts
+    RETURNING job_id, started_at, restarts, releases
 ),
 -- Ping is stamped at claim: a worker that dies before its first heartbeat leaves a ping the
 -- reaper's guard catches, never a NULL that would leave the job a zombie forever. The worker's
@@ -117,7 +119,7 @@ stamped AS (
 )
 SELECT j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoint,
        j.output_schema, j.timeout_s, j.tag, j.input, j.trigger_kind, j.scheduled_for,
-       c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes
+       c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes, c.releases
   FROM claimed c JOIN job j ON j.id = c.job_id";
 
 /// Claim the best due job of `tags` for this claim id, if any. `window` is the claiming worker's
@@ -143,6 +145,7 @@ pub fn claim(session: &mut Session, tags: &[String], claim: &str, window: Durati
         network: row.get(14),
         memory_mb: row.get(15),
         max_processes: row.get(16),
+        releases: row.get(17),
     }))
 }
 

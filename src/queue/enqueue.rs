@@ -55,18 +55,17 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
     }
     // KEY SHARE keeps a concurrent sync from deleting the action until this enqueue commits; the
     // row read is one consistent version, so the job pins the catalog exactly as one sync left it.
-    let action = tx
-        .query_opt(
-            "SELECT git_source_id, commit_sha, entrypoint, input_schema, output_schema, timeout_s, tag,
-                    network, memory_mb, max_processes
-               FROM action
-              WHERE app_key = $1 AND action_key = $2
-                FOR KEY SHARE",
-            &[&request.app, &request.action],
-        )?
-        .with_context(|| {
-            format!("unknown action {}/{}: `wf actions` lists the catalog", request.app, request.action)
-        })?;
+    let action = tx.query_opt(
+        "SELECT git_source_id, commit_sha, entrypoint, input_schema, output_schema, timeout_s, tag,
+                network, memory_mb, max_processes
+           FROM action
+          WHERE app_key = $1 AND action_key = $2
+            FOR KEY SHARE",
+        &[&request.app, &request.action],
+    )?;
+    let Some(action) = action else {
+        bail!("{}", crate::source::catalog::unknown_action(tx, request.app, request.action)?);
+    };
     let input_schema: Option<Value> = action.get("input_schema");
     if let Some(schema) = &input_schema {
         validate_inputs(schema, &request.inputs)?;

@@ -147,3 +147,54 @@ pub(crate) fn list(client: &mut impl GenericClient, source: Option<&str>) -> Res
         })
         .collect())
 }
+
+/// What to say of an action the catalog does not have: the names closest to it, if any is close
+/// (a typo, a wrong app), and where the catalog is listed.
+pub(crate) fn unknown_action(client: &mut impl GenericClient, app: &str, action: &str) -> Result<String> {
+    let wanted = format!("{app}/{action}");
+    let names: Vec<String> =
+        client.query("SELECT app_key || '/' || action_key FROM action", &[])?.iter().map(|row| row.get(0)).collect();
+    let mut close: Vec<(usize, String)> = names
+        .into_iter()
+        .map(|name| (distance(&wanted, &name), name))
+        .filter(|(d, name)| *d <= (name.chars().count() / 3).max(2))
+        .collect();
+    close.sort();
+    let suggestion = match close.as_slice() {
+        [] => String::new(),
+        [(_, one)] => format!(" (did you mean {one}?)"),
+        more => {
+            let names: Vec<&str> = more.iter().take(3).map(|(_, name)| name.as_str()).collect();
+            format!(" (did you mean one of {}?)", names.join(", "))
+        }
+    };
+    Ok(format!("unknown action {wanted}{suggestion}: `wf actions` lists the catalog"))
+}
+
+/// Edits (insertions, deletions, substitutions) from `a` to `b`.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distance;
+
+    #[test]
+    fn distance_counts_edits() {
+        assert_eq!(distance("t/echo", "t/echo"), 0);
+        assert_eq!(distance("t/ecoh", "t/echo"), 2);
+        assert_eq!(distance("t/ech", "t/echo"), 1);
+        assert_eq!(distance("", "abc"), 3);
+    }
+}

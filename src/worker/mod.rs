@@ -2,7 +2,9 @@
 //! a reaper pass on the side; a clean shutdown on SIGINT/SIGTERM that loses no job.
 
 mod connection;
+mod events;
 mod heart;
+pub(crate) mod registry;
 mod slot;
 mod wake;
 
@@ -107,6 +109,8 @@ pub(crate) struct Summary {
 /// State shared by the slots of one worker process.
 struct Shared {
     options: Options,
+    /// This worker process in the registry: NAME#INSTANCE, the prefix of each of its claims.
+    worker_id: String,
     database: Database,
     secret: Vec<u8>,
     store: PathBuf,
@@ -185,6 +189,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         );
     }
     let shared = Arc::new(Shared {
+        worker_id: format!("{}#{}", options.name, &uuid::Uuid::new_v4().simple().to_string()[..8]),
         budget: AtomicI64::new(match options.until {
             Until::Jobs(n) => i64::try_from(n).unwrap_or(i64::MAX),
             _ => 0,
@@ -242,6 +247,13 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
             }
         }
     }
+    let registry = {
+        let (shared, done) = (Arc::clone(&shared), Arc::clone(&done));
+        std::thread::Builder::new()
+            .name("registry".to_string())
+            .spawn(move || registry::keep_fresh(&shared, &done))
+            .context("starting the worker's registry thread")?
+    };
     let reaper = match shared.options.reap {
         true => {
             let (shared, done) = (Arc::clone(&shared), Arc::clone(&done));
@@ -270,7 +282,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         }
     }
     done.store(true, Ordering::SeqCst);
-    for thread in reaper.into_iter().chain([listener]) {
+    for thread in reaper.into_iter().chain([listener, registry]) {
         if let Err(panic) = thread.join() {
             first_panic.get_or_insert(panic);
         }

@@ -10,6 +10,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::connection::Connection;
+use super::events::{JobEvent, job_event};
 use super::heart::{Heart, Verdict};
 use super::{Isolation, Shared, Until};
 use crate::db::failure::{Failure, classify};
@@ -80,14 +81,13 @@ impl Trouble {
 }
 
 pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
-    let name = &shared.options.name;
     let mut link = Link::new(shared, index)?;
     let mut trouble = Trouble::default();
     loop {
         if shared.stopping.load(Ordering::SeqCst) || !shared.reserve() {
             return Ok(());
         }
-        let claim_id = format!("{name}#{}", &Uuid::new_v4().simple().to_string()[..12]);
+        let claim_id = format!("{}.{}", shared.worker_id, &Uuid::new_v4().simple().to_string()[..12]);
         // Read before the look: a job enqueued between the look and the wait moves it.
         let epoch = shared.wake.epoch();
         let claimed = link
@@ -97,7 +97,8 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
         match claimed {
             Ok(Some(job)) => {
                 trouble.recovered(shared);
-                link = run_job(shared, link, job)?;
+                job_event(shared, &job, JobEvent::Claimed);
+                link = run_job(shared, link, job, Instant::now())?;
             }
             Ok(None) => {
                 shared.unreserve();
@@ -134,6 +135,9 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
     }
 }
 
+/// How an attempt ended, as its completion records it: status, result, error.
+type Ending = (JobStatus, Option<Value>, Option<Value>);
+
 /// Why the worker stopped a job's process tree before it finished.
 #[derive(Debug, Clone, PartialEq)]
 enum StopReason {
@@ -145,9 +149,21 @@ enum StopReason {
     Shutdown,
 }
 
+impl StopReason {
+    /// As the worker's journal says it.
+    fn word(&self) -> &'static str {
+        match self {
+            StopReason::Canceled => "cancel",
+            StopReason::TimedOut => "timeout",
+            StopReason::Lost => "lost",
+            StopReason::Shutdown => "shutdown",
+        }
+    }
+}
+
 /// Run one claimed job to its completion; returns the link for the next (a new one when the
 /// heart got stuck in a database call).
-fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
+fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> Result<Link> {
     let name = &shared.options.name;
     let tree = store::commit_dir(&shared.store, job.git_source_id, &job.commit_sha);
     if let Err(error) = prepare(shared, &tree) {
@@ -156,9 +172,8 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
             shared,
             &mut link.connection,
             &job,
-            JobStatus::Failure,
-            None,
-            Some(error.to_value()),
+            claimed,
+            (JobStatus::Failure, None, Some(error.to_value())),
             LogBuffer::default(),
         );
         return Ok(link);
@@ -184,15 +199,8 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
         Ok(running) => running,
         Err(error) => {
             let error = JobError::new("StartError", format!("{error:#}"));
-            record(
-                shared,
-                &mut link.connection,
-                &job,
-                JobStatus::Failure,
-                None,
-                Some(error.to_value()),
-                LogBuffer::default(),
-            );
+            let ending = (JobStatus::Failure, None, Some(error.to_value()));
+            record(shared, &mut link.connection, &job, claimed, ending, LogBuffer::default());
             return Ok(link);
         }
     };
@@ -246,7 +254,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed) -> Result<Link> {
         (_, Outcome::Failed { name, message }) => failure(JobError::new(&name, message)),
         (None, Outcome::Stopped) => failure(JobError::new("ProcessError", "the action's process was stopped")),
     };
-    record(shared, &mut link.connection, &job, status, result, error, logs);
+    record(shared, &mut link.connection, &job, claimed, (status, result, error), logs);
     Ok(link)
 }
 
@@ -308,7 +316,8 @@ fn watch(shared: &Shared, job: &Claimed, running: &Running, heart: &Heart, logs:
                 None if shared.kill.load(Ordering::SeqCst) => Some(StopReason::Shutdown),
                 None => None,
             };
-            if stop.is_some() {
+            if let Some(reason) = &stop {
+                job_event(shared, job, JobEvent::Killed { reason: reason.word() });
                 running.stop();
             }
         }
@@ -383,9 +392,8 @@ fn record(
     shared: &Shared,
     connection: &mut Connection,
     job: &Claimed,
-    status: JobStatus,
-    result: Option<Value>,
-    error: Option<Value>,
+    claimed: Instant,
+    (status, result, error): Ending,
     mut logs: LogBuffer,
 ) {
     let name = &shared.options.name;
@@ -416,7 +424,7 @@ fn record(
             }
             Ok(Recorded::Completed) => {
                 trouble.recovered(shared);
-                break count(shared, completion.status);
+                break finished(shared, job, completion.status, claimed);
             }
             Ok(Recorded::Fenced) => {
                 trouble.recovered(shared);
@@ -427,7 +435,7 @@ fn record(
                         .and_then(|client| complete::completed_by(client, job.id, &job.claim))
                         .unwrap_or(false);
                 if ours {
-                    break count(shared, completion.status);
+                    break finished(shared, job, completion.status, claimed);
                 }
                 diag!("worker {name}: job {} is no longer ours (reaped?): completion skipped", job.id);
                 shared.fenced.fetch_add(1, Ordering::SeqCst);
@@ -471,6 +479,12 @@ fn log_error(logs: &mut LogBuffer, error: &Value) {
     }
 }
 
+/// A completion recorded: counted and journaled.
+fn finished(shared: &Shared, job: &Claimed, status: JobStatus, claimed: Instant) {
+    count(shared, status);
+    job_event(shared, job, JobEvent::Finished { status, took: claimed.elapsed() });
+}
+
 fn count(shared: &Shared, status: JobStatus) {
     let counter = match status {
         JobStatus::Success => &shared.succeeded,
@@ -494,6 +508,7 @@ fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, mut logs
         match released {
             Ok(true) => {
                 shared.released.fetch_add(1, Ordering::SeqCst);
+                job_event(shared, job, JobEvent::Requeued);
                 return;
             }
             Ok(false) => {

@@ -49,6 +49,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
                  autovacuum_analyze_scale_factor, autovacuum_vacuum_cost_delay);
              ALTER TABLE job_runtime RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,
                  autovacuum_vacuum_cost_delay);
+             DROP TABLE worker; ALTER TABLE job_queue DROP COLUMN releases;
              DELETE FROM wf_migration WHERE version > 1;",
         )
         .unwrap();
@@ -56,7 +57,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     assert_eq!(behind.code, 1, "{behind:?}");
     assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
-    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5]));
+    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6]));
     env.wf(["actions"]).ok();
     let indexes: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");

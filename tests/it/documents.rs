@@ -487,6 +487,40 @@ fn status() {
 }
 
 #[test]
+fn workers() {
+    let env = TestEnv::new();
+    env.db()
+        .batch_execute(
+            "INSERT INTO worker (id, name, host, pid, tags, slots, window_s, stopped_at)
+             VALUES ('w#1', 'w', 'h', 7, '{default}', 2, 60, now())",
+        )
+        .unwrap();
+    let workers = env.wf(["workers", "--json"]).ok();
+    pin(
+        &workers,
+        env.dir.path(),
+        &[],
+        r#"
+[
+  {
+    "busy": 0,
+    "host": "h",
+    "jobs": [],
+    "last_seen": "<time>",
+    "name": "w",
+    "pid": 7,
+    "slots": 2,
+    "started_at": "<time>",
+    "state": "gone",
+    "tags": [
+      "default"
+    ]
+  }
+]"#,
+    );
+}
+
+#[test]
 fn token_verify() {
     let secret = "0123456789abcdef0123456789abcdef-documents";
     let env = TestEnv::new().env("WF_SECRET", secret);

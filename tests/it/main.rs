@@ -12,6 +12,7 @@ mod docs;
 mod documents;
 mod embedded;
 mod jobs;
+mod operators;
 mod pipes;
 mod prune;
 mod reaper;
