@@ -46,6 +46,9 @@ _wf() {
             wf,reap)
                 cmd="wf__subcmd__reap"
                 ;;
+            wf,rerun)
+                cmd="wf__subcmd__rerun"
+                ;;
             wf,result)
                 cmd="wf__subcmd__result"
                 ;;
@@ -133,6 +136,9 @@ _wf() {
             wf__subcmd__help,reap)
                 cmd="wf__subcmd__help__subcmd__reap"
                 ;;
+            wf__subcmd__help,rerun)
+                cmd="wf__subcmd__help__subcmd__rerun"
+                ;;
             wf__subcmd__help,result)
                 cmd="wf__subcmd__help__subcmd__result"
                 ;;
@@ -190,6 +196,9 @@ _wf() {
             wf__subcmd__help__subcmd__schedule,tick)
                 cmd="wf__subcmd__help__subcmd__schedule__subcmd__tick"
                 ;;
+            wf__subcmd__help__subcmd__schedule,update)
+                cmd="wf__subcmd__help__subcmd__schedule__subcmd__update"
+                ;;
             wf__subcmd__help__subcmd__source,add)
                 cmd="wf__subcmd__help__subcmd__source__subcmd__add"
                 ;;
@@ -223,6 +232,9 @@ _wf() {
             wf__subcmd__schedule,tick)
                 cmd="wf__subcmd__schedule__subcmd__tick"
                 ;;
+            wf__subcmd__schedule,update)
+                cmd="wf__subcmd__schedule__subcmd__update"
+                ;;
             wf__subcmd__schedule__subcmd__help,add)
                 cmd="wf__subcmd__schedule__subcmd__help__subcmd__add"
                 ;;
@@ -243,6 +255,9 @@ _wf() {
                 ;;
             wf__subcmd__schedule__subcmd__help,tick)
                 cmd="wf__subcmd__schedule__subcmd__help__subcmd__tick"
+                ;;
+            wf__subcmd__schedule__subcmd__help,update)
+                cmd="wf__subcmd__schedule__subcmd__help__subcmd__update"
                 ;;
             wf__subcmd__source,add)
                 cmd="wf__subcmd__source__subcmd__add"
@@ -287,7 +302,7 @@ _wf() {
 
     case "${cmd}" in
         wf)
-            opts="-q -h -V --database-url --json --output --quiet --help --version db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help"
+            opts="-q -h -V --database-url --json --output --quiet --help --version db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -365,12 +380,28 @@ _wf() {
             return 0
             ;;
         wf__subcmd__cancel)
-            opts="-q -h --reason --yes --database-url --json --output --quiet --help"
+            opts="-q -h --app --action --tag --status --reason --yes --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --app)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --action)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tag)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --status)
+                    COMPREPLY=($(compgen -W "queued scheduled running" -- "${cur}"))
+                    return 0
+                    ;;
                 --reason)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -585,7 +616,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__enqueue)
-            opts="-q -h --input --batch --priority --tag --at --in --trigger-kind --wait --timeout --database-url --json --output --quiet --help"
+            opts="-q -h --input --batch --priority --tag --at --in --trigger-kind --wait --timeout --key --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -623,6 +654,10 @@ _wf() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --database-url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -639,7 +674,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__help)
-            opts="db source sync actions enqueue work cancel reap jobs show result logs status workers token schedule prune bench help"
+            opts="db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -848,6 +883,20 @@ _wf() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wf__subcmd__help__subcmd__rerun)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wf__subcmd__help__subcmd__result)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -863,7 +912,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__help__subcmd__schedule)
-            opts="add list rm pause resume tick"
+            opts="add list update rm pause resume tick"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -947,6 +996,20 @@ _wf() {
             return 0
             ;;
         wf__subcmd__help__subcmd__schedule__subcmd__tick)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__help__subcmd__schedule__subcmd__update)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1115,7 +1178,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__jobs)
-            opts="-q -h --status --app --action --tag --since --until --limit --page --watch --database-url --json --output --quiet --help"
+            opts="-q -h --status --app --action --tag --schedule --since --until --limit --page --watch --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1134,6 +1197,10 @@ _wf() {
                     return 0
                     ;;
                 --tag)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --schedule)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1258,6 +1325,28 @@ _wf() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wf__subcmd__rerun)
+            opts="-q -h --latest --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wf__subcmd__result)
             opts="-q -h --wait --timeout --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -1285,7 +1374,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__schedule)
-            opts="-q -h --database-url --json --output --quiet --help add list rm pause resume tick help"
+            opts="-q -h --database-url --json --output --quiet --help add list update rm pause resume tick help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1307,7 +1396,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__schedule__subcmd__add)
-            opts="-q -h --cron --tz --input --priority --tag --database-url --json --output --quiet --help"
+            opts="-q -h --cron --tz --input --priority --tag --no-overlap --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1349,7 +1438,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__schedule__subcmd__help)
-            opts="add list rm pause resume tick help"
+            opts="add list update rm pause resume tick help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1460,6 +1549,20 @@ _wf() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wf__subcmd__schedule__subcmd__help__subcmd__update)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wf__subcmd__schedule__subcmd__list)
             opts="-q -h --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1557,6 +1660,52 @@ _wf() {
             case "${prev}" in
                 --horizon)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__update)
+            opts="-q -h --cron --tz --input --priority --tag --no-overlap --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --cron)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tz)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --input)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --priority)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tag)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --no-overlap)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --database-url)

@@ -64,6 +64,8 @@ pub(crate) enum Command {
     Work(WorkArgs),
     /// Cancel jobs: waiting ones at once, running ones by a mark their worker acts on.
     Cancel(CancelArgs),
+    /// Enqueue a job again, with the same input, through the single enqueue path.
+    Rerun(RerunArgs),
     /// Run one reaper pass: recover jobs whose worker stopped sending heartbeats.
     Reap(ReapArgs),
     /// List jobs, newest first.
@@ -186,6 +188,20 @@ pub(crate) struct EnqueueArgs {
     /// Give up waiting after this long (exit 3).
     #[arg(long, requires = "wait", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+    /// Idempotency key: while a job enqueued with this key exists, enqueueing again returns it
+    /// (`"existing": true`) instead of a new one.
+    #[arg(long, conflicts_with = "batch")]
+    pub key: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RerunArgs {
+    /// A job id, or its first hex digits.
+    pub id: String,
+    /// Pin the action as the catalog shows it now (its current commit, schemas, timeout, tag),
+    /// instead of exactly what the job ran.
+    #[arg(long)]
+    pub latest: bool,
 }
 
 #[derive(Debug, Args)]
@@ -247,10 +263,24 @@ pub(crate) enum Isolation {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(true)
+    .args(["ids", "app", "action", "tag", "status"])))]
 pub(crate) struct CancelArgs {
     /// Job ids, or their first hex digits.
-    #[arg(required = true)]
+    #[arg(conflicts_with_all = ["app", "action", "tag", "status"])]
     pub ids: Vec<String>,
+    /// Every waiting or running job of this app.
+    #[arg(long)]
+    pub app: Option<String>,
+    /// Every waiting or running job of this action.
+    #[arg(long)]
+    pub action: Option<String>,
+    /// Every waiting or running job of this tag.
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Only the jobs that stand so: queued (due), scheduled (not due yet) or running.
+    #[arg(long, value_parser = waiting_status())]
+    pub status: Option<JobStatus>,
     #[arg(long)]
     pub reason: Option<String>,
     /// Do not ask for confirmation.
@@ -278,6 +308,9 @@ pub(crate) struct JobsArgs {
     pub action: Option<String>,
     #[arg(long)]
     pub tag: Option<String>,
+    /// Only jobs enqueued by this schedule.
+    #[arg(long)]
+    pub schedule: Option<String>,
     /// Only jobs created since this time (RFC 3339) or this long ago (30s, 5m, 2h, 30d).
     #[arg(long, value_parser = parse_moment)]
     pub since: Option<Moment>,
@@ -346,11 +379,14 @@ pub(crate) struct TokenVerifyArgs {
 pub(crate) enum ScheduleCommand {
     /// Add a schedule.
     Add(ScheduleAddArgs),
-    /// List schedules with their next fire time.
+    /// List schedules: state, how far they are enqueued, their next fire time.
     List,
-    /// Remove a schedule (jobs it already enqueued stay).
+    /// Change a schedule's cron, time zone, input, priority or tag; the jobs it enqueued ahead are
+    /// withdrawn and enqueued again as it now says.
+    Update(ScheduleUpdateArgs),
+    /// Remove a schedule; the jobs it enqueued ahead are withdrawn (canceled), the others stay.
     Rm(ScheduleNameArgs),
-    /// Stop enqueueing for a schedule.
+    /// Stop enqueueing for a schedule; the jobs it enqueued ahead are withdrawn (canceled).
     Pause(ScheduleNameArgs),
     /// Enqueue again for a paused schedule (missed fire times are not replayed).
     Resume(ScheduleNameArgs),
@@ -364,10 +400,11 @@ pub(crate) struct ScheduleAddArgs {
     pub name: String,
     /// APP/ACTION
     pub target: String,
-    /// Cron expression (5 fields, or 6 with seconds first), e.g. "*/5 * * * *".
+    /// Cron expression: 5 fields (minute hour day-of-month month day-of-week), 6 with seconds
+    /// first, or 7 with a year last; or @yearly, @monthly, @weekly, @daily, @midnight, @hourly.
     #[arg(long)]
     pub cron: String,
-    /// Time zone the cron expression is read in (IANA name).
+    /// Time zone the cron expression is read in (IANA name, any case).
     #[arg(long, default_value = "UTC")]
     pub tz: String,
     /// Input of every job: JSON text, @FILE, or - for stdin.
@@ -378,6 +415,32 @@ pub(crate) struct ScheduleAddArgs {
     /// Override the action's effective tag.
     #[arg(long)]
     pub tag: Option<String>,
+    /// Skip a fire time while an earlier run of this schedule is still running.
+    #[arg(long)]
+    pub no_overlap: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleUpdateArgs {
+    /// Schedule name.
+    pub name: String,
+    /// A new cron expression (as for `schedule add`).
+    #[arg(long)]
+    pub cron: Option<String>,
+    /// A new time zone.
+    #[arg(long)]
+    pub tz: Option<String>,
+    /// A new input: JSON text, @FILE, or - for stdin.
+    #[arg(long)]
+    pub input: Option<String>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// A new tag override.
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Skip fire times while an earlier run is still running (`--no-overlap true`), or not.
+    #[arg(long, value_name = "BOOL")]
+    pub no_overlap: Option<bool>,
 }
 
 #[derive(Debug, Args)]
@@ -466,6 +529,12 @@ impl ValueEnum for JobStatus {
     fn to_possible_value(&self) -> Option<PossibleValue> {
         Some(PossibleValue::new(self.as_str()))
     }
+}
+
+/// `--status` of a bulk cancel: only how a job waits or runs.
+fn waiting_status() -> impl TypedValueParser<Value = JobStatus> {
+    let waiting = JobStatus::ALL.into_iter().filter(|status| !status.is_finished()).map(JobStatus::as_str);
+    PossibleValuesParser::new(waiting).map(|text| text.parse::<JobStatus>().expect("one of the possible values"))
 }
 
 /// `--status` of prune: only how a job ended.

@@ -23,6 +23,7 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
         app: args.app.as_deref(),
         action: args.action.as_deref(),
         tag: args.tag.as_deref(),
+        schedule: args.schedule.as_deref(),
         since: args.since,
         until: args.until,
     };

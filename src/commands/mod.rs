@@ -15,6 +15,7 @@ mod progress;
 mod prune;
 mod reap;
 mod render;
+mod rerun;
 mod result;
 mod schedule;
 mod show;
@@ -135,6 +136,7 @@ pub(crate) fn dispatch(cli: Cli) -> CommandResult {
         Command::Enqueue(args) => enqueue::run(&ctx, args),
         Command::Work(args) => work::run(&ctx, args),
         Command::Cancel(args) => cancel::run(&ctx, args),
+        Command::Rerun(args) => rerun::run(&ctx, args),
         Command::Reap(args) => reap::run(&ctx, args),
         Command::Jobs(args) => jobs::run(&ctx, args),
         Command::Show(args) => show::run(&ctx, args),

@@ -38,6 +38,10 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
         ("completed", time_cell(job.completed_at)),
         ("canceled by", text(&job.canceled_by)),
         ("cancel reason", text(&job.canceled_reason)),
+        ("schedule", text(&job.schedule)),
+        ("rerun of", job.rerun_of.map_or("-".to_string(), |id| id.to_string())),
+        ("retry of", job.retry_of.map_or("-".to_string(), |id| id.to_string())),
+        ("key", text(&job.key)),
     ];
     ctx.out.table(&["field", "value"], rows.into_iter().map(|(k, v)| vec![k.to_string(), v]).collect())?;
     Ok(Exit::Ok)

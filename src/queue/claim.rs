@@ -53,6 +53,8 @@ pub struct Claimed {
     pub restarts: i32,
     /// Runs a clean shutdown put back in the queue.
     pub releases: i32,
+    /// Its schedule skips it while an earlier run is running (`queue::overlap`).
+    pub no_overlap: bool,
     /// The sandbox settings pinned from the manifest; None: the worker's default.
     pub network: Option<bool>,
     pub memory_mb: Option<i32>,
@@ -119,7 +121,7 @@ stamped AS (
 )
 SELECT j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoint,
        j.output_schema, j.timeout_s, j.tag, j.input, j.trigger_kind, j.scheduled_for,
-       c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes, c.releases
+       c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes, c.releases, j.no_overlap
   FROM claimed c JOIN job j ON j.id = c.job_id";
 
 /// Claim the best due job of `tags` for this claim id, if any. `window` is the claiming worker's
@@ -146,6 +148,7 @@ pub fn claim(session: &mut Session, tags: &[String], claim: &str, window: Durati
         memory_mb: row.get(15),
         max_processes: row.get(16),
         releases: row.get(17),
+        no_overlap: row.get(18),
     }))
 }
 

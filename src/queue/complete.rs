@@ -56,6 +56,27 @@ pub(crate) fn complete(session: &mut Session, completion: &Completion) -> Result
     Ok(if recorded.is_some() { Recorded::Completed } else { Recorded::Fenced })
 }
 
+/// The same completion inside the caller's transaction, for a failure that commits together with
+/// its retry (`retry::complete_failure`).
+pub(crate) fn complete_in(tx: &mut Transaction<'_>, completion: &Completion) -> Result<Recorded> {
+    let (streams, texts) = logs::columns(&completion.logs);
+    let recorded = tx.query_opt(
+        COMPLETE_SQL,
+        &[
+            &completion.job_id,
+            &completion.claim,
+            &completion.status.as_str(),
+            &completion.result,
+            &completion.error,
+            &completion.attempt,
+            &streams,
+            &texts,
+            &CHANNEL_COMPLETED,
+        ],
+    )?;
+    Ok(if recorded.is_some() { Recorded::Completed } else { Recorded::Fenced })
+}
+
 const COMPLETE_SQL: &str = "
 WITH gate AS (
     DELETE FROM job_queue WHERE job_id = $1 AND worker = $2

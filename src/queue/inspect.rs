@@ -35,6 +35,13 @@ pub(crate) struct JobView {
     pub completed_at: Option<DateTime<Utc>>,
     pub canceled_by: Option<String>,
     pub canceled_reason: Option<String>,
+    /// The schedule that enqueued it.
+    pub schedule: Option<String>,
+    pub rerun_of: Option<Uuid>,
+    /// The failed job this one retries.
+    pub retry_of: Option<Uuid>,
+    /// Its idempotency key.
+    pub key: Option<String>,
 }
 
 impl JobView {
@@ -59,6 +66,10 @@ impl JobView {
             completed_at: row.get("completed_at"),
             canceled_by: row.get("canceled_by"),
             canceled_reason: row.get("canceled_reason"),
+            schedule: row.get("schedule_name"),
+            rerun_of: row.get("rerun_of"),
+            retry_of: row.get("retry_of"),
+            key: row.get("idempotency_key"),
         }
     }
 }
@@ -75,7 +86,8 @@ SELECT j.id, j.app_key, j.action_key, j.commit_sha, j.tag, j.priority, j.trigger
        CASE WHEN c.job_id IS NOT NULL THEN c.status
             WHEN q.running THEN 'running'
             WHEN q.scheduled_for > now() THEN 'scheduled'
-            ELSE 'queued' END AS status
+            ELSE 'queued' END AS status,
+       j.schedule_name, j.rerun_of, j.retry_of, j.idempotency_key
   FROM job j
   LEFT JOIN job_queue q ON q.job_id = j.id
   LEFT JOIN job_completed c ON c.job_id = j.id";
@@ -132,6 +144,7 @@ pub(crate) struct Filter<'a> {
     pub app: Option<&'a str>,
     pub action: Option<&'a str>,
     pub tag: Option<&'a str>,
+    pub schedule: Option<&'a str>,
     /// Created at or after.
     pub since: Option<Moment>,
     /// Created before.
@@ -149,6 +162,7 @@ pub(crate) fn list(client: &mut Client, filter: &Filter<'_>, limit: i64, offset:
                 AND ($2::text IS NULL OR v.app_key = $2)
                 AND ($3::text IS NULL OR v.tag = $3)
                 AND ($4::text IS NULL OR v.action_key = $4)
+                AND ($11::text IS NULL OR v.schedule_name = $11)
                 AND v.created_at >= coalesce($5, now() - make_interval(secs => $6), '-infinity')
                 AND v.created_at < coalesce($7, now() - make_interval(secs => $8), 'infinity')
               ORDER BY v.created_at DESC, v.id
@@ -165,6 +179,7 @@ pub(crate) fn list(client: &mut Client, filter: &Filter<'_>, limit: i64, offset:
             &until_ago,
             &limit,
             &offset,
+            &filter.schedule,
         ],
     )?;
     Ok(rows.iter().map(JobView::from_row).collect())

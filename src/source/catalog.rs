@@ -84,14 +84,17 @@ pub(crate) fn replace(
             tx.execute(
                 "INSERT INTO action (app_key, action_key, git_source_id, commit_sha, entrypoint,
                                      input_schema, output_schema, timeout_s, tag,
-                                     network, memory_mb, max_processes)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                                     network, memory_mb, max_processes,
+                                     retry_max, retry_backoff_s, retry_max_backoff_s)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
                  ON CONFLICT (app_key, action_key) DO UPDATE SET
                      git_source_id = EXCLUDED.git_source_id, commit_sha = EXCLUDED.commit_sha,
                      entrypoint = EXCLUDED.entrypoint, input_schema = EXCLUDED.input_schema,
                      output_schema = EXCLUDED.output_schema, timeout_s = EXCLUDED.timeout_s,
                      tag = EXCLUDED.tag, network = EXCLUDED.network, memory_mb = EXCLUDED.memory_mb,
-                     max_processes = EXCLUDED.max_processes, updated_at = now()",
+                     max_processes = EXCLUDED.max_processes, retry_max = EXCLUDED.retry_max,
+                     retry_backoff_s = EXCLUDED.retry_backoff_s,
+                     retry_max_backoff_s = EXCLUDED.retry_max_backoff_s, updated_at = now()",
                 &[
                     &app.key,
                     &action.key,
@@ -105,6 +108,9 @@ pub(crate) fn replace(
                     &action.sandbox.network,
                     &action.sandbox.memory_mb,
                     &action.sandbox.max_processes,
+                    &action.retries.map(|retries| retries.max),
+                    &action.retries.map(|retries| retries.backoff_s),
+                    &action.retries.map(|retries| retries.max_backoff_s),
                 ],
             )?;
             action_apps.push(app.key.clone());

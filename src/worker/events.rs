@@ -10,6 +10,7 @@ use super::Shared;
 use crate::diag::write_record;
 use crate::queue::claim::Claimed;
 use crate::queue::job::JobStatus;
+use crate::queue::retry::Retry;
 
 /// What happened to a job in this worker.
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +28,8 @@ pub(super) enum JobEvent {
     },
     /// A clean shutdown put it back in the queue.
     Requeued,
+    /// Its failure is followed by this retry, a new job.
+    Retried(Retry),
 }
 
 /// Write one event of `job`, unless the worker is quiet.
@@ -48,6 +51,13 @@ pub(super) fn job_event(shared: &Shared, job: &Claimed, event: JobEvent) {
             ("killed", format!(" ({reason})"))
         }
         JobEvent::Requeued => ("requeued", " (worker shutting down)".to_string()),
+        JobEvent::Retried(retry) => {
+            fields.insert("retry".to_string(), json!(retry.id));
+            fields.insert("retry_number".to_string(), json!(retry.number));
+            fields.insert("after_ms".to_string(), json!(retry.after.as_millis() as u64));
+            let after = humantime::format_duration(Duration::from_secs(retry.after.as_secs()));
+            ("retried", format!(" as job {} (retry {}) in {after}", retry.id, retry.number))
+        }
     };
     for (key, value) in [
         ("worker", json!(name)),

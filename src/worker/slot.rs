@@ -19,7 +19,7 @@ use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded};
 use crate::queue::job::{JobError, JobStatus};
 use crate::queue::logs::{LogBuffer, LogLine};
-use crate::queue::release;
+use crate::queue::{overlap, release, retry};
 use crate::runner::{self, Event, Limits, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Stream};
 use crate::source::store;
 use crate::token;
@@ -165,6 +165,23 @@ impl StopReason {
 /// heart got stuck in a database call).
 fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> Result<Link> {
     let name = &shared.options.name;
+    if job.no_overlap {
+        let skipped =
+            link.connection.client().and_then(|client| overlap::skip_if_overlapping(client, job.id, &job.claim));
+        match skipped {
+            Ok(Some(reason)) => {
+                let mut logs = LogBuffer::default();
+                logs.push("wf", reason);
+                record(shared, &mut link.connection, &job, claimed, (JobStatus::Canceled, None, None), logs);
+                return Ok(link);
+            }
+            Ok(None) => {}
+            // The job runs: an overlap it could not rule out is less harm than a fire time lost.
+            Err(error) => {
+                diag!("worker {name}: checking whether job {} overlaps an earlier run failed: {error:#}", job.id)
+            }
+        }
+    }
     let tree = store::commit_dir(&shared.store, job.git_source_id, &job.commit_sha);
     if let Err(error) = prepare(shared, &tree) {
         let error = JobError::new("SourceNotMaterialized", format!("commit {}: {error:#}", job.commit_sha));
@@ -414,19 +431,26 @@ fn record(
     let mut retried = false;
     let mut rewritten = false;
     loop {
-        let attempt = connection.client().and_then(|client| complete::complete(client, &completion));
+        let attempt = connection.client().and_then(|client| match completion.status {
+            JobStatus::Failure => retry::complete_failure(client, &completion),
+            _ => complete::complete(client, &completion).map(|recorded| (recorded, None)),
+        });
         match attempt {
-            Ok(Recorded::Completed) if !retried && crate::fault::at("complete-lost-ack") => {
+            Ok((Recorded::Completed, _)) if !retried && crate::fault::at("complete-lost-ack") => {
                 // The commit landed but its answer is lost, as when the connection drops during
                 // COMMIT: retry exactly as then.
                 retried = true;
                 connection.reset();
             }
-            Ok(Recorded::Completed) => {
+            Ok((Recorded::Completed, follow)) => {
                 trouble.recovered(shared);
-                break finished(shared, job, completion.status, claimed);
+                finished(shared, job, completion.status, claimed);
+                if let Some(retry) = follow {
+                    job_event(shared, job, JobEvent::Retried(retry));
+                }
+                break;
             }
-            Ok(Recorded::Fenced) => {
+            Ok((Recorded::Fenced, _)) => {
                 trouble.recovered(shared);
                 // After a lost acknowledgement the gate finds nothing: did our own commit land?
                 let ours = retried

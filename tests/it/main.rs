@@ -12,6 +12,7 @@ mod docs;
 mod documents;
 mod embedded;
 mod jobs;
+mod operations;
 mod operators;
 mod pipes;
 mod prune;
