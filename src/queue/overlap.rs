@@ -15,12 +15,17 @@ pub(crate) fn skip_if_overlapping(session: &mut Session, job_id: Uuid, claim: &s
     Ok(row.map(|row| row.get(0)))
 }
 
+/// Driven by the running rows (few, by their partial index, materialized so that a schedule's long
+/// history is never walked), each looked up in `job` by its key.
 const SKIP_SQL: &str = "
-WITH earlier AS (
-    SELECT j.schedule_name, q.job_id
+WITH running AS MATERIALIZED (
+    SELECT job_id FROM job_queue WHERE running AND job_id <> $1
+),
+earlier AS (
+    SELECT j.schedule_name, r.job_id
       FROM job j
-      JOIN job o ON o.schedule_name = j.schedule_name AND o.id <> j.id
-      JOIN job_queue q ON q.job_id = o.id AND q.running
+      JOIN running r ON true
+      JOIN job o ON o.id = r.job_id AND o.schedule_name = j.schedule_name
      WHERE j.id = $1
      LIMIT 1
 )

@@ -344,6 +344,8 @@ fn reaper_loop(shared: &Shared, done: &AtomicBool) {
         shared.options.zombie_timeout / 4,
     );
     let mut next = Instant::now();
+    // A failing pass is said once, and the first that succeeds again once.
+    let mut failing = false;
     while !done.load(Ordering::SeqCst) {
         if Instant::now() >= next {
             next = Instant::now() + period;
@@ -354,6 +356,9 @@ fn reaper_loop(shared: &Shared, done: &AtomicBool) {
                     shared.options.restart_limit,
                 )
             });
+            if pass.is_ok() && std::mem::replace(&mut failing, false) {
+                diag!("worker {}: reaper passes succeed again", shared.options.name);
+            }
             match pass {
                 Ok(reaped) if reaped != Default::default() && !shared.options.quiet => diag!(
                     "worker {}: reaper: requeued {}, failed {}, canceled {}",
@@ -364,7 +369,9 @@ fn reaper_loop(shared: &Shared, done: &AtomicBool) {
                 ),
                 Ok(_) => {}
                 Err(error) => {
-                    diag!("worker {}: reaper pass failed: {error:#}", shared.options.name);
+                    if !std::mem::replace(&mut failing, true) {
+                        diag!("worker {}: reaper pass failed: {error:#}; retrying", shared.options.name);
+                    }
                     connection.reset_if_lost(&error);
                 }
             }

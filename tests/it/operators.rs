@@ -324,3 +324,20 @@ fn ctrl_c_at_a_prompt_declines_and_gives_the_cursor_back() {
     assert!(screen.contains("interrupted: nothing was done"), "{screen:?}");
     assert_eq!((state_of(&env, &a), state_of(&env, &b)), ("queued".to_string(), "queued".to_string()));
 }
+
+#[test]
+fn jobs_watch_lists_again_every_two_seconds_until_interrupted() {
+    let env = TestEnv::new();
+    synced(&env);
+    let first = enqueue(&env, "t/echo", json!({}));
+    let mut terminal = env.wf(["jobs", "--watch"]).in_terminal();
+    terminal.wait_for(&first[..8]);
+    let second = enqueue(&env, "t/echo", json!({}));
+    terminal.wait_for(&second[..8]);
+    let screen = terminal.screen();
+    let last = screen.rfind("\x1b[H\x1b[2J").expect("each listing clears the screen first");
+    assert!(screen[last..].contains(&first[..8]) && screen[last..].contains(&second[..8]), "{screen:?}");
+    terminal.type_in(b"\x03");
+    let (_, screen) = terminal.finish();
+    assert!(!screen.contains("\x1b[?25l"), "the cursor is never hidden: {screen:?}");
+}
