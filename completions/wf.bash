@@ -46,6 +46,9 @@ _wf() {
             wf,reap)
                 cmd="wf__subcmd__reap"
                 ;;
+            wf,rerun)
+                cmd="wf__subcmd__rerun"
+                ;;
             wf,result)
                 cmd="wf__subcmd__result"
                 ;;
@@ -69,6 +72,9 @@ _wf() {
                 ;;
             wf,work)
                 cmd="wf__subcmd__work"
+                ;;
+            wf,workers)
+                cmd="wf__subcmd__workers"
                 ;;
             wf__subcmd__db,down)
                 cmd="wf__subcmd__db__subcmd__down"
@@ -130,6 +136,9 @@ _wf() {
             wf__subcmd__help,reap)
                 cmd="wf__subcmd__help__subcmd__reap"
                 ;;
+            wf__subcmd__help,rerun)
+                cmd="wf__subcmd__help__subcmd__rerun"
+                ;;
             wf__subcmd__help,result)
                 cmd="wf__subcmd__help__subcmd__result"
                 ;;
@@ -153,6 +162,9 @@ _wf() {
                 ;;
             wf__subcmd__help,work)
                 cmd="wf__subcmd__help__subcmd__work"
+                ;;
+            wf__subcmd__help,workers)
+                cmd="wf__subcmd__help__subcmd__workers"
                 ;;
             wf__subcmd__help__subcmd__db,down)
                 cmd="wf__subcmd__help__subcmd__db__subcmd__down"
@@ -183,6 +195,9 @@ _wf() {
                 ;;
             wf__subcmd__help__subcmd__schedule,tick)
                 cmd="wf__subcmd__help__subcmd__schedule__subcmd__tick"
+                ;;
+            wf__subcmd__help__subcmd__schedule,update)
+                cmd="wf__subcmd__help__subcmd__schedule__subcmd__update"
                 ;;
             wf__subcmd__help__subcmd__source,add)
                 cmd="wf__subcmd__help__subcmd__source__subcmd__add"
@@ -217,6 +232,9 @@ _wf() {
             wf__subcmd__schedule,tick)
                 cmd="wf__subcmd__schedule__subcmd__tick"
                 ;;
+            wf__subcmd__schedule,update)
+                cmd="wf__subcmd__schedule__subcmd__update"
+                ;;
             wf__subcmd__schedule__subcmd__help,add)
                 cmd="wf__subcmd__schedule__subcmd__help__subcmd__add"
                 ;;
@@ -237,6 +255,9 @@ _wf() {
                 ;;
             wf__subcmd__schedule__subcmd__help,tick)
                 cmd="wf__subcmd__schedule__subcmd__help__subcmd__tick"
+                ;;
+            wf__subcmd__schedule__subcmd__help,update)
+                cmd="wf__subcmd__schedule__subcmd__help__subcmd__update"
                 ;;
             wf__subcmd__source,add)
                 cmd="wf__subcmd__source__subcmd__add"
@@ -281,7 +302,7 @@ _wf() {
 
     case "${cmd}" in
         wf)
-            opts="-q -h -V --database-url --json --output --quiet --help --version db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help"
+            opts="-q -h -V --database-url --json --output --quiet --help --version db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -363,12 +384,28 @@ _wf() {
             return 0
             ;;
         wf__subcmd__cancel)
-            opts="-q -h --reason --yes --database-url --json --output --quiet --help"
+            opts="-q -h --app --action --tag --status --reason --yes --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --app)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --action)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tag)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --status)
+                    COMPREPLY=($(compgen -W "queued scheduled running" -- "${cur}"))
+                    return 0
+                    ;;
                 --reason)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -583,7 +620,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__enqueue)
-            opts="-q -h --input --batch --priority --tag --at --in --trigger-kind --wait --timeout --database-url --json --output --quiet --help"
+            opts="-q -h --input --batch --priority --tag --at --in --trigger-kind --wait --timeout --key --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -621,6 +658,10 @@ _wf() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --database-url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -637,7 +678,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__help)
-            opts="db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help"
+            opts="db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -846,6 +887,20 @@ _wf() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wf__subcmd__help__subcmd__rerun)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wf__subcmd__help__subcmd__result)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -861,7 +916,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__help__subcmd__schedule)
-            opts="add list rm pause resume tick"
+            opts="add list update rm pause resume tick"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -945,6 +1000,20 @@ _wf() {
             return 0
             ;;
         wf__subcmd__help__subcmd__schedule__subcmd__tick)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__help__subcmd__schedule__subcmd__update)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1098,8 +1167,22 @@ _wf() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wf__subcmd__help__subcmd__workers)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wf__subcmd__jobs)
-            opts="-q -h --status --app --tag --limit --database-url --json --output --quiet --help"
+            opts="-q -h --status --app --action --tag --schedule --since --until --limit --page --watch --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1113,11 +1196,31 @@ _wf() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --action)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --tag)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --schedule)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --page)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1137,12 +1240,20 @@ _wf() {
             return 0
             ;;
         wf__subcmd__logs)
-            opts="-f -q -h --follow --database-url --json --output --quiet --help"
+            opts="-f -q -h --follow --tail --since --timestamps --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --tail)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --database-url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1218,6 +1329,28 @@ _wf() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wf__subcmd__rerun)
+            opts="-q -h --latest --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wf__subcmd__result)
             opts="-q -h --wait --timeout --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -1245,7 +1378,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__schedule)
-            opts="-q -h --database-url --json --output --quiet --help add list rm pause resume tick help"
+            opts="-q -h --database-url --json --output --quiet --help add list update rm pause resume tick help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1267,7 +1400,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__schedule__subcmd__add)
-            opts="-q -h --cron --tz --input --priority --tag --database-url --json --output --quiet --help"
+            opts="-q -h --cron --tz --input --priority --tag --no-overlap --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1309,7 +1442,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__schedule__subcmd__help)
-            opts="add list rm pause resume tick help"
+            opts="add list update rm pause resume tick help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1420,6 +1553,20 @@ _wf() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wf__subcmd__schedule__subcmd__help__subcmd__update)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wf__subcmd__schedule__subcmd__list)
             opts="-q -h --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1517,6 +1664,52 @@ _wf() {
             case "${prev}" in
                 --horizon)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__schedule__subcmd__update)
+            opts="-q -h --cron --tz --input --priority --tag --no-overlap --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --cron)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tz)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --input)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --priority)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tag)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --no-overlap)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --database-url)
@@ -1857,7 +2050,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__work)
-            opts="-q -h --tag --concurrency --drain --once --max-jobs --heartbeat --grace --name --no-reap --isolation --allow-write --database-url --json --output --quiet --help"
+            opts="-q -h --tag --concurrency --drain --once --max-jobs --heartbeat --grace --name --no-reap --isolation --allow-write --log-format --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1895,6 +2088,32 @@ _wf() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wf__subcmd__workers)
+            opts="-q -h --database-url --json --output --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --database-url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -38,12 +38,14 @@ complete -c wf -n "__fish_wf_needs_command" -f -a "actions" -d 'List the catalog
 complete -c wf -n "__fish_wf_needs_command" -f -a "enqueue" -d 'Enqueue a job (or a batch of jobs) through the single enqueue path'
 complete -c wf -n "__fish_wf_needs_command" -f -a "work" -d 'Run a worker: claim jobs, run them with bun, heartbeat, complete'
 complete -c wf -n "__fish_wf_needs_command" -f -a "cancel" -d 'Cancel jobs: waiting ones at once, running ones by a mark their worker acts on'
+complete -c wf -n "__fish_wf_needs_command" -f -a "rerun" -d 'Enqueue a job again, with the same input, through the single enqueue path'
 complete -c wf -n "__fish_wf_needs_command" -f -a "reap" -d 'Run one reaper pass: recover jobs whose worker stopped sending heartbeats'
 complete -c wf -n "__fish_wf_needs_command" -f -a "jobs" -d 'List jobs, newest first'
 complete -c wf -n "__fish_wf_needs_command" -f -a "show" -d 'Show everything about one job'
 complete -c wf -n "__fish_wf_needs_command" -f -a "result" -d 'Print a job\'s result (exit 4 when it failed or was canceled, 3 when not finished)'
 complete -c wf -n "__fish_wf_needs_command" -f -a "logs" -d 'Print a job\'s logs'
 complete -c wf -n "__fish_wf_needs_command" -f -a "status" -d 'Queue depth per tag: queued, scheduled, running, zombies, oldest wait'
+complete -c wf -n "__fish_wf_needs_command" -f -a "workers" -d 'Workers, live and recently gone: their tags, slots, current jobs and last beat'
 complete -c wf -n "__fish_wf_needs_command" -f -a "token" -d 'Verify WF_TOKEN tokens'
 complete -c wf -n "__fish_wf_needs_command" -f -a "schedule" -d 'Cron schedules that enqueue jobs through the single enqueue path'
 complete -c wf -n "__fish_wf_needs_command" -f -a "prune" -d 'Delete completed jobs (records, logs) older than a cutoff, in batches'
@@ -149,6 +151,7 @@ api\t''
 webhook\t''
 schedule\t''"
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l timeout -d 'Give up waiting after this long (exit 3)' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l key -d 'Idempotency key: while a job enqueued with this key exists, enqueueing again returns it (`"existing": true`) instead of a new one' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
@@ -165,6 +168,8 @@ complete -c wf -n "__fish_wf_using_subcommand work" -l name -d 'Worker name (def
 complete -c wf -n "__fish_wf_using_subcommand work" -l isolation -d 'How actions are isolated. `sandbox`: every attempt in its own user, PID and mount namespaces, as an unprivileged user (nobody for a root worker), seeing only the system\'s read-only /usr, its pinned commit (read-only), a private work folder and /tmp, with the manifest\'s memory and process limits; the worker refuses to start where the kernel does not allow it. `none`: as the worker\'s own user on its file system, without limits' -r -f -a "sandbox\t''
 none\t''"
 complete -c wf -n "__fish_wf_using_subcommand work" -l allow-write -d 'A host folder bound read-write into every sandbox at the same path (repeatable; WF_ALLOW_WRITE takes a colon-separated list). The sandbox user must be allowed to write it' -r -F
+complete -c wf -n "__fish_wf_using_subcommand work" -l log-format -d 'How the worker writes its lines on stderr (one per job event: claimed, finished, killed, requeued): text, or one JSON object per line' -r -f -a "text\t''
+json\t''"
 complete -c wf -n "__fish_wf_using_subcommand work" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand work" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
@@ -174,6 +179,12 @@ complete -c wf -n "__fish_wf_using_subcommand work" -l no-reap -d 'Do not run pe
 complete -c wf -n "__fish_wf_using_subcommand work" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand work" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand work" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l app -d 'Every waiting or running job of this app' -r
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l action -d 'Every waiting or running job of this action' -r
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l tag -d 'Every waiting or running job of this tag' -r
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l status -d 'Only the jobs that stand so: queued (due), scheduled (not due yet) or running' -r -f -a "queued\t''
+scheduled\t''
+running\t''"
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l reason -r
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
@@ -182,6 +193,13 @@ complete -c wf -n "__fish_wf_using_subcommand cancel" -l yes -d 'Do not ask for 
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand rerun" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand rerun" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand rerun" -l latest -d 'Pin the action as the catalog shows it now (its current commit, schemas, timeout, tag), instead of exactly what the job ran'
+complete -c wf -n "__fish_wf_using_subcommand rerun" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand rerun" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand rerun" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand reap" -l zombie-timeout -d 'A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S)' -r
 complete -c wf -n "__fish_wf_using_subcommand reap" -l restart-limit -d 'Restarts before a dying job completes as failure (default WF_RESTART_LIMIT)' -r
 complete -c wf -n "__fish_wf_using_subcommand reap" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
@@ -197,11 +215,17 @@ success\t''
 failure\t''
 canceled\t''"
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l app -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l action -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l tag -r
-complete -c wf -n "__fish_wf_using_subcommand jobs" -l limit -d 'List at most this many jobs (newest first)' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l schedule -d 'Only jobs enqueued by this schedule' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l since -d 'Only jobs created since this time (RFC 3339) or this long ago (30s, 5m, 2h, 30d)' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l until -d 'Only jobs created before this time (RFC 3339) or this long ago' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l limit -d 'List at most this many jobs (newest first): one page' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l page -d 'Which page of --limit jobs to list (1: the newest)' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l watch -d 'List again every 2 seconds until interrupted'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -s h -l help -d 'Print help'
@@ -219,10 +243,13 @@ complete -c wf -n "__fish_wf_using_subcommand result" -l wait -d 'Wait until the
 complete -c wf -n "__fish_wf_using_subcommand result" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand result" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand result" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand logs" -l tail -d 'Only the last N lines (then new ones, with --follow)' -r
+complete -c wf -n "__fish_wf_using_subcommand logs" -l since -d 'Only lines written since this time (RFC 3339) or this long ago (30s, 5m, 2h)' -r
 complete -c wf -n "__fish_wf_using_subcommand logs" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand logs" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand logs" -s f -l follow -d 'Keep printing new lines until the job completes'
+complete -c wf -n "__fish_wf_using_subcommand logs" -l timestamps -d 'Start each line with the time it was written (local time zone, RFC 3339)'
 complete -c wf -n "__fish_wf_using_subcommand logs" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand logs" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand logs" -s h -l help -d 'Print help'
@@ -232,6 +259,12 @@ json\t''"
 complete -c wf -n "__fish_wf_using_subcommand status" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand status" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand status" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand workers" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand workers" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand workers" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand workers" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand workers" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
@@ -248,27 +281,29 @@ complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed or expired'
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -l json -d 'Print exactly one JSON document on stdout'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -s q -l quiet -d 'Hide progress and informational messages'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "add" -d 'Add a schedule'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "list" -d 'List schedules with their next fire time'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "rm" -d 'Remove a schedule (jobs it already enqueued stay)'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "pause" -d 'Stop enqueueing for a schedule'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "resume" -d 'Enqueue again for a paused schedule (missed fire times are not replayed)'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "tick" -d 'Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list rm pause resume tick help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l cron -d 'Cron expression (5 fields, or 6 with seconds first), e.g. "*/5 * * * *"' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l tz -d 'Time zone the cron expression is read in (IANA name)' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "add" -d 'Add a schedule'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "list" -d 'List schedules: state, how far they are enqueued, their next fire time'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again as it now says'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "rm" -d 'Remove a schedule; the jobs it enqueued ahead are withdrawn (canceled), the others stay'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "pause" -d 'Stop enqueueing for a schedule; the jobs it enqueued ahead are withdrawn (canceled)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "resume" -d 'Enqueue again for a paused schedule (missed fire times are not replayed)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "tick" -d 'Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l cron -d 'Cron expression: 5 fields (minute hour day-of-month month day-of-week), 6 with seconds first, or 7 with a year last; or @yearly, @monthly, @weekly, @daily, @midnight, @hourly' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l tz -d 'Time zone the cron expression is read in (IANA name, any case)' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l input -d 'Input of every job: JSON text, @FILE, or - for stdin' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l priority -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l tag -d 'Override the action\'s effective tag' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l no-overlap -d 'Skip a fire time while an earlier run of this schedule is still running'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
@@ -278,6 +313,19 @@ json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l cron -d 'A new cron expression (as for `schedule add`)' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l tz -d 'A new time zone' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l input -d 'A new input: JSON text, @FILE, or - for stdin' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l priority -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l tag -d 'A new tag override' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l no-overlap -d 'Skip fire times while an earlier run is still running (`--no-overlap true`), or not' -r -f -a "true\t''
+false\t''"
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+json\t''"
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l json -d 'Print exactly one JSON document on stdout'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -s q -l quiet -d 'Hide progress and informational messages'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
@@ -307,9 +355,10 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "add" -d 'Add a schedule'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "list" -d 'List schedules with their next fire time'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "rm" -d 'Remove a schedule (jobs it already enqueued stay)'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "pause" -d 'Stop enqueueing for a schedule'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "list" -d 'List schedules: state, how far they are enqueued, their next fire time'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again as it now says'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "rm" -d 'Remove a schedule; the jobs it enqueued ahead are withdrawn (canceled), the others stay'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "pause" -d 'Stop enqueueing for a schedule; the jobs it enqueued ahead are withdrawn (canceled)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "resume" -d 'Enqueue again for a paused schedule (missed fire times are not replayed)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "tick" -d 'Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -336,24 +385,26 @@ complete -c wf -n "__fish_wf_using_subcommand bench" -l floor -d 'Also measure t
 complete -c wf -n "__fish_wf_using_subcommand bench" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand bench" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand bench" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "db" -d 'Manage the database: the embedded cluster and migrations'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "source" -d 'Manage git sources of actions'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "sync" -d 'Fetch a source, materialize a commit into the store (marker last), then update the catalog'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "actions" -d 'List the catalog of actions'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "enqueue" -d 'Enqueue a job (or a batch of jobs) through the single enqueue path'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "work" -d 'Run a worker: claim jobs, run them with bun, heartbeat, complete'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "cancel" -d 'Cancel jobs: waiting ones at once, running ones by a mark their worker acts on'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "reap" -d 'Run one reaper pass: recover jobs whose worker stopped sending heartbeats'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "jobs" -d 'List jobs, newest first'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "show" -d 'Show everything about one job'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "result" -d 'Print a job\'s result (exit 4 when it failed or was canceled, 3 when not finished)'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "logs" -d 'Print a job\'s logs'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "status" -d 'Queue depth per tag: queued, scheduled, running, zombies, oldest wait'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "token" -d 'Verify WF_TOKEN tokens'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "schedule" -d 'Cron schedules that enqueue jobs through the single enqueue path'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "prune" -d 'Delete completed jobs (records, logs) older than a cutoff, in batches'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "bench" -d 'Measure the spine on the configured database (in a tag of its own, cleaned up after)'
-complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel reap jobs show result logs status token schedule prune bench help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "db" -d 'Manage the database: the embedded cluster and migrations'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "source" -d 'Manage git sources of actions'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "sync" -d 'Fetch a source, materialize a commit into the store (marker last), then update the catalog'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "actions" -d 'List the catalog of actions'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "enqueue" -d 'Enqueue a job (or a batch of jobs) through the single enqueue path'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "work" -d 'Run a worker: claim jobs, run them with bun, heartbeat, complete'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "cancel" -d 'Cancel jobs: waiting ones at once, running ones by a mark their worker acts on'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "rerun" -d 'Enqueue a job again, with the same input, through the single enqueue path'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "reap" -d 'Run one reaper pass: recover jobs whose worker stopped sending heartbeats'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "jobs" -d 'List jobs, newest first'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "show" -d 'Show everything about one job'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "result" -d 'Print a job\'s result (exit 4 when it failed or was canceled, 3 when not finished)'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "logs" -d 'Print a job\'s logs'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "status" -d 'Queue depth per tag: queued, scheduled, running, zombies, oldest wait'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "workers" -d 'Workers, live and recently gone: their tags, slots, current jobs and last beat'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "token" -d 'Verify WF_TOKEN tokens'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "schedule" -d 'Cron schedules that enqueue jobs through the single enqueue path'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "prune" -d 'Delete completed jobs (records, logs) older than a cutoff, in batches'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "bench" -d 'Measure the spine on the configured database (in a tag of its own, cleaned up after)'
+complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "up" -d 'Create (if needed) and start the embedded cluster, then migrate it'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "down" -d 'Stop the embedded cluster'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "status" -d 'Show the embedded cluster\'s state and the schema version'
@@ -363,8 +414,9 @@ complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_f
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from source" -f -a "rm" -d 'Remove a git source and its actions from the catalog (jobs keep their pinned metadata)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed or expired'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "add" -d 'Add a schedule'
-complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "list" -d 'List schedules with their next fire time'
-complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "rm" -d 'Remove a schedule (jobs it already enqueued stay)'
-complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "pause" -d 'Stop enqueueing for a schedule'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "list" -d 'List schedules: state, how far they are enqueued, their next fire time'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again as it now says'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "rm" -d 'Remove a schedule; the jobs it enqueued ahead are withdrawn (canceled), the others stay'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "pause" -d 'Stop enqueueing for a schedule; the jobs it enqueued ahead are withdrawn (canceled)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "resume" -d 'Enqueue again for a paused schedule (missed fire times are not replayed)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "tick" -d 'Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute'

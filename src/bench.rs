@@ -28,8 +28,8 @@ use crate::diag::diag;
 use crate::queue::CHANNEL_ENQUEUED;
 use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion};
-use crate::queue::enqueue::{self, Request, When};
-use crate::queue::job::{JobStatus, TriggerKind};
+use crate::queue::enqueue::{self, Request};
+use crate::queue::job::JobStatus;
 use crate::source::store;
 use crate::worker::{self, Isolation, Local, Options, Until};
 
@@ -263,16 +263,7 @@ impl Namespace {
     }
 
     fn request(&self, inputs: Vec<Value>) -> Request<'_> {
-        Request {
-            app: &self.tag,
-            action: ACTION,
-            inputs,
-            priority: 0,
-            tag: None,
-            when: When::Now,
-            trigger_kind: TriggerKind::Manual,
-            schedule_name: None,
-        }
+        Request::new(&self.tag, ACTION, inputs)
     }
 
     /// Remove everything the bench made; the first failure is returned after trying the rest.

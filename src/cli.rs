@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::queue::inspect::Moment;
 use crate::queue::job::{JobStatus, TriggerKind};
 
 #[derive(Debug, Parser)]
@@ -63,6 +64,8 @@ pub(crate) enum Command {
     Work(WorkArgs),
     /// Cancel jobs: waiting ones at once, running ones by a mark their worker acts on.
     Cancel(CancelArgs),
+    /// Enqueue a job again, with the same input, through the single enqueue path.
+    Rerun(RerunArgs),
     /// Run one reaper pass: recover jobs whose worker stopped sending heartbeats.
     Reap(ReapArgs),
     /// List jobs, newest first.
@@ -75,6 +78,8 @@ pub(crate) enum Command {
     Logs(LogsArgs),
     /// Queue depth per tag: queued, scheduled, running, zombies, oldest wait.
     Status,
+    /// Workers, live and recently gone: their tags, slots, current jobs and last beat.
+    Workers,
     /// Verify WF_TOKEN tokens.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -183,6 +188,20 @@ pub(crate) struct EnqueueArgs {
     /// Give up waiting after this long (exit 3).
     #[arg(long, requires = "wait", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+    /// Idempotency key: while a job enqueued with this key exists, enqueueing again returns it
+    /// (`"existing": true`) instead of a new one.
+    #[arg(long, conflicts_with = "batch")]
+    pub key: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RerunArgs {
+    /// A job id, or its first hex digits.
+    pub id: String,
+    /// Pin the action as the catalog shows it now (its current commit, schemas, timeout, tag),
+    /// instead of exactly what the job ran.
+    #[arg(long)]
+    pub latest: bool,
 }
 
 #[derive(Debug, Args)]
@@ -225,6 +244,16 @@ pub(crate) struct WorkArgs {
     /// takes a colon-separated list). The sandbox user must be allowed to write it.
     #[arg(long = "allow-write", value_name = "DIR", env = "WF_ALLOW_WRITE", value_delimiter = ':')]
     pub allow_write: Vec<PathBuf>,
+    /// How the worker writes its lines on stderr (one per job event: claimed, finished, killed,
+    /// requeued): text, or one JSON object per line.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -234,10 +263,24 @@ pub(crate) enum Isolation {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(true)
+    .args(["ids", "app", "action", "tag", "status"])))]
 pub(crate) struct CancelArgs {
-    /// Job ids.
-    #[arg(required = true)]
+    /// Job ids, or their first hex digits.
+    #[arg(conflicts_with_all = ["app", "action", "tag", "status"])]
     pub ids: Vec<String>,
+    /// Every waiting or running job of this app.
+    #[arg(long)]
+    pub app: Option<String>,
+    /// Every waiting or running job of this action.
+    #[arg(long)]
+    pub action: Option<String>,
+    /// Every waiting or running job of this tag.
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Only the jobs that stand so: queued (due), scheduled (not due yet) or running.
+    #[arg(long, value_parser = waiting_status())]
+    pub status: Option<JobStatus>,
     #[arg(long)]
     pub reason: Option<String>,
     /// Do not ask for confirmation.
@@ -262,19 +305,38 @@ pub(crate) struct JobsArgs {
     #[arg(long)]
     pub app: Option<String>,
     #[arg(long)]
+    pub action: Option<String>,
+    #[arg(long)]
     pub tag: Option<String>,
-    /// List at most this many jobs (newest first).
+    /// Only jobs enqueued by this schedule.
+    #[arg(long)]
+    pub schedule: Option<String>,
+    /// Only jobs created since this time (RFC 3339) or this long ago (30s, 5m, 2h, 30d).
+    #[arg(long, value_parser = parse_moment)]
+    pub since: Option<Moment>,
+    /// Only jobs created before this time (RFC 3339) or this long ago.
+    #[arg(long, value_parser = parse_moment)]
+    pub until: Option<Moment>,
+    /// List at most this many jobs (newest first): one page.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..))]
     pub limit: i64,
+    /// Which page of --limit jobs to list (1: the newest).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..))]
+    pub page: i64,
+    /// List again every 2 seconds until interrupted.
+    #[arg(long)]
+    pub watch: bool,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct ShowArgs {
+    /// A job id, or its first hex digits.
     pub id: String,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct ResultArgs {
+    /// A job id, or its first hex digits.
     pub id: String,
     /// Wait until the job finishes.
     #[arg(long)]
@@ -286,10 +348,20 @@ pub(crate) struct ResultArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct LogsArgs {
+    /// A job id, or its first hex digits.
     pub id: String,
     /// Keep printing new lines until the job completes.
     #[arg(long, short)]
     pub follow: bool,
+    /// Only the last N lines (then new ones, with --follow).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
+    pub tail: Option<i64>,
+    /// Only lines written since this time (RFC 3339) or this long ago (30s, 5m, 2h).
+    #[arg(long, value_parser = parse_moment)]
+    pub since: Option<Moment>,
+    /// Start each line with the time it was written (local time zone, RFC 3339).
+    #[arg(long)]
+    pub timestamps: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -307,11 +379,14 @@ pub(crate) struct TokenVerifyArgs {
 pub(crate) enum ScheduleCommand {
     /// Add a schedule.
     Add(ScheduleAddArgs),
-    /// List schedules with their next fire time.
+    /// List schedules: state, how far they are enqueued, their next fire time.
     List,
-    /// Remove a schedule (jobs it already enqueued stay).
+    /// Change a schedule's cron, time zone, input, priority or tag; the jobs it enqueued ahead are
+    /// withdrawn and enqueued again as it now says.
+    Update(ScheduleUpdateArgs),
+    /// Remove a schedule; the jobs it enqueued ahead are withdrawn (canceled), the others stay.
     Rm(ScheduleNameArgs),
-    /// Stop enqueueing for a schedule.
+    /// Stop enqueueing for a schedule; the jobs it enqueued ahead are withdrawn (canceled).
     Pause(ScheduleNameArgs),
     /// Enqueue again for a paused schedule (missed fire times are not replayed).
     Resume(ScheduleNameArgs),
@@ -325,10 +400,11 @@ pub(crate) struct ScheduleAddArgs {
     pub name: String,
     /// APP/ACTION
     pub target: String,
-    /// Cron expression (5 fields, or 6 with seconds first), e.g. "*/5 * * * *".
+    /// Cron expression: 5 fields (minute hour day-of-month month day-of-week), 6 with seconds
+    /// first, or 7 with a year last; or @yearly, @monthly, @weekly, @daily, @midnight, @hourly.
     #[arg(long)]
     pub cron: String,
-    /// Time zone the cron expression is read in (IANA name).
+    /// Time zone the cron expression is read in (IANA name, any case).
     #[arg(long, default_value = "UTC")]
     pub tz: String,
     /// Input of every job: JSON text, @FILE, or - for stdin.
@@ -339,6 +415,32 @@ pub(crate) struct ScheduleAddArgs {
     /// Override the action's effective tag.
     #[arg(long)]
     pub tag: Option<String>,
+    /// Skip a fire time while an earlier run of this schedule is still running.
+    #[arg(long)]
+    pub no_overlap: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleUpdateArgs {
+    /// Schedule name.
+    pub name: String,
+    /// A new cron expression (as for `schedule add`).
+    #[arg(long)]
+    pub cron: Option<String>,
+    /// A new time zone.
+    #[arg(long)]
+    pub tz: Option<String>,
+    /// A new input: JSON text, @FILE, or - for stdin.
+    #[arg(long)]
+    pub input: Option<String>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// A new tag override.
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Skip fire times while an earlier run is still running (`--no-overlap true`), or not.
+    #[arg(long, value_name = "BOOL")]
+    pub no_overlap: Option<bool>,
 }
 
 #[derive(Debug, Args)]
@@ -407,6 +509,16 @@ pub(crate) struct SuperviseArgs {
     pub plan: String,
 }
 
+/// A moment: an RFC 3339 time, or a duration before now (`30s`, `5m`, `2h`, `30d`).
+pub(crate) fn parse_moment(text: &str) -> Result<Moment, String> {
+    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text.trim()) {
+        return Ok(Moment::At(at.with_timezone(&chrono::Utc)));
+    }
+    humantime::parse_duration(text.trim()).map(Moment::Ago).map_err(|_| {
+        format!("{text:?} is neither an RFC 3339 time nor a duration (examples: 2h, 30m, 2026-01-31T09:00:00Z)")
+    })
+}
+
 /// Durations as operators write them: `30s`, `5m`, `2h`, `30d`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (examples: 30s, 5m, 2h, 30d)"))
@@ -421,6 +533,12 @@ impl ValueEnum for JobStatus {
     fn to_possible_value(&self) -> Option<PossibleValue> {
         Some(PossibleValue::new(self.as_str()))
     }
+}
+
+/// `--status` of a bulk cancel: only how a job waits or runs.
+fn waiting_status() -> impl TypedValueParser<Value = JobStatus> {
+    let waiting = JobStatus::ALL.into_iter().filter(|status| !status.is_finished()).map(JobStatus::as_str);
+    PossibleValuesParser::new(waiting).map(|text| text.parse::<JobStatus>().expect("one of the possible values"))
 }
 
 /// `--status` of prune: only how a job ended.

@@ -12,6 +12,9 @@ use anyhow::{Context, Result, bail};
 /// worker gives it (SPEC: Action contract). Inside a sandbox, PATH and HOME are the sandbox's.
 const INHERITED: [&str; 3] = ["PATH", "HOME", "TZ"];
 
+/// Where `scripts/tools` installs bun, in wf's checkout.
+const DEMO_BUN: &str = ".tools/node_modules/.bin/bun";
+
 /// The environment, as wf reads it.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -79,16 +82,21 @@ impl Config {
         }
     }
 
-    /// The bun executable: WF_BUN (a path, or a name looked up on PATH), else `bun` on PATH.
-    /// Resolved once, so that the action's PATH never decides which bun runs it.
+    /// The bun executable: WF_BUN (a path, or a name looked up on PATH), else `bun` on PATH, else
+    /// the bun `scripts/tools` (the demo, the tests) installed into `.tools/` of the checkout this
+    /// wf was built from, so that a `wf` installed with `cargo install --path .` after the demo
+    /// runs actions without more setup. Resolved once, so that the action's PATH never decides
+    /// which bun runs it.
     pub(crate) fn bun(&self) -> Result<PathBuf> {
-        let hint = "set WF_BUN to the path of the bun executable, or put bun on PATH";
+        let hint = "set WF_BUN to the path of the bun executable, put bun on PATH, or run scripts/tools                     in wf's checkout to install one into its .tools/";
         if self.bun.contains('/') {
             return Ok(PathBuf::from(&self.bun));
         }
+        let demo = (self.bun == "bun").then(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(DEMO_BUN));
         self.search_path
             .iter()
             .map(|dir| dir.join(&self.bun))
+            .chain(demo)
             .find(|candidate| is_executable(candidate))
             .and_then(|found| std::path::absolute(found).ok())
             .with_context(|| format!("bun not found: no {:?} on PATH ({hint})", self.bun))
@@ -149,5 +157,27 @@ fn supervisor_binary() -> PathBuf {
     match beside {
         Some(path) if path.is_file() => path,
         _ => PathBuf::from("/proc/self/exe"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With no bun on PATH, a `wf` built from a checkout finds the bun the demo installed there, or
+    /// says how to get one.
+    #[test]
+    fn without_bun_on_path_the_checkouts_tools_bun_is_used() {
+        let mut config = Config::from_env();
+        config.bun = "bun".to_string();
+        config.search_path = Vec::new();
+        let installed = Path::new(env!("CARGO_MANIFEST_DIR")).join(DEMO_BUN);
+        match config.bun() {
+            Ok(found) => assert_eq!(found, installed),
+            Err(error) => {
+                assert!(!installed.exists(), "{error:#}");
+                assert!(format!("{error:#}").contains("scripts/tools"), "{error:#}");
+            }
+        }
     }
 }

@@ -84,6 +84,11 @@ impl CommandError {
         CommandError { kind: ErrorKind::Refused, error: anyhow::Error::msg(message.into()), hint: None }
     }
 
+    /// The command line asks for what cannot be done (flags that do not go together).
+    pub(crate) fn usage(message: impl Into<String>) -> CommandError {
+        CommandError { kind: ErrorKind::Usage, error: anyhow::Error::msg(message.into()), hint: None }
+    }
+
     /// What the operator can do about it.
     pub(crate) fn hint(mut self, hint: impl Into<String>) -> CommandError {
         self.hint = Some(hint.into());

@@ -3,13 +3,14 @@
 use std::io::{IsTerminal, Write};
 
 use anyhow::Result;
-use chrono::{DateTime, SecondsFormat, Utc};
-use comfy_table::{ContentArrangement, Table, presets};
+use chrono::{DateTime, Local, SecondsFormat, Utc};
+use comfy_table::{Cell, Color, ContentArrangement, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Serialize, Serializer};
 
 use crate::diag::diag;
 use crate::error::CommandError;
+use crate::queue::job::JobStatus;
 
 /// How the invoked command should render: decided once from the global flags and the terminal.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +39,14 @@ impl Output {
         Ok(())
     }
 
+    /// Print text to stdout as it is (no newline): control sequences of a terminal.
+    pub(crate) fn line_raw(&self, text: &str) -> Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        write!(stdout, "{text}")?;
+        stdout.flush()?;
+        Ok(())
+    }
+
     /// An informational message on stderr, hidden by `--quiet` and `--json`.
     pub(crate) fn info(&self, text: &str) {
         if !self.quiet && !self.json {
@@ -52,20 +61,36 @@ impl Output {
 
     /// A table on stdout: boxed on a TTY, plain columns otherwise.
     pub(crate) fn table(&self, header: &[&str], rows: Vec<Vec<String>>) -> Result<()> {
+        self.styled_table(header, rows, None)
+    }
+
+    /// A table whose column `status` holds job statuses, coloured by how the job stands (on a
+    /// TTY, without NO_COLOR).
+    pub(crate) fn status_table(&self, header: &[&str], rows: Vec<Vec<String>>, status: usize) -> Result<()> {
+        self.styled_table(header, rows, Some(status))
+    }
+
+    /// The one place that decides how a table looks: NO_COLOR takes the colours away and nothing
+    /// else (the layout is the terminal's either way).
+    fn styled_table(&self, header: &[&str], rows: Vec<Vec<String>>, status: Option<usize>) -> Result<()> {
         let mut table = Table::new();
+        let color = std::io::stdout().is_terminal() && !self.no_color;
         if std::io::stdout().is_terminal() {
             table.load_style(presets::UTF8_FULL_CONDENSED);
             table.set_content_arrangement(ContentArrangement::Dynamic);
-            if self.no_color {
-                table.force_no_tty();
-            }
         } else {
             table.load_style(presets::NOTHING);
             table.force_no_tty();
         }
         table.set_header(header.to_vec());
         for row in rows {
-            table.add_row(row);
+            table.add_row(row.into_iter().enumerate().map(|(column, text)| {
+                let paint = if color && Some(column) == status { status_color(&text) } else { None };
+                match paint {
+                    Some(paint) => Cell::new(text).fg(paint),
+                    None => Cell::new(text),
+                }
+            }));
         }
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{}", table.to_string().trim_end())?;
@@ -101,7 +126,19 @@ impl Output {
     }
 }
 
+fn status_color(text: &str) -> Option<Color> {
+    match text.parse::<JobStatus>().ok()? {
+        JobStatus::Success => Some(Color::Green),
+        JobStatus::Failure => Some(Color::Red),
+        JobStatus::Canceled => Some(Color::DarkYellow),
+        JobStatus::Running => Some(Color::Cyan),
+        JobStatus::Queued | JobStatus::Scheduled => None,
+    }
+}
+
 /// Ask before a destructive step. `--yes` skips; without a TTY and without `--yes`, refuse (exit 3).
+/// Ctrl-C at the prompt declines (exit 3) with the terminal as it was: the prompt hides the cursor,
+/// and the default SIGINT would end wf before it is shown again.
 pub(crate) fn confirm(prompt: &str, yes: bool) -> Result<(), CommandError> {
     if yes {
         return Ok(());
@@ -111,8 +148,54 @@ pub(crate) fn confirm(prompt: &str, yes: bool) -> Result<(), CommandError> {
             CommandError::refused(format!("{prompt}: refused without a terminal")).hint("pass --yes to confirm")
         );
     }
-    let confirmed = dialoguer::Confirm::new().with_prompt(prompt).default(false).interact()?;
-    if confirmed { Ok(()) } else { Err(CommandError::refused("declined")) }
+    let asked = {
+        let _interrupt = InterruptDeclines::install()?;
+        dialoguer::Confirm::new().with_prompt(prompt).default(false).interact()
+    };
+    match asked {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(CommandError::refused("declined")),
+        Err(dialoguer::Error::IO(error)) if error.kind() == std::io::ErrorKind::Interrupted => {
+            let term = dialoguer::console::Term::stderr();
+            let _ = term.show_cursor();
+            let _ = term.write_line("");
+            Err(CommandError::refused("interrupted: nothing was done"))
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// While a prompt waits, SIGINT (the prompt turns Ctrl-C into one) interrupts its read instead of
+/// ending wf; the previous disposition comes back when this is dropped.
+struct InterruptDeclines {
+    previous: libc::sigaction,
+}
+
+extern "C" fn ignore_interrupt(_: libc::c_int) {}
+
+impl InterruptDeclines {
+    fn install() -> std::io::Result<InterruptDeclines> {
+        // SAFETY: a zeroed sigaction is a valid value (no flags, empty mask); the handler does
+        // nothing, which is async-signal-safe; `previous` is written by the kernel.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = ignore_interrupt as *const () as libc::sighandler_t;
+            let mut previous: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGINT, &action, &mut previous) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(InterruptDeclines { previous })
+        }
+    }
+}
+
+impl Drop for InterruptDeclines {
+    fn drop(&mut self) {
+        // SAFETY: restores the disposition sigaction returned in `install`.
+        unsafe {
+            libc::sigaction(libc::SIGINT, &self.previous, std::ptr::null_mut());
+        }
+    }
 }
 
 /// A document as `--json` prints it (see `Output::json`).
@@ -133,10 +216,37 @@ pub(crate) fn rfc3339_or_null<S: Serializer>(time: &Option<DateTime<Utc>>, seria
     }
 }
 
-/// A timestamp for a table cell.
+/// A timestamp for a table cell: in the local time zone (TZ), which the offset marks.
 pub(crate) fn time_cell(time: Option<DateTime<Utc>>) -> String {
     match time {
-        Some(t) => t.format("%Y-%m-%d %H:%M:%S").to_string(),
+        Some(t) => t.with_timezone(&Local).format("%Y-%m-%d %H:%M:%S %:z").to_string(),
         None => "-".to_string(),
     }
+}
+
+/// A time as a narrow cell: how long before (or after) `now`, e.g. `5s ago`, `3h ago`, `in 2m`.
+pub(crate) fn ago(time: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    let Some(time) = time else { return "-".to_string() };
+    let seconds = (now - time).num_seconds();
+    if seconds < 0 { format!("in {}", span(-seconds)) } else { format!("{} ago", span(seconds)) }
+}
+
+/// A length of time in its largest unit: `42s`, `5m`, `3h`, `12d`.
+pub(crate) fn span(seconds: i64) -> String {
+    match seconds {
+        ..60 => format!("{seconds}s"),
+        60..3600 => format!("{}m", seconds / 60),
+        3600..86_400 => format!("{}h", seconds / 3600),
+        _ => format!("{}d", seconds / 86_400),
+    }
+}
+
+/// Text cut to `width` characters, its end replaced by `…` when it was longer.
+pub(crate) fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }

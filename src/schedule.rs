@@ -1,22 +1,25 @@
 //! Cron schedules: a job creator like any other, enqueueing each fire time through the single
 //! enqueue path with trigger kind `schedule`.
 //!
-//! Policy for missed fire times: `wf schedule tick` enqueues every fire time from now up to now +
-//! horizon that is not enqueued yet, and of the fire times it missed (ticks not running, a paused
-//! schedule) only the latest one, at once; older missed ones are not replayed.
+//! Policy for missed fire times: `wf schedule tick` enqueues every fire time after the schedule's
+//! "enqueued up to" (its `last_fire_time`) up to now + horizon. A fire time already due when the
+//! tick comes (the previous tick was longer ago than its horizon) is enqueued at once if it was
+//! missed by at most the horizon, and counted as late; of those missed by longer (ticks not
+//! running, a paused schedule), only the latest runs, when no later one does.
 
 use std::str::FromStr;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
-use postgres::{Client, Row};
+use postgres::{Client, GenericClient, Row, Transaction};
 use serde_json::Value;
 
-use crate::queue::enqueue::{self, Enqueued, Request, When};
-use crate::queue::job::TriggerKind;
+use crate::queue::complete;
+use crate::queue::enqueue::{self, Enqueued, Pin, Request, ScheduleFire, When};
+use crate::queue::job::{JobStatus, TriggerKind};
 
 /// At most this many fire times per schedule and tick (a horizon much longer than the period).
 const MAX_FIRES_PER_TICK: usize = 1000;
@@ -32,8 +35,10 @@ pub(crate) struct Schedule {
     pub priority: i32,
     pub tag: Option<String>,
     pub enabled: bool,
+    /// Enqueued up to: the last fire time enqueued (or the moment of a resume or an update).
     pub last_fire_time: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+    pub no_overlap: bool,
 }
 
 impl Schedule {
@@ -50,6 +55,7 @@ impl Schedule {
             enabled: row.get("enabled"),
             last_fire_time: row.get("last_fire_time"),
             created_at: row.get("created_at"),
+            no_overlap: row.get("no_overlap"),
         }
     }
 
@@ -58,15 +64,70 @@ impl Schedule {
         let (cron, tz) = parse(&self.cron, &self.tz)?;
         next_fire(&cron, tz, now)
     }
+
+    /// The schedule's time zone (UTC if it no longer reads).
+    pub(crate) fn zone(&self) -> Tz {
+        time_zone(&self.tz).unwrap_or(Tz::UTC)
+    }
 }
 
-const COLUMNS: &str = "name, app_key, action_key, cron, tz, input, priority, tag, enabled, last_fire_time, created_at";
+const COLUMNS: &str =
+    "name, app_key, action_key, cron, tz, input, priority, tag, enabled, last_fire_time, created_at, no_overlap";
+
+/// The fields of a cron, by how many it has.
+const FIELDS_5: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
+const FIELDS_6: [&str; 6] = ["second", "minute", "hour", "day-of-month", "month", "day-of-week"];
+const FIELDS_7: [&str; 7] = ["second", "minute", "hour", "day-of-month", "month", "day-of-week", "year"];
 
 fn parse(cron: &str, tz: &str) -> Result<(Cron, Tz)> {
-    let parsed = Cron::from_str(cron).with_context(|| format!("{cron:?} is not a cron expression"))?;
-    let zone =
-        Tz::from_str(tz).map_err(|_| anyhow::anyhow!("{tz:?} is not a time zone (an IANA name, e.g. Europe/Paris)"))?;
-    Ok((parsed, zone))
+    Ok((parse_cron(cron)?, time_zone(tz)?))
+}
+
+/// A cron as croner reads it (5 fields, 6 with seconds first, 7 with a year last, or a nickname),
+/// with cronie's `@midnight` too; an error names the field that does not read.
+fn parse_cron(text: &str) -> Result<Cron> {
+    let text = text.trim();
+    let nickname = if text.eq_ignore_ascii_case("@midnight") { "@daily" } else { text };
+    let error = match Cron::from_str(nickname) {
+        Ok(cron) => return Ok(cron),
+        Err(error) => error,
+    };
+    if text.starts_with('@') {
+        bail!(
+            "{text:?} is not a cron nickname (known: @yearly, @annually, @monthly, @weekly, @daily, @midnight, \
+             @hourly)"
+        );
+    }
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let names: &[&str] = match fields.len() {
+        5 => &FIELDS_5,
+        6 => &FIELDS_6,
+        7 => &FIELDS_7,
+        n => bail!(
+            "{text:?} has {n} fields; a cron has 5 (minute hour day-of-month month day-of-week), 6 (a second \
+             first) or 7 (a second first, a year last)"
+        ),
+    };
+    // The field that does not read on its own, every other one `*`.
+    for (index, field) in fields.iter().enumerate() {
+        let alone: Vec<&str> = (0..fields.len()).map(|n| if n == index { *field } else { "*" }).collect();
+        if Cron::from_str(&alone.join(" ")).is_err() {
+            bail!("{text:?} is not a cron expression: its {} field {field:?} is not valid ({error})", names[index]);
+        }
+    }
+    bail!("{text:?} is not a cron expression: {error}")
+}
+
+/// An IANA time zone, its name in any case (`europe/paris` is Europe/Paris).
+fn time_zone(name: &str) -> Result<Tz> {
+    if let Ok(zone) = Tz::from_str(name) {
+        return Ok(zone);
+    }
+    chrono_tz::TZ_VARIANTS
+        .iter()
+        .find(|zone| zone.name().eq_ignore_ascii_case(name))
+        .copied()
+        .ok_or_else(|| anyhow!("{name:?} is not a time zone (an IANA name, e.g. Europe/Paris)"))
 }
 
 fn next_fire(cron: &Cron, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
@@ -85,6 +146,7 @@ pub(crate) struct NewSchedule<'a> {
     pub input: Value,
     pub priority: i32,
     pub tag: Option<&'a str>,
+    pub no_overlap: bool,
 }
 
 /// Add a schedule after checking its name, cron (it must fire), zone, action and input (against
@@ -94,33 +156,60 @@ pub(crate) fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<(Schedul
     if !crate::source::is_valid_key(new.name) {
         bail!("schedule name {:?} must match {}", new.name, crate::source::KEY_PATTERN);
     }
-    if let Some(tag) = new.tag {
-        crate::source::check_tag(tag)?;
-    }
-    let (cron, tz) = parse(new.cron, new.tz)?;
     let mut tx = client.transaction()?;
-    let now = crate::db::now(&mut tx)?;
-    let next = next_fire(&cron, tz, now)
-        .with_context(|| format!("the cron {:?} never fires in {} (nothing was saved)", new.cron, new.tz))?;
-    let action = tx
-        .query_opt("SELECT input_schema FROM action WHERE app_key = $1 AND action_key = $2", &[&new.app, &new.action])?
-        .with_context(|| format!("unknown action {}/{}: `wf actions` lists the catalog", new.app, new.action))?;
-    if let Some(schema) = action.get::<_, Option<Value>>(0) {
-        enqueue::validate_inputs(&schema, std::slice::from_ref(&new.input))?;
-    }
+    let (tz, next) = check(&mut tx, new.app, new.action, new.cron, new.tz, &new.input, new.tag)?;
     let row = tx
         .query_opt(
             &format!(
-                "INSERT INTO schedule (name, app_key, action_key, cron, tz, input, priority, tag)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                "INSERT INTO schedule (name, app_key, action_key, cron, tz, input, priority, tag, no_overlap)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                  ON CONFLICT (name) DO NOTHING
                  RETURNING {COLUMNS}"
             ),
-            &[&new.name, &new.app, &new.action, &new.cron, &new.tz, &new.input, &new.priority, &new.tag],
+            &[
+                &new.name,
+                &new.app,
+                &new.action,
+                &new.cron,
+                &tz.name(),
+                &new.input,
+                &new.priority,
+                &new.tag,
+                &new.no_overlap,
+            ],
         )?
         .with_context(|| format!("a schedule named {} exists already", new.name))?;
     tx.commit()?;
     Ok((Schedule::from_row(&row), next))
+}
+
+/// What a schedule would enqueue must make sense now: the cron fires in the zone, the action is in
+/// the catalog, the input fits its schema, the tag is one. Returns the zone and the next fire time.
+fn check(
+    tx: &mut Transaction<'_>,
+    app: &str,
+    action: &str,
+    cron: &str,
+    tz: &str,
+    input: &Value,
+    tag: Option<&str>,
+) -> Result<(Tz, DateTime<Utc>)> {
+    if let Some(tag) = tag {
+        crate::source::check_tag(tag)?;
+    }
+    let (parsed, zone) = parse(cron, tz)?;
+    let now = crate::db::now(tx)?;
+    let next = next_fire(&parsed, zone, now)
+        .with_context(|| format!("the cron {cron:?} never fires in {} (nothing was saved)", zone.name()))?;
+    let found =
+        tx.query_opt("SELECT input_schema FROM action WHERE app_key = $1 AND action_key = $2", &[&app, &action])?;
+    let Some(found) = found else {
+        bail!("{}", crate::source::catalog::unknown_action(tx, app, action)?);
+    };
+    if let Some(schema) = found.get::<_, Option<Value>>(0) {
+        enqueue::validate_inputs(&schema, std::slice::from_ref(input))?;
+    }
+    Ok((zone, next))
 }
 
 pub(crate) fn list(client: &mut Client) -> Result<Vec<Schedule>> {
@@ -128,27 +217,160 @@ pub(crate) fn list(client: &mut Client) -> Result<Vec<Schedule>> {
     Ok(rows.iter().map(Schedule::from_row).collect())
 }
 
-pub(crate) fn remove(client: &mut Client, name: &str) -> Result<()> {
-    if client.execute("DELETE FROM schedule WHERE name = $1", &[&name])? == 0 {
-        bail!("no such schedule: {name}");
+/// Why each schedule could not enqueue now, if it could not: its cron or zone no longer reads, its
+/// action left the catalog, or its input no longer fits the action's input schema.
+pub(crate) fn problems(client: &mut impl GenericClient, schedules: &[Schedule]) -> Result<Vec<Option<String>>> {
+    let mut problems = Vec::new();
+    for schedule in schedules {
+        let found = client.query_opt(
+            "SELECT input_schema FROM action WHERE app_key = $1 AND action_key = $2",
+            &[&schedule.app, &schedule.action],
+        )?;
+        let problem = match (parse(&schedule.cron, &schedule.tz), found) {
+            (Err(error), _) => Some(format!("{error:#}")),
+            (Ok(_), None) => {
+                Some(format!("its action {}/{} is not in the catalog any more", schedule.app, schedule.action))
+            }
+            (Ok(_), Some(found)) => found.get::<_, Option<Value>>(0).and_then(|schema| {
+                enqueue::validate_inputs(&schema, std::slice::from_ref(&schedule.input))
+                    .err()
+                    .map(|error| format!("its input no longer fits {}/{}: {error:#}", schedule.app, schedule.action))
+            }),
+        };
+        problems.push(problem);
     }
-    Ok(())
+    Ok(problems)
 }
 
-/// Pause or resume. Resuming restarts the count from now: fire times missed while paused are not
-/// replayed.
-pub(crate) fn set_enabled(client: &mut Client, name: &str, enabled: bool) -> Result<()> {
-    let changed = client.execute(
+/// Every schedule that could not enqueue now, with why.
+pub(crate) fn broken(client: &mut Client) -> Result<Vec<(String, String)>> {
+    let schedules = list(client)?;
+    let problems = problems(client, &schedules)?;
+    Ok(schedules.into_iter().zip(problems).filter_map(|(s, problem)| problem.map(|p| (s.name, p))).collect())
+}
+
+/// Cancel the jobs a schedule enqueued ahead (not due yet, not running): a pause, a change or a
+/// removal must not leave them to run as the schedule was. Each lets go of its fire time, which
+/// may be enqueued again. Returns how many were withdrawn.
+fn withdraw(tx: &mut Transaction<'_>, name: &str, by: &str, why: &str) -> Result<u64> {
+    let ahead: Vec<uuid::Uuid> = tx
+        .query(
+            "SELECT q.job_id
+               FROM job j JOIN job_queue q ON q.job_id = j.id
+              WHERE j.schedule_name = $1 AND j.schedule_fire > now() AND NOT q.running
+              ORDER BY q.job_id
+                FOR UPDATE OF q",
+            &[&name],
+        )?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let reason = format!("withdrawn: schedule {name} {why}");
+    complete::finish_locked(tx, &ahead, JobStatus::Canceled, None, Some(by), Some(&reason))?;
+    tx.execute("UPDATE job SET schedule_fire = NULL WHERE id = ANY($1)", &[&ahead])?;
+    Ok(ahead.len() as u64)
+}
+
+/// Remove a schedule and withdraw the jobs it enqueued ahead; returns how many.
+pub(crate) fn remove(client: &mut Client, name: &str, by: &str) -> Result<u64> {
+    let mut tx = client.transaction()?;
+    if tx.execute("DELETE FROM schedule WHERE name = $1", &[&name])? == 0 {
+        bail!("no such schedule: {name}");
+    }
+    let withdrawn = withdraw(&mut tx, name, by, "was removed")?;
+    tx.commit()?;
+    Ok(withdrawn)
+}
+
+/// Pause (withdrawing the jobs enqueued ahead; returns how many) or resume. Resuming restarts the
+/// count from now: fire times missed while paused are not replayed.
+pub(crate) fn set_enabled(client: &mut Client, name: &str, enabled: bool, by: &str) -> Result<u64> {
+    let mut tx = client.transaction()?;
+    let changed = tx.execute(
         "UPDATE schedule
             SET enabled = $2,
-                last_fire_time = CASE WHEN $2 AND NOT enabled THEN now() ELSE last_fire_time END
+                last_fire_time = CASE WHEN enabled <> $2 THEN now() ELSE last_fire_time END
           WHERE name = $1",
         &[&name, &enabled],
     )?;
     if changed == 0 {
         bail!("no such schedule: {name}");
     }
-    Ok(())
+    let withdrawn = if enabled { 0 } else { withdraw(&mut tx, name, by, "was paused")? };
+    tx.commit()?;
+    Ok(withdrawn)
+}
+
+/// What `wf schedule update` changes; None keeps.
+#[derive(Debug, Default)]
+pub(crate) struct Changes<'a> {
+    pub cron: Option<&'a str>,
+    pub tz: Option<&'a str>,
+    pub input: Option<Value>,
+    pub priority: Option<i32>,
+    pub tag: Option<&'a str>,
+    pub no_overlap: Option<bool>,
+}
+
+/// Change a schedule, checked as `add` checks it. The jobs it enqueued ahead are withdrawn and
+/// "enqueued up to" moves to now, so the next tick enqueues them again as the schedule now says.
+/// Returns the schedule, its next fire time and how many jobs were withdrawn.
+pub(crate) fn update(
+    client: &mut Client,
+    name: &str,
+    changes: Changes<'_>,
+    by: &str,
+) -> Result<(Schedule, DateTime<Utc>, u64)> {
+    let mut tx = client.transaction()?;
+    let row = tx
+        .query_opt(&format!("SELECT {COLUMNS} FROM schedule WHERE name = $1 FOR UPDATE"), &[&name])?
+        .with_context(|| format!("no such schedule: {name}"))?;
+    let mut schedule = Schedule::from_row(&row);
+    if let Some(cron) = changes.cron {
+        schedule.cron = cron.to_string();
+    }
+    if let Some(input) = changes.input {
+        schedule.input = input;
+    }
+    if let Some(priority) = changes.priority {
+        schedule.priority = priority;
+    }
+    if let Some(tag) = changes.tag {
+        schedule.tag = Some(tag.to_string());
+    }
+    if let Some(no_overlap) = changes.no_overlap {
+        schedule.no_overlap = no_overlap;
+    }
+    let (zone, next) = check(
+        &mut tx,
+        &schedule.app,
+        &schedule.action,
+        &schedule.cron,
+        changes.tz.unwrap_or(&schedule.tz),
+        &schedule.input,
+        schedule.tag.as_deref(),
+    )?;
+    schedule.tz = zone.name().to_string();
+    let withdrawn = withdraw(&mut tx, name, by, "was changed")?;
+    let row = tx.query_one(
+        &format!(
+            "UPDATE schedule SET cron = $2, tz = $3, input = $4, priority = $5, tag = $6, no_overlap = $7,
+                                 last_fire_time = now()
+              WHERE name = $1
+             RETURNING {COLUMNS}"
+        ),
+        &[
+            &name,
+            &schedule.cron,
+            &schedule.tz,
+            &schedule.input,
+            &schedule.priority,
+            &schedule.tag,
+            &schedule.no_overlap,
+        ],
+    )?;
+    tx.commit()?;
+    Ok((Schedule::from_row(&row), next, withdrawn))
 }
 
 /// What one tick did for one schedule.
@@ -156,20 +378,23 @@ pub(crate) fn set_enabled(client: &mut Client, name: &str, enabled: bool) -> Res
 pub struct Fired {
     pub schedule: String,
     pub(crate) jobs: Vec<Enqueued>,
+    /// Fire times enqueued after they were due: the tick before came later than its horizon.
+    pub late: usize,
     /// Why this schedule enqueued nothing this time (its action is gone, its input no longer fits).
     pub error: Option<String>,
 }
 
 /// One tick, one transaction. Each enabled schedule is locked with SKIP LOCKED, so any number of
 /// ticks may run at once (from cron on several hosts) and never enqueue one fire time twice; the
-/// unique index on (schedule_name, scheduled_for) backs that up. A schedule whose enqueue fails
-/// is reported and skipped (a savepoint), the others go on.
+/// unique index on (schedule_name, schedule_fire) backs that up, and a fire time found enqueued
+/// already is skipped, never an error. A schedule whose enqueue fails is reported and skipped (a
+/// savepoint), the others go on.
 ///
 /// `now` is the database's `now()` unless given: tests give it, so that they never race the clock.
 pub fn tick(client: &mut Client, horizon: Duration, now: Option<DateTime<Utc>>) -> Result<Vec<Fired>> {
     let mut tx = client.transaction()?;
     let now: DateTime<Utc> = tx.query_one("SELECT coalesce($1, now())", &[&now])?.get(0);
-    let until = now + chrono::Duration::from_std(horizon).context("horizon too long")?;
+    let horizon = chrono::Duration::from_std(horizon).context("horizon too long")?;
     let schedules: Vec<Schedule> = tx
         .query(&format!("SELECT {COLUMNS} FROM schedule WHERE enabled ORDER BY name FOR UPDATE SKIP LOCKED"), &[])?
         .iter()
@@ -177,31 +402,27 @@ pub fn tick(client: &mut Client, horizon: Duration, now: Option<DateTime<Utc>>) 
         .collect();
     let mut fired = Vec::new();
     for schedule in schedules {
-        let fires = match fire_times(&schedule, now, until) {
-            Ok(fires) => fires,
+        let plan = match plan(&schedule, now, horizon) {
+            Ok(plan) => plan,
             Err(error) => {
-                fired.push(Fired {
-                    schedule: schedule.name.clone(),
-                    jobs: Vec::new(),
-                    error: Some(format!("{error:#}")),
-                });
+                let error = Some(format!("{error:#}"));
+                fired.push(Fired { schedule: schedule.name.clone(), jobs: Vec::new(), late: 0, error });
                 continue;
             }
         };
-        let Some(&last) = fires.last() else { continue };
+        let Some(&last) = plan.fires.last() else { continue };
         let mut savepoint = tx.savepoint("schedule")?;
         let mut jobs = Vec::new();
         let mut failure = None;
-        for fire in &fires {
+        for fire in &plan.fires {
             let request = Request {
-                app: &schedule.app,
-                action: &schedule.action,
-                inputs: vec![schedule.input.clone()],
                 priority: schedule.priority,
                 tag: schedule.tag.as_deref(),
                 when: When::At(*fire),
                 trigger_kind: TriggerKind::Schedule,
-                schedule_name: Some(&schedule.name),
+                pin: Pin::Catalog,
+                schedule: Some(ScheduleFire { name: &schedule.name, no_overlap: schedule.no_overlap }),
+                ..Request::new(&schedule.app, &schedule.action, vec![schedule.input.clone()])
             };
             match enqueue::enqueue(&mut savepoint, &request) {
                 Ok(mut enqueued) => jobs.append(&mut enqueued),
@@ -213,36 +434,74 @@ pub fn tick(client: &mut Client, horizon: Duration, now: Option<DateTime<Utc>>) 
         }
         if let Some(error) = failure {
             savepoint.rollback()?;
-            fired.push(Fired { schedule: schedule.name, jobs: Vec::new(), error: Some(error) });
+            fired.push(Fired { schedule: schedule.name, jobs: Vec::new(), late: 0, error: Some(error) });
             continue;
         }
         savepoint.execute("UPDATE schedule SET last_fire_time = $2 WHERE name = $1", &[&schedule.name, &last])?;
         savepoint.commit()?;
-        fired.push(Fired { schedule: schedule.name, jobs, error: None });
+        fired.push(Fired { schedule: schedule.name, jobs, late: plan.late, error: None });
     }
     tx.commit()?;
     Ok(fired)
 }
 
-/// The fire times to enqueue now: the latest missed one (after the last enqueued one, not later
-/// than now), then every one up to `until`.
-fn fire_times(schedule: &Schedule, now: DateTime<Utc>, until: DateTime<Utc>) -> Result<Vec<DateTime<Utc>>> {
+/// The fire times a tick enqueues for one schedule.
+struct Plan {
+    fires: Vec<DateTime<Utc>>,
+    /// Of them, those already due although the schedule had been enqueued before.
+    late: usize,
+}
+
+/// Every fire time after the schedule's "enqueued up to" and no older than `now - horizon`, up to
+/// `now + horizon`; when none of them was missed, the latest fire time missed by longer.
+fn plan(schedule: &Schedule, now: DateTime<Utc>, horizon: chrono::Duration) -> Result<Plan> {
     let (cron, tz) = parse(&schedule.cron, &schedule.tz)?;
     let after = schedule.last_fire_time.unwrap_or(schedule.created_at);
+    let (catch_up, until) = (now - horizon, now + horizon);
     let mut fires = Vec::new();
-    if let Ok(missed) = cron.find_previous_occurrence(&now.with_timezone(&tz), true) {
-        let missed = missed.with_timezone(&Utc);
-        if missed > after {
-            fires.push(missed);
-        }
-    }
-    let start = if after > now { after } else { now };
-    for fire in cron.iter_after(start.with_timezone(&tz)).take(MAX_FIRES_PER_TICK) {
+    for fire in cron.iter_after(after.max(catch_up).with_timezone(&tz)).take(MAX_FIRES_PER_TICK) {
         let fire = fire.with_timezone(&Utc);
         if fire > until {
             break;
         }
         fires.push(fire);
     }
-    Ok(fires)
+    let missed = fires.iter().take_while(|fire| **fire <= now).count();
+    if missed == 0
+        && after < catch_up
+        && let Ok(latest) = cron.find_previous_occurrence(&catch_up.with_timezone(&tz), true)
+        && latest.with_timezone(&Utc) > after
+    {
+        fires.insert(0, latest.with_timezone(&Utc));
+    }
+    let late = if schedule.last_fire_time.is_some() { missed } else { 0 };
+    Ok(Plan { fires, late })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fires(cron: &str, tz: &str, from: &str, count: usize) -> Vec<String> {
+        let (cron, tz) = parse(cron, tz).unwrap();
+        let from: DateTime<Utc> = from.parse().unwrap();
+        cron.iter_after(from.with_timezone(&tz)).take(count).map(|fire| fire.to_rfc3339()).collect()
+    }
+
+    /// As the README says: a local time skipped by the change to summer time fires right after the
+    /// change, once; a local time repeated by the change back fires once.
+    #[test]
+    fn daylight_saving_time_is_handled_like_cronie() {
+        let spring = fires("30 2 * * *", "Europe/Paris", "2026-03-28T12:00:00Z", 2);
+        assert_eq!(spring, ["2026-03-29T03:00:00+02:00", "2026-03-30T02:30:00+02:00"]);
+        let autumn = fires("30 2 * * *", "Europe/Paris", "2026-10-24T12:00:00Z", 2);
+        assert_eq!(autumn, ["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"]);
+    }
+
+    #[test]
+    fn midnight_is_daily_and_zones_are_matched_in_any_case() {
+        assert_eq!(fires("@midnight", "utc", "2026-01-01T12:00:00Z", 1), ["2026-01-02T00:00:00+00:00"]);
+        assert_eq!(time_zone("america/NEW_york").unwrap().name(), "America/New_York");
+        assert!(time_zone("Mars/Olympus").is_err());
+    }
 }

@@ -1,10 +1,9 @@
-//! Arguments several commands read the same way: `APP/ACTION`, a job's input, a job id.
+//! Arguments several commands read the same way: `APP/ACTION` and a job's input.
 
 use std::io::Read;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 pub(super) fn split_target(target: &str) -> Result<(&str, &str)> {
     match target.split_once('/') {
@@ -29,9 +28,4 @@ pub(super) fn read_input(input: Option<&str>) -> Result<Value> {
         Some(arg) => (arg.to_string(), "--input".to_string()),
     };
     serde_json::from_str(&text).with_context(|| format!("the input ({origin}) is not valid JSON"))
-}
-
-/// Parse a job id given on the command line.
-pub(super) fn parse_id(text: &str) -> Result<Uuid> {
-    Uuid::parse_str(text.trim()).with_context(|| format!("{text:?} is not a job id (a UUID)"))
 }

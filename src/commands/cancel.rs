@@ -1,22 +1,42 @@
-//! `wf cancel ID...`: waiting jobs at once, running ones by a mark their worker acts on.
+//! `wf cancel ID...` or `wf cancel --app A --action X --tag T --status S`: waiting jobs at once,
+//! running ones by a mark their worker acts on.
 
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::args::parse_id;
 use super::{CommandResult, Ctx};
 use crate::cli::CancelArgs;
 use crate::error::Exit;
 use crate::output::confirm;
-use crate::queue::cancel::{self, CancelOutcome};
+use crate::queue::cancel::{self, CancelOutcome, Matching};
+use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
-    let ids = args.ids.iter().map(|id| parse_id(id)).collect::<Result<Vec<_>>>()?;
-    if ids.len() > 1 {
-        confirm(&format!("cancel {} jobs", ids.len()), args.yes)?;
-    }
     let mut client = ctx.connect()?;
+    let bulk = args.ids.is_empty();
+    let ids = if bulk {
+        let matching = Matching {
+            app: args.app.as_deref(),
+            action: args.action.as_deref(),
+            tag: args.tag.as_deref(),
+            status: args.status,
+        };
+        let found = cancel::matching(&mut client, &matching)?;
+        if found.is_empty() {
+            ctx.out.info(&format!("no waiting or running job of {}", matching.describe()));
+        } else {
+            confirm(&format!("cancel {} job(s) of {}", found.len(), matching.describe()), args.yes)?;
+        }
+        // Jobs that finished while the operator read the prompt are reported as such.
+        found
+    } else {
+        let ids = args.ids.iter().map(|id| inspect::resolve_id(&mut client, id)).collect::<Result<Vec<_>>>()?;
+        if ids.len() > 1 {
+            confirm(&format!("cancel {} jobs", ids.len()), args.yes)?;
+        }
+        ids
+    };
     let outcomes = cancel::cancel(&mut client, &ids, &ctx.config.operator, args.reason.as_deref())?;
     if ctx.out.json {
         let document: Vec<CancelDocument> =
@@ -31,7 +51,7 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         .filter(|(_, outcome)| *outcome == CancelOutcome::AlreadyCompleted)
         .map(|(id, _)| id.to_string())
         .collect();
-    if !finished.is_empty() {
+    if !finished.is_empty() && !bulk {
         return Err(anyhow!("already completed, not canceled: {}", finished.join(", ")).into());
     }
     Ok(Exit::Ok)

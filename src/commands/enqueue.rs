@@ -1,21 +1,18 @@
 //! `wf enqueue`: the command-line door to the single enqueue path.
 
 use anyhow::{Context, Result, bail};
-use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::args::{read_input, split_target};
-use super::render::print_result;
+use super::render::{EnqueuedDocument, print_result};
 use super::{CommandResult, Ctx};
 use crate::cli::EnqueueArgs;
 use crate::diag::diag;
 use crate::error::Exit;
-use crate::output::rfc3339;
-use crate::queue::enqueue::{self, Enqueued, Request, When};
+use crate::queue::enqueue::{self, Request, When};
 use crate::queue::inspect;
-use crate::queue::job::TriggerKind;
 
 pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     let (app, action) = split_target(&args.target)?;
@@ -33,14 +30,12 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
         (None, None) => When::Now,
     };
     let request = Request {
-        app,
-        action,
-        inputs,
         priority: args.priority,
         tag: args.tag.as_deref(),
         when,
         trigger_kind: args.trigger_kind,
-        schedule_name: None,
+        key: args.key.as_deref(),
+        ..Request::new(app, action, inputs)
     };
     let mut client = ctx.connect()?;
     let mut tx = client.transaction()?;
@@ -59,6 +54,13 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
         return Ok(Exit::Ok);
     }
     let job = &jobs[0];
+    if job.existing {
+        ctx.out.info(&format!(
+            "job {} has the key {:?} already: nothing was enqueued",
+            job.id,
+            args.key.as_deref().unwrap_or_default()
+        ));
+    }
     if args.wait {
         diag!("{}", job.id);
         let view = inspect::wait_until_finished(&mut client, job.id, args.timeout)?;
@@ -91,36 +93,6 @@ fn read_batch(path: &std::path::Path) -> Result<Vec<Value>> {
         bail!("{} has no inputs", path.display());
     }
     Ok(inputs)
-}
-
-/// A job the enqueue path created (SPEC: `{"id","app","action","tag","priority","commit_sha",
-/// "scheduled_for","trigger_kind"}`).
-#[derive(Serialize)]
-struct EnqueuedDocument<'a> {
-    id: Uuid,
-    app: &'a str,
-    action: &'a str,
-    tag: &'a str,
-    priority: i32,
-    commit_sha: &'a str,
-    #[serde(serialize_with = "rfc3339")]
-    scheduled_for: DateTime<Utc>,
-    trigger_kind: TriggerKind,
-}
-
-impl<'a> From<&'a Enqueued> for EnqueuedDocument<'a> {
-    fn from(job: &'a Enqueued) -> EnqueuedDocument<'a> {
-        EnqueuedDocument {
-            id: job.id,
-            app: &job.app,
-            action: &job.action,
-            tag: &job.tag,
-            priority: job.priority,
-            commit_sha: &job.commit_sha,
-            scheduled_for: job.scheduled_for,
-            trigger_kind: job.trigger_kind,
-        }
-    }
 }
 
 /// `wf enqueue --batch --json`: the jobs' ids, in the order of the file's lines.

@@ -1,34 +1,88 @@
-//! `wf jobs`: jobs, newest first.
+//! `wf jobs`: jobs, newest first, a page at a time; `--watch` lists them again every 2 seconds.
+
+use std::io::IsTerminal;
+use std::time::Duration;
 
 use super::render::JobDocument;
 use super::{CommandResult, Ctx};
 use crate::cli::JobsArgs;
-use crate::error::Exit;
-use crate::output::time_cell;
-use crate::queue::inspect;
+use crate::db;
+use crate::error::{CommandError, Exit};
+use crate::output::{ago, fit};
+use crate::queue::inspect::{self, Filter, JobView};
+use crate::queue::job::JobStatus;
+
+const WATCH_PERIOD: Duration = Duration::from_secs(2);
 
 pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
-    let mut client = ctx.connect()?;
-    let jobs = inspect::list(&mut client, args.status, args.app.as_deref(), args.tag.as_deref(), args.limit)?;
-    if ctx.out.json {
-        ctx.out.json(&jobs.iter().map(JobDocument::from).collect::<Vec<_>>())?;
-        return Ok(Exit::Ok);
+    if args.watch && ctx.out.json {
+        return Err(CommandError::usage("--watch lists jobs as a table again and again: it does not go with --json"));
     }
+    let filter = Filter {
+        status: args.status,
+        app: args.app.as_deref(),
+        action: args.action.as_deref(),
+        tag: args.tag.as_deref(),
+        schedule: args.schedule.as_deref(),
+        since: args.since,
+        until: args.until,
+    };
+    let mut client = ctx.connect()?;
+    let offset = (args.page - 1) * args.limit;
+    let terminal = std::io::stdout().is_terminal();
+    loop {
+        // One more than a page: whether there is a next one.
+        let mut jobs = inspect::list(&mut client, &filter, args.limit + 1, offset)?;
+        let more = jobs.len() as i64 > args.limit;
+        jobs.truncate(args.limit as usize);
+        if ctx.out.json {
+            ctx.out.json(&jobs.iter().map(JobDocument::from).collect::<Vec<_>>())?;
+            return Ok(Exit::Ok);
+        }
+        let now = db::now(&mut client)?;
+        if args.watch && terminal {
+            // Home and clear: each listing replaces the last.
+            ctx.out.line_raw("\x1b[H\x1b[2J")?;
+        }
+        table(ctx, &jobs, now)?;
+        let first = offset + 1;
+        if jobs.is_empty() {
+            ctx.out.info(if args.page > 1 { "no jobs on this page" } else { "no jobs" });
+        } else if more {
+            let last = offset + jobs.len() as i64;
+            ctx.out.info(&format!("jobs {first}-{last}, newest first; older ones: --page {}", args.page + 1));
+        }
+        if !args.watch {
+            return Ok(Exit::Ok);
+        }
+        if !terminal {
+            ctx.out.line("")?;
+        }
+        std::thread::sleep(WATCH_PERIOD);
+    }
+}
+
+/// At most 80 columns: short ids, relative times, long names cut.
+fn table(ctx: &Ctx, jobs: &[JobView], now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
     let rows = jobs
         .iter()
         .map(|job| {
+            let ran = match (job.started_at, job.completed_at) {
+                (Some(started), Some(completed)) => crate::output::span((completed - started).num_seconds()),
+                (Some(started), None) if job.status == JobStatus::Running => {
+                    crate::output::span((now - started).num_seconds())
+                }
+                _ => "-".to_string(),
+            };
             vec![
-                job.id.to_string(),
+                job.id.simple().to_string()[..8].to_string(),
                 job.status.to_string(),
-                format!("{}/{}", job.app, job.action),
-                job.tag.clone(),
-                job.priority.to_string(),
-                job.restarts.to_string(),
-                time_cell(Some(job.created_at)),
-                time_cell(job.completed_at),
+                fit(&format!("{}/{}", job.app, job.action), 22),
+                fit(&job.tag, 10),
+                ago(Some(job.created_at), now),
+                ran,
             ]
         })
         .collect();
-    ctx.out.table(&["id", "status", "action", "tag", "priority", "restarts", "created", "completed"], rows)?;
-    Ok(Exit::Ok)
+    ctx.out.status_table(&["id", "status", "action", "tag", "created", "ran"], rows, 1)
 }

@@ -1,10 +1,10 @@
-//! `wf logs ID [--follow]`: a job's output, attempt by attempt.
+//! `wf logs ID [--follow] [--tail N] [--since D] [--timestamps]`: a job's output, attempt by
+//! attempt.
 
 use anyhow::Result;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Local, SecondsFormat, Utc};
 use serde::Serialize;
 
-use super::args::parse_id;
 use super::{CommandResult, Ctx};
 use crate::cli::LogsArgs;
 use crate::error::Exit;
@@ -12,8 +12,8 @@ use crate::output::rfc3339;
 use crate::queue::inspect::{self, LogEntry};
 
 pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
-    let id = parse_id(&args.id)?;
     let mut client = ctx.connect()?;
+    let id = inspect::resolve_id(&mut client, &args.id)?;
     inspect::show_existing(&mut client, id)?;
     let mut all = Vec::new();
     let mut attempt = 0;
@@ -32,17 +32,29 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
                 attempt = entry.attempt;
                 ctx.out.info(&format!("--- attempt {attempt} ---"));
             }
+            let time = match args.timestamps {
+                true => {
+                    format!("{} ", entry.created_at.with_timezone(&Local).to_rfc3339_opts(SecondsFormat::Millis, false))
+                }
+                false => String::new(),
+            };
             match entry.stream.as_str() {
-                "stdout" => ctx.out.line(&entry.line)?,
-                stream => ctx.out.line(&format!("[{stream}] {}", entry.line))?,
+                "stdout" => ctx.out.line(&format!("{time}{}", entry.line))?,
+                stream => ctx.out.line(&format!("{time}[{stream}] {}", entry.line))?,
             }
         }
         Ok(())
     };
+    let first = inspect::last_logs(&mut client, id, args.tail, args.since)?;
+    show(&first)?;
     if args.follow {
-        inspect::follow_logs(&mut client, id, &mut show)?;
-    } else {
-        show(&inspect::logs(&mut client, id, 0)?)?;
+        let after = match first.last() {
+            Some(last) => last.id,
+            // Nothing shown yet: from the start, unless --tail 0 or --since asked for nothing older.
+            None if args.tail.is_some() || args.since.is_some() => inspect::last_log_id(&mut client, id)?,
+            None => 0,
+        };
+        inspect::follow_logs(&mut client, id, after, &mut show)?;
     }
     if ctx.out.json {
         ctx.out.json(&all)?;

@@ -15,6 +15,7 @@ mod progress;
 mod prune;
 mod reap;
 mod render;
+mod rerun;
 mod result;
 mod schedule;
 mod show;
@@ -24,6 +25,7 @@ mod supervise;
 mod sync;
 mod token;
 mod work;
+mod workers;
 
 use anyhow::Result;
 
@@ -134,12 +136,14 @@ pub(crate) fn dispatch(cli: Cli) -> CommandResult {
         Command::Enqueue(args) => enqueue::run(&ctx, args),
         Command::Work(args) => work::run(&ctx, args),
         Command::Cancel(args) => cancel::run(&ctx, args),
+        Command::Rerun(args) => rerun::run(&ctx, args),
         Command::Reap(args) => reap::run(&ctx, args),
         Command::Jobs(args) => jobs::run(&ctx, args),
         Command::Show(args) => show::run(&ctx, args),
         Command::Result(args) => result::run(&ctx, args),
         Command::Logs(args) => logs::run(&ctx, args),
         Command::Status => status::run(&ctx),
+        Command::Workers => workers::run(&ctx),
         Command::Token(command) => token::run(&ctx, command),
         Command::Schedule(command) => schedule::run(&ctx, command),
         Command::Prune(args) => prune::run(&ctx, args),

@@ -1,5 +1,5 @@
-//! What several commands print the same way: a job (`wf jobs`, `wf show`) and how a job ended
-//! (`wf result`, `wf enqueue --wait`).
+//! What several commands print the same way: a job (`wf jobs`, `wf show`), a job enqueued (`wf
+//! enqueue`, `wf rerun`) and how a job ended (`wf result`, `wf enqueue --wait`).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -10,6 +10,7 @@ use super::CommandResult;
 use crate::diag::diag;
 use crate::error::Exit;
 use crate::output::{Output, pretty, rfc3339, rfc3339_or_null};
+use crate::queue::enqueue::Enqueued;
 use crate::queue::inspect::JobView;
 use crate::queue::job::{JobStatus, TriggerKind};
 
@@ -68,6 +69,12 @@ pub(super) struct JobDocument<'a> {
     completed_at: Option<DateTime<Utc>>,
     canceled_by: &'a Option<String>,
     canceled_reason: &'a Option<String>,
+    /// The schedule that enqueued it.
+    schedule: &'a Option<String>,
+    rerun_of: Option<Uuid>,
+    retry_of: Option<Uuid>,
+    /// Its idempotency key (`wf enqueue --key`).
+    key: &'a Option<String>,
 }
 
 impl<'a> From<&'a JobView> for JobDocument<'a> {
@@ -92,6 +99,10 @@ impl<'a> From<&'a JobView> for JobDocument<'a> {
             completed_at: job.completed_at,
             canceled_by: &job.canceled_by,
             canceled_reason: &job.canceled_reason,
+            schedule: &job.schedule,
+            rerun_of: job.rerun_of,
+            retry_of: job.retry_of,
+            key: &job.key,
         }
     }
 }
@@ -122,4 +133,36 @@ enum Ending<'a> {
 struct Cancellation<'a> {
     canceled_by: Option<&'a str>,
     canceled_reason: Option<&'a str>,
+}
+
+/// A job the enqueue path created (SPEC: `{"id","app","action","tag","priority","commit_sha",
+/// "scheduled_for","trigger_kind"}`), or found by its key (`existing`).
+#[derive(Serialize)]
+pub(super) struct EnqueuedDocument<'a> {
+    id: Uuid,
+    app: &'a str,
+    action: &'a str,
+    tag: &'a str,
+    priority: i32,
+    commit_sha: &'a str,
+    #[serde(serialize_with = "rfc3339")]
+    scheduled_for: DateTime<Utc>,
+    trigger_kind: TriggerKind,
+    existing: bool,
+}
+
+impl<'a> From<&'a Enqueued> for EnqueuedDocument<'a> {
+    fn from(job: &'a Enqueued) -> EnqueuedDocument<'a> {
+        EnqueuedDocument {
+            id: job.id,
+            app: &job.app,
+            action: &job.action,
+            tag: &job.tag,
+            priority: job.priority,
+            commit_sha: &job.commit_sha,
+            scheduled_for: job.scheduled_for,
+            trigger_kind: job.trigger_kind,
+            existing: job.existing,
+        }
+    }
 }

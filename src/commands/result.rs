@@ -1,14 +1,13 @@
 //! `wf result ID [--wait [--timeout D]]`: a job's result, with the exit code of how it ended.
 
-use super::args::parse_id;
 use super::render::print_result;
 use super::{CommandResult, Ctx};
 use crate::cli::ResultArgs;
 use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: ResultArgs) -> CommandResult {
-    let id = parse_id(&args.id)?;
     let mut client = ctx.connect()?;
+    let id = inspect::resolve_id(&mut client, &args.id)?;
     let job = if args.wait {
         inspect::wait_until_finished(&mut client, id, args.timeout)?
     } else {

@@ -1,4 +1,4 @@
-//! `wf schedule add | list | rm | pause | resume | tick`.
+//! `wf schedule add | list | update | rm | pause | resume | tick`.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -7,18 +7,19 @@ use uuid::Uuid;
 
 use super::args::{read_input, split_target};
 use super::{CommandResult, Ctx};
-use crate::cli::{ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleTickArgs};
+use crate::cli::{ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleTickArgs, ScheduleUpdateArgs};
 use crate::db;
 use crate::diag::diag;
 use crate::error::Exit;
+use crate::output::confirm;
 use crate::output::rfc3339_or_null;
-use crate::output::{confirm, time_cell};
-use crate::schedule::{self, NewSchedule, Schedule};
+use crate::schedule::{self, Changes, NewSchedule, Schedule};
 
 pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> CommandResult {
     match command {
         ScheduleCommand::Add(args) => add(ctx, args),
         ScheduleCommand::List => list(ctx),
+        ScheduleCommand::Update(args) => update(ctx, args),
         ScheduleCommand::Rm(args) => rm(ctx, args),
         ScheduleCommand::Pause(args) => set_enabled(ctx, args, false),
         ScheduleCommand::Resume(args) => set_enabled(ctx, args, true),
@@ -37,18 +38,19 @@ fn add(ctx: &Ctx, args: ScheduleAddArgs) -> CommandResult {
         input: read_input(args.input.as_deref())?,
         priority: args.priority,
         tag: args.tag.as_deref(),
+        no_overlap: args.no_overlap,
     };
     let mut client = ctx.connect()?;
     let (added, next) = schedule::add(&mut client, &new)?;
     if ctx.out.json {
-        ctx.out.json(&ScheduleDocument::new(&added, Some(next)))?;
+        ctx.out.json(&ScheduleDocument::new(&added, Some(next), None, None))?;
     } else {
         ctx.out.info(&format!(
             "added schedule {} ({} in {}), next fire {}; run `wf schedule tick` from cron every minute",
             added.name,
             added.cron,
             added.tz,
-            time_cell(Some(next))
+            in_zone(&added, Some(next))
         ));
     }
     Ok(Exit::Ok)
@@ -58,49 +60,108 @@ fn list(ctx: &Ctx) -> CommandResult {
     let mut client = ctx.connect()?;
     let now = db::now(&mut client)?;
     let schedules = schedule::list(&mut client)?;
+    let problems = schedule::problems(&mut client, &schedules)?;
+    // A paused schedule fires next at no time, in the table as in JSON.
+    let next = |s: &Schedule| if s.enabled { s.next_fire(now).ok() } else { None };
     if ctx.out.json {
-        let document: Vec<ScheduleDocument> =
-            schedules.iter().map(|s| ScheduleDocument::new(s, s.next_fire(now).ok())).collect();
+        let document: Vec<ScheduleDocument> = schedules
+            .iter()
+            .zip(&problems)
+            .map(|(s, problem)| ScheduleDocument::new(s, next(s), problem.as_deref(), None))
+            .collect();
         ctx.out.json(&document)?;
         return Ok(Exit::Ok);
     }
     let rows = schedules
         .iter()
-        .map(|s| {
+        .zip(&problems)
+        .map(|(s, problem)| {
             vec![
                 s.name.clone(),
                 format!("{}/{}", s.app, s.action),
                 s.cron.clone(),
-                s.tz.clone(),
-                if s.enabled { "yes" } else { "paused" }.to_string(),
-                time_cell(s.last_fire_time),
-                if s.enabled { time_cell(s.next_fire(now).ok()) } else { "-".to_string() },
+                state(s, problem.as_deref()).to_string(),
+                in_zone(s, s.last_fire_time),
+                in_zone(s, next(s)),
             ]
         })
         .collect();
-    ctx.out.table(&["name", "action", "cron", "tz", "enabled", "last fire", "next fire"], rows)?;
+    ctx.out.table(&["name", "action", "cron", "state", "enqueued up to", "next fire"], rows)?;
+    for (s, problem) in schedules.iter().zip(&problems) {
+        if let Some(problem) = problem {
+            ctx.out.warn(&format!("schedule {} is broken: {problem}", s.name));
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// `active`, `paused`, or `broken` (it could not enqueue now).
+fn state(schedule: &Schedule, problem: Option<&str>) -> &'static str {
+    match (problem, schedule.enabled) {
+        (Some(_), _) => "broken",
+        (None, true) => "active",
+        (None, false) => "paused",
+    }
+}
+
+/// A time in the schedule's own zone, labelled with it (`2026-03-29 03:00 CEST`).
+fn in_zone(schedule: &Schedule, time: Option<DateTime<Utc>>) -> String {
+    match time {
+        Some(time) => time.with_timezone(&schedule.zone()).format("%Y-%m-%d %H:%M:%S %Z").to_string(),
+        None => "-".to_string(),
+    }
+}
+
+fn update(ctx: &Ctx, args: ScheduleUpdateArgs) -> CommandResult {
+    let changes = Changes {
+        cron: args.cron.as_deref(),
+        tz: args.tz.as_deref(),
+        input: args.input.as_deref().map(|input| read_input(Some(input))).transpose()?,
+        priority: args.priority,
+        tag: args.tag.as_deref(),
+        no_overlap: args.no_overlap,
+    };
+    let mut client = ctx.connect()?;
+    let (updated, next, withdrawn) = schedule::update(&mut client, &args.name, changes, &ctx.config.operator)?;
+    if ctx.out.json {
+        ctx.out.json(&ScheduleDocument::new(&updated, Some(next), None, Some(withdrawn)))?;
+    } else {
+        ctx.out.info(&format!(
+            "updated schedule {} ({} in {}), next fire {}; {withdrawn} job(s) enqueued ahead withdrawn, to be \
+             enqueued again by the next tick",
+            updated.name,
+            updated.cron,
+            updated.tz,
+            in_zone(&updated, Some(next))
+        ));
+    }
     Ok(Exit::Ok)
 }
 
 fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> CommandResult {
     confirm(&format!("remove schedule {}", args.name), args.yes)?;
     let mut client = ctx.connect()?;
-    schedule::remove(&mut client, &args.name)?;
+    let withdrawn = schedule::remove(&mut client, &args.name, &ctx.config.operator)?;
     if ctx.out.json {
-        ctx.out.json(&RemovedDocument { removed: &args.name })?;
+        ctx.out.json(&RemovedDocument { removed: &args.name, withdrawn })?;
     } else {
-        ctx.out.info(&format!("removed schedule {} (jobs it enqueued stay)", args.name));
+        ctx.out.info(&format!(
+            "removed schedule {}; {withdrawn} job(s) it enqueued ahead withdrawn (jobs due or run already stay)",
+            args.name
+        ));
     }
     Ok(Exit::Ok)
 }
 
 fn set_enabled(ctx: &Ctx, args: ScheduleNameArgs, enabled: bool) -> CommandResult {
     let mut client = ctx.connect()?;
-    schedule::set_enabled(&mut client, &args.name, enabled)?;
+    let withdrawn = schedule::set_enabled(&mut client, &args.name, enabled, &ctx.config.operator)?;
     if ctx.out.json {
-        ctx.out.json(&EnabledDocument { name: &args.name, enabled })?;
+        ctx.out.json(&EnabledDocument { name: &args.name, enabled, withdrawn })?;
+    } else if enabled {
+        ctx.out.info(&format!("schedule {} resumed (fire times missed while paused are not replayed)", args.name));
     } else {
-        ctx.out.info(&format!("schedule {} {}", args.name, if enabled { "resumed" } else { "paused" }));
+        ctx.out.info(&format!("schedule {} paused; {withdrawn} job(s) it enqueued ahead withdrawn", args.name));
     }
     Ok(Exit::Ok)
 }
@@ -114,6 +175,7 @@ fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> CommandResult {
             .map(|f| FiredDocument {
                 schedule: &f.schedule,
                 ids: f.jobs.iter().map(|job| job.id).collect(),
+                late: f.late,
                 error: f.error.as_deref(),
             })
             .collect();
@@ -126,13 +188,23 @@ fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> CommandResult {
             }
         }
     }
+    for f in fired.iter().filter(|f| f.late > 0) {
+        ctx.out.warn(&format!(
+            "{}: {} fire time(s) were due before this tick enqueued them (they run late): the previous tick was \
+             longer ago than --horizon {}; tick more often or with a longer horizon",
+            f.schedule,
+            f.late,
+            humantime::format_duration(args.horizon)
+        ));
+    }
     if fired.iter().any(|f| f.error.is_some()) {
         return Err(anyhow::anyhow!("some schedules could not enqueue (see above)").into());
     }
     Ok(Exit::Ok)
 }
 
-/// A schedule with its next fire time (`add` prints it, `list` lists them).
+/// A schedule with its next fire time (`add` and `update` print it, `list` lists them).
+/// `last_fire_time` and `enqueued_up_to` are the same: the fire time it is enqueued up to.
 #[derive(Serialize)]
 struct ScheduleDocument<'a> {
     name: &'a str,
@@ -144,14 +216,29 @@ struct ScheduleDocument<'a> {
     priority: i32,
     tag: Option<&'a str>,
     enabled: bool,
+    no_overlap: bool,
+    /// `active`, `paused` or `broken`.
+    state: &'static str,
+    /// Why it is broken.
+    problem: Option<&'a str>,
     #[serde(serialize_with = "rfc3339_or_null")]
     last_fire_time: Option<DateTime<Utc>>,
     #[serde(serialize_with = "rfc3339_or_null")]
+    enqueued_up_to: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "rfc3339_or_null")]
     next_fire_time: Option<DateTime<Utc>>,
+    /// After an update: the jobs enqueued ahead that were withdrawn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    withdrawn: Option<u64>,
 }
 
 impl<'a> ScheduleDocument<'a> {
-    fn new(schedule: &'a Schedule, next_fire_time: Option<DateTime<Utc>>) -> ScheduleDocument<'a> {
+    fn new(
+        schedule: &'a Schedule,
+        next_fire_time: Option<DateTime<Utc>>,
+        problem: Option<&'a str>,
+        withdrawn: Option<u64>,
+    ) -> ScheduleDocument<'a> {
         ScheduleDocument {
             name: &schedule.name,
             app: &schedule.app,
@@ -162,8 +249,13 @@ impl<'a> ScheduleDocument<'a> {
             priority: schedule.priority,
             tag: schedule.tag.as_deref(),
             enabled: schedule.enabled,
+            no_overlap: schedule.no_overlap,
+            state: state(schedule, problem),
+            problem,
             last_fire_time: schedule.last_fire_time,
+            enqueued_up_to: schedule.last_fire_time,
             next_fire_time,
+            withdrawn,
         }
     }
 }
@@ -171,6 +263,8 @@ impl<'a> ScheduleDocument<'a> {
 #[derive(Serialize)]
 struct RemovedDocument<'a> {
     removed: &'a str,
+    /// Jobs it had enqueued ahead, canceled.
+    withdrawn: u64,
 }
 
 /// After `pause` or `resume`.
@@ -178,6 +272,8 @@ struct RemovedDocument<'a> {
 struct EnabledDocument<'a> {
     name: &'a str,
     enabled: bool,
+    /// Jobs enqueued ahead, canceled by a pause.
+    withdrawn: u64,
 }
 
 /// What one tick enqueued, per schedule.
@@ -190,6 +286,8 @@ struct TickDocument<'a> {
 struct FiredDocument<'a> {
     schedule: &'a str,
     ids: Vec<Uuid>,
+    /// Fire times enqueued after they were due.
+    late: usize,
     /// Why this schedule enqueued nothing.
     error: Option<&'a str>,
 }

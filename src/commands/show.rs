@@ -2,7 +2,6 @@
 
 use serde_json::Value;
 
-use super::args::parse_id;
 use super::render::JobDocument;
 use super::{CommandResult, Ctx};
 use crate::cli::ShowArgs;
@@ -11,8 +10,8 @@ use crate::output::time_cell;
 use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
-    let id = parse_id(&args.id)?;
     let mut client = ctx.connect()?;
+    let id = inspect::resolve_id(&mut client, &args.id)?;
     let job = inspect::show_existing(&mut client, id)?;
     if ctx.out.json {
         ctx.out.json(&JobDocument::from(&job))?;
@@ -39,6 +38,10 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
         ("completed", time_cell(job.completed_at)),
         ("canceled by", text(&job.canceled_by)),
         ("cancel reason", text(&job.canceled_reason)),
+        ("schedule", text(&job.schedule)),
+        ("rerun of", job.rerun_of.map_or("-".to_string(), |id| id.to_string())),
+        ("retry of", job.retry_of.map_or("-".to_string(), |id| id.to_string())),
+        ("key", text(&job.key)),
     ];
     ctx.out.table(&["field", "value"], rows.into_iter().map(|(k, v)| vec![k.to_string(), v]).collect())?;
     Ok(Exit::Ok)

@@ -11,6 +11,10 @@ use crate::error::Exit;
 use crate::worker::{self, Isolation, Options, Until};
 
 pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> CommandResult {
+    crate::diag::set_format(match args.log_format {
+        cli::LogFormat::Text => crate::diag::LogFormat::Text,
+        cli::LogFormat::Json => crate::diag::LogFormat::Json,
+    });
     let until = if args.drain {
         Until::Drained
     } else if args.once {

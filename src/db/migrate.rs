@@ -12,6 +12,8 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (3, "0003_sandbox.sql", include_str!("../../migrations/0003_sandbox.sql")),
     (4, "0004_runtime_window.sql", include_str!("../../migrations/0004_runtime_window.sql")),
     (5, "0005_queue_vacuum.sql", include_str!("../../migrations/0005_queue_vacuum.sql")),
+    (6, "0006_operators.sql", include_str!("../../migrations/0006_operators.sql")),
+    (7, "0007_operations.sql", include_str!("../../migrations/0007_operations.sql")),
 ];
 
 /// Key of the session advisory lock held while migrating.

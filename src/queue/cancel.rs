@@ -85,3 +85,50 @@ pub(crate) fn cancel(
         })
         .collect())
 }
+
+/// Which jobs a bulk cancel takes: waiting or running ones, by app, action, tag and how they
+/// stand (queued: due; scheduled: not due yet; running).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Matching<'a> {
+    pub app: Option<&'a str>,
+    pub action: Option<&'a str>,
+    pub tag: Option<&'a str>,
+    pub status: Option<JobStatus>,
+}
+
+impl Matching<'_> {
+    /// How an operator reads it: `app billing, status queued`.
+    pub(crate) fn describe(&self) -> String {
+        let parts: Vec<String> = [
+            self.app.map(|app| format!("app {app}")),
+            self.action.map(|action| format!("action {action}")),
+            self.tag.map(|tag| format!("tag {tag}")),
+            self.status.map(|status| format!("status {status}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        parts.join(", ")
+    }
+}
+
+/// The ids of the jobs in the queue that match. The queue holds only waiting and running jobs, so
+/// this reads the queue, not the history.
+pub(crate) fn matching(client: &mut Client, matching: &Matching<'_>) -> Result<Vec<Uuid>> {
+    let rows = client.query(
+        "SELECT q.job_id
+           FROM job_queue q JOIN job j ON j.id = q.job_id
+          WHERE ($1::text IS NULL OR j.app_key = $1)
+            AND ($2::text IS NULL OR j.action_key = $2)
+            AND ($3::text IS NULL OR q.tag = $3)
+            AND CASE $4::text
+                    WHEN 'running' THEN q.running
+                    WHEN 'queued' THEN NOT q.running AND q.scheduled_for <= now()
+                    WHEN 'scheduled' THEN NOT q.running AND q.scheduled_for > now()
+                    ELSE true
+                END
+          ORDER BY q.job_id",
+        &[&matching.app, &matching.action, &matching.tag, &matching.status.map(JobStatus::as_str)],
+    )?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}

@@ -51,6 +51,10 @@ pub struct Claimed {
     /// The database's time of the claim.
     pub started_at: DateTime<Utc>,
     pub restarts: i32,
+    /// Runs a clean shutdown put back in the queue.
+    pub releases: i32,
+    /// Its schedule skips it while an earlier run is running (`queue::overlap`).
+    pub no_overlap: bool,
     /// The sandbox settings pinned from the manifest; None: the worker's default.
     pub network: Option<bool>,
     pub memory_mb: Option<i32>,
@@ -58,9 +62,9 @@ pub struct Claimed {
 }
 
 impl Claimed {
-    /// 1 for the first run, + 1 per restart.
+    /// 1 for the first run, + 1 per restart and per release.
     pub fn attempt(&self) -> i32 {
-        self.restarts + 1
+        self.restarts + self.releases + 1
     }
 }
 
@@ -115,7 +119,7 @@ claimed AS (
     UPDATE job_queue q SET running = true, started_at = now(), worker = ($2::text[])[p.n]
       FROM peek p
      WHERE q.job_id = p.job_id
-    RETURNING q.job_id, q.started_at, q.restarts, q.worker
+    RETURNING q.job_id, q.started_at, q.restarts, q.releases, q.worker
 ),
 -- Ping is stamped at claim: a worker that dies before its first heartbeat leaves a ping the
 -- reaper's guard catches, never a NULL that would leave the job a zombie forever. The worker's
@@ -127,7 +131,7 @@ stamped AS (
 )
 SELECT j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoint,
        j.output_schema, j.timeout_s, j.tag, j.input, j.trigger_kind, j.scheduled_for,
-       c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes, c.worker
+       c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes, c.worker, c.releases, j.no_overlap
   FROM claimed c JOIN job j ON j.id = c.job_id";
 
 /// Claim the best due jobs of `tags`, up to as many as there are claim ids (one for each job),
@@ -158,6 +162,8 @@ pub fn claim(session: &mut Session, tags: &[String], claims: &[String], window: 
             memory_mb: row.get(15),
             max_processes: row.get(16),
             claim: row.get(17),
+            releases: row.get(18),
+            no_overlap: row.get(19),
         })
         .collect();
     // In the order of their claim ids, which is the order of preference.

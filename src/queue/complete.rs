@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use postgres::Transaction;
+use postgres::types::ToSql;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -45,31 +46,65 @@ pub(crate) fn complete(session: &mut Session, completion: &Completion) -> Result
 /// Several completions in one statement, each all or nothing behind its own gate: a job whose
 /// claim no longer owns it is skipped without holding up the others. Returns the jobs recorded.
 pub(crate) fn complete_many(session: &mut Session, completions: &[Completion]) -> Result<Vec<Uuid>> {
-    let ids: Vec<Uuid> = completions.iter().map(|c| c.job_id).collect();
-    let claims: Vec<&str> = completions.iter().map(|c| c.claim.as_str()).collect();
-    let statuses: Vec<&str> = completions.iter().map(|c| c.status.as_str()).collect();
-    let results: Vec<Option<&Value>> = completions.iter().map(|c| c.result.as_ref()).collect();
-    let errors: Vec<Option<&Value>> = completions.iter().map(|c| c.error.as_ref()).collect();
-    let attempts: Vec<i32> = completions.iter().map(|c| c.attempt).collect();
-    let lines = completions.iter().flat_map(|c| c.logs.iter().map(move |line| (c.job_id, line)));
-    let (line_jobs, line_streams, line_texts): (Vec<Uuid>, Vec<&str>, Vec<&str>) =
-        lines.map(|(job, line)| (job, line.stream, line.line.as_str())).collect();
-    let rows = session.query(
-        COMPLETE_SQL,
-        &[
-            &ids,
-            &claims,
-            &statuses,
-            &results,
-            &errors,
-            &attempts,
-            &line_jobs,
-            &line_streams,
-            &line_texts,
-            &CHANNEL_COMPLETED,
-        ],
-    )?;
+    let columns = Columns::of(completions);
+    let rows = session.query(COMPLETE_SQL, &columns.params())?;
     Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+/// The same completion inside the caller's transaction, for a failure that commits together with
+/// its retry (`retry::complete_failure`).
+pub(crate) fn complete_in(tx: &mut Transaction<'_>, completion: &Completion) -> Result<Recorded> {
+    let columns = Columns::of(std::slice::from_ref(completion));
+    let recorded = tx.query_opt(COMPLETE_SQL, &columns.params())?;
+    Ok(if recorded.is_some() { Recorded::Completed } else { Recorded::Fenced })
+}
+
+/// Completions as the arrays `COMPLETE_SQL` unnests: one element per completion, and the log
+/// lines of all of them with the job each belongs to.
+struct Columns<'a> {
+    ids: Vec<Uuid>,
+    claims: Vec<&'a str>,
+    statuses: Vec<&'static str>,
+    results: Vec<Option<&'a Value>>,
+    errors: Vec<Option<&'a Value>>,
+    attempts: Vec<i32>,
+    line_jobs: Vec<Uuid>,
+    line_streams: Vec<&'a str>,
+    line_texts: Vec<&'a str>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(completions: &'a [Completion]) -> Self {
+        let lines = completions.iter().flat_map(|c| c.logs.iter().map(move |line| (c.job_id, line)));
+        let (line_jobs, line_streams, line_texts) =
+            lines.map(|(job, line)| (job, line.stream, line.line.as_str())).collect();
+        Columns {
+            ids: completions.iter().map(|c| c.job_id).collect(),
+            claims: completions.iter().map(|c| c.claim.as_str()).collect(),
+            statuses: completions.iter().map(|c| c.status.as_str()).collect(),
+            results: completions.iter().map(|c| c.result.as_ref()).collect(),
+            errors: completions.iter().map(|c| c.error.as_ref()).collect(),
+            attempts: completions.iter().map(|c| c.attempt).collect(),
+            line_jobs,
+            line_streams,
+            line_texts,
+        }
+    }
+
+    fn params(&self) -> [&(dyn ToSql + Sync); 10] {
+        [
+            &self.ids,
+            &self.claims,
+            &self.statuses,
+            &self.results,
+            &self.errors,
+            &self.attempts,
+            &self.line_jobs,
+            &self.line_streams,
+            &self.line_texts,
+            &CHANNEL_COMPLETED,
+        ]
+    }
 }
 
 const COMPLETE_SQL: &str = "

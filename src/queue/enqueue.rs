@@ -1,9 +1,10 @@
-//! The single enqueue path: every job creator (CLI, batch, schedule, any future webhook or API)
-//! calls `enqueue`, so priority, tag, metadata pinning and the single transaction apply alike.
+//! The single enqueue path: every job creator (CLI, batch, schedule, rerun, retry, any future
+//! webhook or API) calls `enqueue`, so priority, tag, metadata pinning and the single transaction
+//! apply alike.
 
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
-use postgres::Transaction;
+use postgres::{Row, Transaction};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -19,6 +20,27 @@ pub(crate) enum When {
     In(std::time::Duration),
 }
 
+/// Where a job's execution metadata (commit, entrypoint, schemas, timeout, tag, sandbox, retries)
+/// is pinned from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pin {
+    /// The catalog as it is now: what the action is at the commit its source shows.
+    Catalog,
+    /// Another job's pins: a rerun or a retry runs exactly what that job ran.
+    Job(Uuid),
+}
+
+/// Where a job comes from besides its trigger kind.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) enum Origin {
+    #[default]
+    New,
+    /// `wf rerun` of this job.
+    RerunOf(Uuid),
+    /// The `number`th retry, after the failure of this job.
+    RetryOf { job: Uuid, number: i32 },
+}
+
 /// One call of the enqueue path: one or more jobs of one action.
 #[derive(Debug)]
 pub(crate) struct Request<'a> {
@@ -26,14 +48,45 @@ pub(crate) struct Request<'a> {
     pub action: &'a str,
     pub inputs: Vec<Value>,
     pub priority: i32,
-    /// Overrides the action's effective tag.
+    /// Overrides the pinned tag.
     pub tag: Option<&'a str>,
     pub when: When,
     pub trigger_kind: TriggerKind,
-    pub schedule_name: Option<&'a str>,
+    pub pin: Pin,
+    pub origin: Origin,
+    /// The schedule whose fire time (`When::At`) this is; a fire time already enqueued is skipped.
+    pub schedule: Option<ScheduleFire<'a>>,
+    /// Idempotency: while a job with this key exists, it is returned instead of a new one.
+    pub key: Option<&'a str>,
 }
 
-/// What the enqueue path created.
+/// The schedule a job is enqueued for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScheduleFire<'a> {
+    pub name: &'a str,
+    pub no_overlap: bool,
+}
+
+impl<'a> Request<'a> {
+    /// A plain request: new jobs pinned from the catalog, due now, manual.
+    pub(crate) fn new(app: &'a str, action: &'a str, inputs: Vec<Value>) -> Request<'a> {
+        Request {
+            app,
+            action,
+            inputs,
+            priority: 0,
+            tag: None,
+            when: When::Now,
+            trigger_kind: TriggerKind::Manual,
+            pin: Pin::Catalog,
+            origin: Origin::New,
+            schedule: None,
+            key: None,
+        }
+    }
+}
+
+/// What the enqueue path created (or, with a key, found).
 #[derive(Debug, Clone)]
 pub(crate) struct Enqueued {
     pub id: Uuid,
@@ -44,51 +97,63 @@ pub(crate) struct Enqueued {
     pub commit_sha: String,
     pub scheduled_for: DateTime<Utc>,
     pub trigger_kind: TriggerKind,
+    /// The job existed already with the request's key: nothing was enqueued.
+    pub existing: bool,
 }
 
-/// Enqueue inside the caller's transaction: read the catalog row, validate every input against
-/// its input schema, pin the execution metadata onto `job`, insert `job` and `job_queue`, and
-/// notify waiting workers (delivered when the transaction commits).
+/// The pinned columns, as the catalog and a job both hold them.
+const PINNED: &str = "git_source_id, commit_sha, entrypoint, input_schema, output_schema, timeout_s, tag,
+                      network, memory_mb, max_processes, retry_max, retry_backoff_s, retry_max_backoff_s";
+
+/// Enqueue inside the caller's transaction: read the pins (the catalog row, or the job rerun or
+/// retried), validate every input against the input schema, pin the execution metadata onto
+/// `job`, insert `job` and `job_queue`, and notify waiting workers (delivered when the transaction
+/// commits). A fire time of a schedule already enqueued is skipped (not returned); with a key, an
+/// existing job of the key is returned as `existing`.
 pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result<Vec<Enqueued>> {
     if let Some(tag) = request.tag {
         crate::source::check_tag(tag)?;
     }
-    // KEY SHARE keeps a concurrent sync from deleting the action until this enqueue commits; the
-    // row read is one consistent version, so the job pins the catalog exactly as one sync left it.
-    let action = tx
-        .query_opt(
-            "SELECT git_source_id, commit_sha, entrypoint, input_schema, output_schema, timeout_s, tag,
-                    network, memory_mb, max_processes
-               FROM action
-              WHERE app_key = $1 AND action_key = $2
-                FOR KEY SHARE",
-            &[&request.app, &request.action],
-        )?
-        .with_context(|| {
-            format!("unknown action {}/{}: `wf actions` lists the catalog", request.app, request.action)
-        })?;
-    let input_schema: Option<Value> = action.get("input_schema");
+    if let Some(key) = request.key
+        && let Some(existing) = existing(tx, key, request)?
+    {
+        return Ok(vec![existing]);
+    }
+    let pins = pins(tx, request)?;
+    let input_schema: Option<Value> = pins.get("input_schema");
     if let Some(schema) = &input_schema {
         validate_inputs(schema, &request.inputs)?;
     }
-    let tag: String = request.tag.map(str::to_string).unwrap_or_else(|| action.get("tag"));
+    let tag: String = request.tag.map(str::to_string).unwrap_or_else(|| pins.get("tag"));
     let (at, delay_s): (Option<DateTime<Utc>>, f64) = match request.when {
         When::Now => (None, 0.0),
         When::At(at) => (Some(at), 0.0),
         When::In(delay) => (None, delay.as_secs_f64()),
     };
+    let (rerun_of, retry_of, retry_number) = match request.origin {
+        Origin::New => (None, None, 0),
+        Origin::RerunOf(job) => (Some(job), None, 0),
+        Origin::RetryOf { job, number } => (None, Some(job), number),
+    };
     let ids: Vec<Uuid> = request.inputs.iter().map(|_| Uuid::new_v4()).collect();
+    // ON CONFLICT DO NOTHING: a schedule's fire time enqueued already, or a key taken by a
+    // concurrent enqueue (which this waits for), inserts nothing and returns nothing.
     let rows = tx.query(
         "WITH due AS (SELECT coalesce($12::timestamptz, now() + make_interval(secs => $13)) AS at),
          pinned AS (
              INSERT INTO job (id, app_key, action_key, git_source_id, commit_sha, entrypoint,
                               input_schema, output_schema, timeout_s, tag, priority, input,
                               trigger_kind, schedule_name, scheduled_for,
-                              network, memory_mb, max_processes)
+                              network, memory_mb, max_processes,
+                              retry_max, retry_backoff_s, retry_max_backoff_s,
+                              rerun_of, retry_of, retry_number, idempotency_key,
+                              schedule_fire, no_overlap)
              SELECT i.id, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, i.input, $11, $14, due.at,
-                    $17, $18, $19
+                    $17, $18, $19, $20, $21, $22, $23, $24, $25, $26,
+                    CASE WHEN $14::text IS NOT NULL THEN due.at END, $27
                FROM unnest($15::uuid[], $16::jsonb[]) WITH ORDINALITY AS i(id, input, n), due
               ORDER BY i.n
+             ON CONFLICT DO NOTHING
              RETURNING id, scheduled_for
          ),
          queued AS (
@@ -99,27 +164,43 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
         &[
             &request.app,
             &request.action,
-            &action.get::<_, Uuid>("git_source_id"),
-            &action.get::<_, String>("commit_sha"),
-            &action.get::<_, String>("entrypoint"),
+            &pins.get::<_, Uuid>("git_source_id"),
+            &pins.get::<_, String>("commit_sha"),
+            &pins.get::<_, String>("entrypoint"),
             &input_schema,
-            &action.get::<_, Option<Value>>("output_schema"),
-            &action.get::<_, i32>("timeout_s"),
+            &pins.get::<_, Option<Value>>("output_schema"),
+            &pins.get::<_, i32>("timeout_s"),
             &tag,
             &request.priority,
             &request.trigger_kind.as_str(),
             &at,
             &delay_s,
-            &request.schedule_name,
+            &request.schedule.map(|schedule| schedule.name),
             &ids,
             &request.inputs,
-            &action.get::<_, Option<bool>>("network"),
-            &action.get::<_, Option<i32>>("memory_mb"),
-            &action.get::<_, Option<i32>>("max_processes"),
+            &pins.get::<_, Option<bool>>("network"),
+            &pins.get::<_, Option<i32>>("memory_mb"),
+            &pins.get::<_, Option<i32>>("max_processes"),
+            &pins.get::<_, Option<i32>>("retry_max"),
+            &pins.get::<_, Option<f64>>("retry_backoff_s"),
+            &pins.get::<_, Option<f64>>("retry_max_backoff_s"),
+            &rerun_of,
+            &retry_of,
+            &retry_number,
+            &request.key,
+            &request.schedule.is_some_and(|schedule| schedule.no_overlap),
         ],
     )?;
+    if let Some(key) = request.key
+        && rows.is_empty()
+    {
+        return match existing(tx, key, request)? {
+            Some(existing) => Ok(vec![existing]),
+            None => bail!("the key {key:?} was taken and released while this enqueue waited; enqueue again"),
+        };
+    }
     tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &tag])?;
-    let commit_sha: String = action.get("commit_sha");
+    let commit_sha: String = pins.get("commit_sha");
     let mut enqueued: Vec<Enqueued> = rows
         .iter()
         .map(|row| Enqueued {
@@ -131,12 +212,73 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
             commit_sha: commit_sha.clone(),
             scheduled_for: row.get(1),
             trigger_kind: request.trigger_kind,
+            existing: false,
         })
         .collect();
     // RETURNING order is not guaranteed; report jobs in input order.
     let order: std::collections::HashMap<Uuid, usize> = ids.iter().enumerate().map(|(n, id)| (*id, n)).collect();
     enqueued.sort_by_key(|job| order[&job.id]);
     Ok(enqueued)
+}
+
+/// The pinned metadata the request's jobs take.
+fn pins(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result<Row> {
+    match request.pin {
+        Pin::Catalog => {
+            // KEY SHARE keeps a concurrent sync from deleting the action until this enqueue
+            // commits; the row read is one consistent version, so the job pins the catalog
+            // exactly as one sync left it.
+            let action = tx.query_opt(
+                &format!("SELECT {PINNED} FROM action WHERE app_key = $1 AND action_key = $2 FOR KEY SHARE"),
+                &[&request.app, &request.action],
+            )?;
+            match action {
+                Some(action) => Ok(action),
+                None => bail!("{}", crate::source::catalog::unknown_action(tx, request.app, request.action)?),
+            }
+        }
+        Pin::Job(id) => {
+            let job = tx.query_opt(&format!("SELECT {PINNED} FROM job WHERE id = $1"), &[&id])?;
+            match job {
+                Some(job) => Ok(job),
+                None => bail!("no such job: {id}"),
+            }
+        }
+    }
+}
+
+/// The job that holds `key`, if any; a job of another action holding it is an error.
+fn existing(tx: &mut Transaction<'_>, key: &str, request: &Request<'_>) -> Result<Option<Enqueued>> {
+    let row = tx.query_opt(
+        "SELECT j.id, j.app_key, j.action_key, j.tag, j.priority, j.commit_sha,
+                coalesce(q.scheduled_for, j.scheduled_for), j.trigger_kind
+           FROM job j LEFT JOIN job_queue q ON q.job_id = j.id
+          WHERE j.idempotency_key = $1",
+        &[&key],
+    )?;
+    let Some(row) = row else { return Ok(None) };
+    let job = Enqueued {
+        id: row.get(0),
+        app: row.get(1),
+        action: row.get(2),
+        tag: row.get(3),
+        priority: row.get(4),
+        commit_sha: row.get(5),
+        scheduled_for: row.get(6),
+        trigger_kind: row.get(7),
+        existing: true,
+    };
+    if (job.app.as_str(), job.action.as_str()) != (request.app, request.action) {
+        bail!(
+            "the key {key:?} belongs to job {} of {}/{}, not to {}/{}",
+            job.id,
+            job.app,
+            job.action,
+            request.app,
+            request.action
+        );
+    }
+    Ok(Some(job))
 }
 
 /// Validate inputs against a schema; the error names each input (for batches) and JSON path.

@@ -3,7 +3,7 @@
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use postgres::{Client, Row};
 use serde_json::Value;
@@ -35,6 +35,13 @@ pub(crate) struct JobView {
     pub completed_at: Option<DateTime<Utc>>,
     pub canceled_by: Option<String>,
     pub canceled_reason: Option<String>,
+    /// The schedule that enqueued it.
+    pub schedule: Option<String>,
+    pub rerun_of: Option<Uuid>,
+    /// The failed job this one retries.
+    pub retry_of: Option<Uuid>,
+    /// Its idempotency key.
+    pub key: Option<String>,
 }
 
 impl JobView {
@@ -59,6 +66,10 @@ impl JobView {
             completed_at: row.get("completed_at"),
             canceled_by: row.get("canceled_by"),
             canceled_reason: row.get("canceled_reason"),
+            schedule: row.get("schedule_name"),
+            rerun_of: row.get("rerun_of"),
+            retry_of: row.get("retry_of"),
+            key: row.get("idempotency_key"),
         }
     }
 }
@@ -75,7 +86,8 @@ SELECT j.id, j.app_key, j.action_key, j.commit_sha, j.tag, j.priority, j.trigger
        CASE WHEN c.job_id IS NOT NULL THEN c.status
             WHEN q.running THEN 'running'
             WHEN q.scheduled_for > now() THEN 'scheduled'
-            ELSE 'queued' END AS status
+            ELSE 'queued' END AS status,
+       j.schedule_name, j.rerun_of, j.retry_of, j.idempotency_key
   FROM job j
   LEFT JOIN job_queue q ON q.job_id = j.id
   LEFT JOIN job_completed c ON c.job_id = j.id";
@@ -107,26 +119,102 @@ pub(crate) fn wait_until_finished(client: &mut Client, id: Uuid, timeout: Option
     Ok(job)
 }
 
-/// Jobs, newest first, with optional filters.
-pub(crate) fn list(
-    client: &mut Client,
-    status: Option<JobStatus>,
-    app: Option<&str>,
-    tag: Option<&str>,
-    limit: i64,
-) -> Result<Vec<JobView>> {
+/// A moment given on the command line: a time, or a duration before the database's now.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Moment {
+    At(DateTime<Utc>),
+    Ago(Duration),
+}
+
+impl Moment {
+    /// The two bind parameters of `coalesce($at, now() - make_interval(secs => $ago))`.
+    fn params(moment: Option<Moment>) -> (Option<DateTime<Utc>>, Option<f64>) {
+        match moment {
+            Some(Moment::At(at)) => (Some(at), None),
+            Some(Moment::Ago(ago)) => (None, Some(ago.as_secs_f64())),
+            None => (None, None),
+        }
+    }
+}
+
+/// Which jobs `wf jobs` lists.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Filter<'a> {
+    pub status: Option<JobStatus>,
+    pub app: Option<&'a str>,
+    pub action: Option<&'a str>,
+    pub tag: Option<&'a str>,
+    pub schedule: Option<&'a str>,
+    /// Created at or after.
+    pub since: Option<Moment>,
+    /// Created before.
+    pub until: Option<Moment>,
+}
+
+/// Jobs, newest first, that pass the filter: `limit` of them after skipping `offset`.
+pub(crate) fn list(client: &mut Client, filter: &Filter<'_>, limit: i64, offset: i64) -> Result<Vec<JobView>> {
+    let (since_at, since_ago) = Moment::params(filter.since);
+    let (until_at, until_ago) = Moment::params(filter.until);
     let rows = client.query(
         &format!(
             "SELECT * FROM ({JOB_VIEW}) v
               WHERE ($1::text IS NULL OR v.status = $1)
                 AND ($2::text IS NULL OR v.app_key = $2)
                 AND ($3::text IS NULL OR v.tag = $3)
+                AND ($4::text IS NULL OR v.action_key = $4)
+                AND ($11::text IS NULL OR v.schedule_name = $11)
+                AND v.created_at >= coalesce($5, now() - make_interval(secs => $6), '-infinity')
+                AND v.created_at < coalesce($7, now() - make_interval(secs => $8), 'infinity')
               ORDER BY v.created_at DESC, v.id
-              LIMIT $4"
+              LIMIT $9 OFFSET $10"
         ),
-        &[&status.map(JobStatus::as_str), &app, &tag, &limit],
+        &[
+            &filter.status.map(JobStatus::as_str),
+            &filter.app,
+            &filter.tag,
+            &filter.action,
+            &since_at,
+            &since_ago,
+            &until_at,
+            &until_ago,
+            &limit,
+            &offset,
+            &filter.schedule,
+        ],
     )?;
     Ok(rows.iter().map(JobView::from_row).collect())
+}
+
+/// The job an operator means by `text`: a whole id, or its first hex digits (at least 4, dashes
+/// optional) when they start exactly one job's id. The prefix is a range of the primary key.
+pub(crate) fn resolve_id(client: &mut Client, text: &str) -> Result<Uuid> {
+    let given = text.trim();
+    if let Ok(id) = Uuid::parse_str(given) {
+        return Ok(id);
+    }
+    let digits: String = given.chars().filter(|c| *c != '-').collect::<String>().to_ascii_lowercase();
+    if digits.len() < 4 || digits.len() > 32 || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
+        bail!("{text:?} is not a job id (a UUID, or at least its first 4 hex digits)");
+    }
+    let bound = |fill: char| {
+        let mut full = digits.clone();
+        full.extend(std::iter::repeat_n(fill, 32 - digits.len()));
+        Uuid::parse_str(&full).expect("32 hex digits")
+    };
+    let ids: Vec<Uuid> = client
+        .query("SELECT id FROM job WHERE id BETWEEN $1 AND $2 ORDER BY id LIMIT 6", &[&bound('0'), &bound('f')])?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    match ids.as_slice() {
+        [] => bail!("no job id starts with {given}"),
+        [id] => Ok(*id),
+        [..] => {
+            let shown: Vec<String> = ids.iter().take(5).map(Uuid::to_string).collect();
+            let more = if ids.len() > 5 { ", ..." } else { "" };
+            bail!("{given} is ambiguous: it starts the ids of {}{more}; give more of the id", shown.join(", "))
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -145,25 +233,53 @@ pub(crate) fn logs(client: &mut Client, id: Uuid, after_id: i64) -> Result<Vec<L
           WHERE job_id = $1 AND id > $2 ORDER BY id",
         &[&id, &after_id],
     )?;
-    Ok(rows
-        .iter()
-        .map(|r| LogEntry { id: r.get(0), attempt: r.get(1), stream: r.get(2), line: r.get(3), created_at: r.get(4) })
-        .collect())
+    Ok(rows.iter().map(log_entry).collect())
+}
+
+/// The last `tail` log lines of a job (all when None) written since `since`, in order.
+pub(crate) fn last_logs(
+    client: &mut Client,
+    id: Uuid,
+    tail: Option<i64>,
+    since: Option<Moment>,
+) -> Result<Vec<LogEntry>> {
+    let (since_at, since_ago) = Moment::params(since);
+    let rows = client.query(
+        "SELECT * FROM (
+             SELECT id, attempt, stream, line, created_at FROM job_logs
+              WHERE job_id = $1
+                AND created_at >= coalesce($2, now() - make_interval(secs => $3), '-infinity')
+              ORDER BY id DESC
+              LIMIT $4) last
+          ORDER BY id",
+        &[&id, &since_at, &since_ago, &tail],
+    )?;
+    Ok(rows.iter().map(log_entry).collect())
+}
+
+/// The id of a job's last log line (0: none yet), where following starts after it.
+pub(crate) fn last_log_id(client: &mut Client, id: Uuid) -> Result<i64> {
+    let row = client.query_one("SELECT coalesce(max(id), 0) FROM job_logs WHERE job_id = $1", &[&id])?;
+    Ok(row.get(0))
+}
+
+fn log_entry(row: &Row) -> LogEntry {
+    LogEntry { id: row.get(0), attempt: row.get(1), stream: row.get(2), line: row.get(3), created_at: row.get(4) }
 }
 
 /// How often a follower of a running job's logs looks for new lines (no notification announces them).
 const FOLLOW_POLL: Duration = Duration::from_millis(500);
 
-/// Hand a job's log lines to `show` as they are written, until it finished and every line was
+/// Hand a job's log lines after `after` to `show` as they are written, until it finished and every line was
 /// shown. "Finished?" is asked before each fetch, never after: the completion's transaction
 /// writes the last lines, so only a fetch that starts after the job was seen finished has them.
 pub(crate) fn follow_logs(
     client: &mut Client,
     id: Uuid,
+    mut after: i64,
     mut show: impl FnMut(&[LogEntry]) -> Result<()>,
 ) -> Result<()> {
     let id_text = id.to_string();
-    let mut after = 0;
     // Without a deadline, only the look's break ends the wait.
     let _: ControlFlow<()> = Listener::listen(client, CHANNEL_COMPLETED)?.look_until(
         None,

@@ -9,9 +9,11 @@ pub(crate) mod heartbeat;
 pub(crate) mod inspect;
 pub(crate) mod job;
 pub(crate) mod logs;
+pub(crate) mod overlap;
 pub(crate) mod prune;
 pub(crate) mod reaper;
 pub(crate) mod release;
+pub(crate) mod retry;
 
 /// Channel notified when jobs become claimable (enqueue, requeue); the payload is the tag.
 pub const CHANNEL_ENQUEUED: &str = "wf_enqueued";

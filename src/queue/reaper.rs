@@ -75,11 +75,11 @@ fn requeue(tx: &mut postgres::Transaction<'_>, ids: &[Uuid]) -> Result<()> {
     }
     tx.execute(
         "INSERT INTO job_logs (job_id, attempt, stream, line)
-         SELECT q.job_id, q.restarts + 1, 'wf',
+         SELECT q.job_id, q.restarts + q.releases + 1, 'wf',
                 format('reaped: worker %s stopped sending heartbeats (last ping %s); '
                        'requeued as attempt %s after %s s', q.worker,
                        coalesce(to_char(r.ping AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), 'never'),
-                       q.restarts + 2, least(power(2, q.restarts), 300))
+                       q.restarts + q.releases + 2, least(power(2, q.restarts), 300))
            FROM job_queue q LEFT JOIN job_runtime r ON r.job_id = q.job_id
           WHERE q.job_id = ANY($1)",
         &[&ids],

@@ -11,7 +11,7 @@ use super::job::JobStatus;
 use super::logs::{self, LogLine};
 
 /// Put a job back in the queue at once because its worker is shutting down cleanly (not a crash:
-/// restarts unchanged), with the attempt's last log lines in the same transaction. Gated by
+/// restarts unchanged; its next run is the next attempt), with the attempt's last log lines in the same transaction. Gated by
 /// ownership; a job with a cancel mark is completed as canceled instead. Returns false when the
 /// claim no longer owned the job (nothing is written then).
 pub(crate) fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i32, lines: &[LogLine]) -> Result<bool> {
@@ -30,7 +30,8 @@ pub(crate) fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i
     } else {
         logs::note(&mut tx, job_id, attempt, "worker shutting down: the job was stopped and put back in the queue")?;
         tx.execute(
-            "UPDATE job_queue SET running = false, worker = NULL, started_at = NULL, scheduled_for = now()
+            "UPDATE job_queue SET running = false, worker = NULL, started_at = NULL, scheduled_for = now(),
+                                 releases = releases + 1
               WHERE job_id = $1 AND worker = $2",
             &[&job_id, &claim],
         )?;

@@ -44,6 +44,41 @@ function asText(value, fallback) {
   return describe(value);
 }
 
+// This file, as stack frames name it: its frames are wf's, not the action's, and are left out.
+const self = new URL(import.meta.url).pathname;
+
+function withoutOwnFrames(stack) {
+  return stack
+    .split("\n")
+    .filter((line) => !line.includes(self))
+    .join("\n");
+}
+
+// bun's own load errors (BuildMessage, ResolveMessage: a syntax error, a missing import) carry
+// their location in `position` instead of a stack: "file:line:column: text", then the source line
+// and a caret under the column, as a compiler prints them.
+function located(message) {
+  const text = asText(field(message, "message"), "");
+  const position = field(message, "position");
+  if (!position || typeof position !== "object" || !position.file) return { text, where: "" };
+  const where = `${position.file}:${position.line}:${position.column}`;
+  let source = "";
+  if (typeof position.lineText === "string" && position.lineText !== "") {
+    const caret = " ".repeat(Math.max(0, Number(position.column) - 1)) + "^";
+    source = `\n    ${position.lineText}\n    ${caret}`;
+  }
+  return { text, where, source };
+}
+
+// A module that does not build fails its import with one BuildMessage, or with an AggregateError
+// ("2 errors building ...") holding one per problem: every message is kept, with its place.
+function buildMessages(thrown) {
+  const errors = field(thrown, "errors");
+  const messages = Array.isArray(errors) ? errors : [thrown];
+  const built = messages.map(located).filter((message) => message.where !== "");
+  return built.length === messages.length && built.length > 0 ? built : null;
+}
+
 // Every failure becomes {"name","message","stack"}, also when the action throws a string, a plain
 // object or something that is not an Error from this realm.
 function errorObject(thrown) {
@@ -53,13 +88,13 @@ function errorObject(thrown) {
     return { name: "Error", message: describe(thrown), stack: "" };
   }
   const name = asText(field(thrown, "name"), "Error");
-  const message = asText(field(thrown, "message"), "");
-  let stack = asText(field(thrown, "stack"), "");
-  // bun's own load errors (BuildMessage, ResolveMessage: a syntax error, a missing import) carry
-  // their location in `position` instead of a stack.
-  const position = field(thrown, "position");
-  if (stack === "" && position && typeof position === "object" && position.file) {
-    stack = `${name}: ${message}\n    at ${position.file}:${position.line}:${position.column}`;
+  let message = asText(field(thrown, "message"), "");
+  let stack = withoutOwnFrames(asText(field(thrown, "stack"), ""));
+  const built = buildMessages(thrown);
+  if (built) {
+    const each = built.map((m) => `${m.where}: ${m.text}`);
+    message = built.length === 1 ? each[0] : `${message}: ${each.join("; ")}`;
+    stack = built.map((m) => `${m.where}: error: ${m.text}${m.source}`).join("\n");
   }
   return { name, message, stack };
 }

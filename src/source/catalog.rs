@@ -84,14 +84,17 @@ pub(crate) fn replace(
             tx.execute(
                 "INSERT INTO action (app_key, action_key, git_source_id, commit_sha, entrypoint,
                                      input_schema, output_schema, timeout_s, tag,
-                                     network, memory_mb, max_processes)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                                     network, memory_mb, max_processes,
+                                     retry_max, retry_backoff_s, retry_max_backoff_s)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
                  ON CONFLICT (app_key, action_key) DO UPDATE SET
                      git_source_id = EXCLUDED.git_source_id, commit_sha = EXCLUDED.commit_sha,
                      entrypoint = EXCLUDED.entrypoint, input_schema = EXCLUDED.input_schema,
                      output_schema = EXCLUDED.output_schema, timeout_s = EXCLUDED.timeout_s,
                      tag = EXCLUDED.tag, network = EXCLUDED.network, memory_mb = EXCLUDED.memory_mb,
-                     max_processes = EXCLUDED.max_processes, updated_at = now()",
+                     max_processes = EXCLUDED.max_processes, retry_max = EXCLUDED.retry_max,
+                     retry_backoff_s = EXCLUDED.retry_backoff_s,
+                     retry_max_backoff_s = EXCLUDED.retry_max_backoff_s, updated_at = now()",
                 &[
                     &app.key,
                     &action.key,
@@ -105,6 +108,9 @@ pub(crate) fn replace(
                     &action.sandbox.network,
                     &action.sandbox.memory_mb,
                     &action.sandbox.max_processes,
+                    &action.retries.map(|retries| retries.max),
+                    &action.retries.map(|retries| retries.backoff_s),
+                    &action.retries.map(|retries| retries.max_backoff_s),
                 ],
             )?;
             action_apps.push(app.key.clone());
@@ -146,4 +152,55 @@ pub(crate) fn list(client: &mut impl GenericClient, source: Option<&str>) -> Res
             entrypoint: row.get(6),
         })
         .collect())
+}
+
+/// What to say of an action the catalog does not have: the names closest to it, if any is close
+/// (a typo, a wrong app), and where the catalog is listed.
+pub(crate) fn unknown_action(client: &mut impl GenericClient, app: &str, action: &str) -> Result<String> {
+    let wanted = format!("{app}/{action}");
+    let names: Vec<String> =
+        client.query("SELECT app_key || '/' || action_key FROM action", &[])?.iter().map(|row| row.get(0)).collect();
+    let mut close: Vec<(usize, String)> = names
+        .into_iter()
+        .map(|name| (distance(&wanted, &name), name))
+        .filter(|(d, name)| *d <= (name.chars().count() / 3).max(2))
+        .collect();
+    close.sort();
+    let suggestion = match close.as_slice() {
+        [] => String::new(),
+        [(_, one)] => format!(" (did you mean {one}?)"),
+        more => {
+            let names: Vec<&str> = more.iter().take(3).map(|(_, name)| name.as_str()).collect();
+            format!(" (did you mean one of {}?)", names.join(", "))
+        }
+    };
+    Ok(format!("unknown action {wanted}{suggestion}: `wf actions` lists the catalog"))
+}
+
+/// Edits (insertions, deletions, substitutions) from `a` to `b`.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distance;
+
+    #[test]
+    fn distance_counts_edits() {
+        assert_eq!(distance("t/echo", "t/echo"), 0);
+        assert_eq!(distance("t/ecoh", "t/echo"), 2);
+        assert_eq!(distance("t/ech", "t/echo"), 1);
+        assert_eq!(distance("", "abc"), 3);
+    }
 }

@@ -46,6 +46,33 @@ pub(crate) struct App {
     pub actions: Vec<Action>,
 }
 
+/// Retries of a failed job (`"retries"`): at most `max`, the first after `backoff_s` seconds,
+/// doubling up to `max_backoff_s`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Retries {
+    pub max: i32,
+    pub backoff_s: f64,
+    pub max_backoff_s: f64,
+}
+
+/// Waits of retries when the manifest does not say.
+const DEFAULT_BACKOFF: &str = "10s";
+const DEFAULT_MAX_BACKOFF: &str = "10m";
+
+impl RetriesFile {
+    fn retries(&self) -> Retries {
+        // The schema let through only durations humantime reads.
+        let seconds = |given: &Option<String>, default: &str| {
+            humantime::parse_duration(given.as_deref().unwrap_or(default).trim()).map_or(0.0, |d| d.as_secs_f64())
+        };
+        Retries {
+            max: self.max,
+            backoff_s: seconds(&self.backoff, DEFAULT_BACKOFF),
+            max_backoff_s: seconds(&self.max_backoff, DEFAULT_MAX_BACKOFF),
+        }
+    }
+}
+
 /// How an action's sandbox is set up (an app's settings are its actions' defaults). None: the
 /// worker's default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,6 +105,8 @@ pub(crate) struct Action {
     pub tag: String,
     /// The action's own settings, else its app's.
     pub sandbox: Sandbox,
+    /// The action's retries, else its app's; None: a failure is final.
+    pub retries: Option<Retries>,
 }
 
 /// Every problem found in a manifest, one line each.
@@ -110,6 +139,15 @@ struct AppFile {
     network: Option<bool>,
     memory_mb: Option<i32>,
     max_processes: Option<i32>,
+    retries: Option<RetriesFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetriesFile {
+    max: i32,
+    backoff: Option<String>,
+    max_backoff: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -123,6 +161,7 @@ struct ActionFile {
     network: Option<bool>,
     memory_mb: Option<i32>,
     max_processes: Option<i32>,
+    retries: Option<RetriesFile>,
 }
 
 /// A schema given inline, or the path of its file in the repository.
@@ -198,6 +237,7 @@ fn manifest(file: ManifestFile, found: &Found) -> Manifest {
         .map(|(app_key, app)| {
             let app_sandbox =
                 Sandbox { network: app.network, memory_mb: app.memory_mb, max_processes: app.max_processes };
+            let app_retries = app.retries.as_ref().map(RetriesFile::retries);
             let actions = app
                 .actions
                 .into_iter()
@@ -219,6 +259,7 @@ fn manifest(file: ManifestFile, found: &Found) -> Manifest {
                             max_processes: action.max_processes,
                         }
                         .or(app_sandbox),
+                        retries: action.retries.as_ref().map(RetriesFile::retries).or(app_retries),
                         key,
                     }
                 })

@@ -2,7 +2,9 @@
 //! a reaper pass on the side; a clean shutdown on SIGINT/SIGTERM that loses no job.
 
 mod connection;
+mod events;
 mod heart;
+pub(crate) mod registry;
 mod slot;
 mod wake;
 
@@ -114,6 +116,8 @@ struct Handed {
 /// State shared by the slots of one worker process.
 struct Shared {
     options: Options,
+    /// This worker process in the registry: NAME#INSTANCE, the prefix of each of its claims.
+    worker_id: String,
     database: Database,
     secret: Vec<u8>,
     store: PathBuf,
@@ -212,6 +216,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         );
     }
     let shared = Arc::new(Shared {
+        worker_id: format!("{}#{}", options.name, &uuid::Uuid::new_v4().simple().to_string()[..8]),
         budget: AtomicI64::new(match options.until {
             Until::Jobs(n) => i64::try_from(n).unwrap_or(i64::MAX),
             _ => 0,
@@ -271,6 +276,13 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
             }
         }
     }
+    let registry = {
+        let (shared, done) = (Arc::clone(&shared), Arc::clone(&done));
+        std::thread::Builder::new()
+            .name("registry".to_string())
+            .spawn(move || registry::keep_fresh(&shared, &done))
+            .context("starting the worker's registry thread")?
+    };
     let reaper = match shared.options.reap {
         true => {
             let (shared, done) = (Arc::clone(&shared), Arc::clone(&done));
@@ -299,7 +311,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         }
     }
     done.store(true, Ordering::SeqCst);
-    for thread in reaper.into_iter().chain([listener]) {
+    for thread in reaper.into_iter().chain([listener, registry]) {
         if let Err(panic) = thread.join() {
             first_panic.get_or_insert(panic);
         }
@@ -361,6 +373,8 @@ fn reaper_loop(shared: &Shared, done: &AtomicBool) {
         shared.options.zombie_timeout / 4,
     );
     let mut next = Instant::now();
+    // A failing pass is said once, and the first that succeeds again once.
+    let mut failing = false;
     while !done.load(Ordering::SeqCst) {
         if Instant::now() >= next {
             next = Instant::now() + period;
@@ -371,6 +385,9 @@ fn reaper_loop(shared: &Shared, done: &AtomicBool) {
                     shared.options.restart_limit,
                 )
             });
+            if pass.is_ok() && std::mem::replace(&mut failing, false) {
+                diag!("worker {}: reaper passes succeed again", shared.options.name);
+            }
             match pass {
                 Ok(reaped) if reaped != Default::default() && !shared.options.quiet => diag!(
                     "worker {}: reaper: requeued {}, failed {}, canceled {}",
@@ -381,7 +398,9 @@ fn reaper_loop(shared: &Shared, done: &AtomicBool) {
                 ),
                 Ok(_) => {}
                 Err(error) => {
-                    diag!("worker {}: reaper pass failed: {error:#}", shared.options.name);
+                    if !std::mem::replace(&mut failing, true) {
+                        diag!("worker {}: reaper pass failed: {error:#}; retrying", shared.options.name);
+                    }
                     connection.reset_if_lost(&error);
                 }
             }

@@ -10,6 +10,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::connection::Connection;
+use super::events::{JobEvent, job_event};
 use super::heart::{Heart, Verdict};
 use super::{Isolation, Shared, Until};
 use crate::db::failure::{Failure, classify};
@@ -18,7 +19,7 @@ use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded};
 use crate::queue::job::{JobError, JobStatus};
 use crate::queue::logs::{LogBuffer, LogLine};
-use crate::queue::release;
+use crate::queue::{overlap, release, retry};
 use crate::runner::{self, Event, Limits, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Stream};
 use crate::source::store;
 use crate::token;
@@ -80,10 +81,9 @@ impl Trouble {
 }
 
 pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
-    let name = &shared.options.name;
     let mut link = Link::new(shared, index)?;
     let mut trouble = Trouble::default();
-    let new_claim = || format!("{name}#{}", &Uuid::new_v4().simple().to_string()[..12]);
+    let new_claim = || format!("{}.{}", shared.worker_id, &Uuid::new_v4().simple().to_string()[..12]);
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
             release_handed(shared, &mut link.connection);
@@ -167,6 +167,9 @@ fn release_handed(shared: &Shared, connection: &mut Connection) {
     }
 }
 
+/// How an attempt ended, as its completion records it: status, result, error.
+type Ending = (JobStatus, Option<Value>, Option<Value>);
+
 /// Why the worker stopped a job's process tree before it finished.
 #[derive(Debug, Clone, PartialEq)]
 enum StopReason {
@@ -178,10 +181,40 @@ enum StopReason {
     Shutdown,
 }
 
+impl StopReason {
+    /// As the worker's journal says it.
+    fn word(&self) -> &'static str {
+        match self {
+            StopReason::Canceled => "cancel",
+            StopReason::TimedOut => "timeout",
+            StopReason::Lost => "lost",
+            StopReason::Shutdown => "shutdown",
+        }
+    }
+}
+
 /// Run one claimed job to its completion; returns the link for the next (a new one when the
 /// heart got stuck in a database call).
-fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed_at: Instant) -> Result<Link> {
+fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> Result<Link> {
     let name = &shared.options.name;
+    job_event(shared, &job, JobEvent::Claimed);
+    if job.no_overlap {
+        let skipped =
+            link.connection.client().and_then(|client| overlap::skip_if_overlapping(client, job.id, &job.claim));
+        match skipped {
+            Ok(Some(reason)) => {
+                let mut logs = LogBuffer::default();
+                logs.push("wf", reason);
+                record(shared, &mut link.connection, &job, claimed, (JobStatus::Canceled, None, None), logs);
+                return Ok(link);
+            }
+            Ok(None) => {}
+            // The job runs: an overlap it could not rule out is less harm than a fire time lost.
+            Err(error) => {
+                diag!("worker {name}: checking whether job {} overlaps an earlier run failed: {error:#}", job.id)
+            }
+        }
+    }
     let tree = store::commit_dir(&shared.store, job.git_source_id, &job.commit_sha);
     if let Err(error) = prepare(shared, &tree) {
         let error = JobError::new("SourceNotMaterialized", format!("commit {}: {error:#}", job.commit_sha));
@@ -189,9 +222,8 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed_at: Instant) -
             shared,
             &mut link.connection,
             &job,
-            JobStatus::Failure,
-            None,
-            Some(error.to_value()),
+            claimed,
+            (JobStatus::Failure, None, Some(error.to_value())),
             LogBuffer::default(),
         );
         return Ok(link);
@@ -217,22 +249,15 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed_at: Instant) -
         Ok(running) => running,
         Err(error) => {
             let error = JobError::new("StartError", format!("{error:#}"));
-            record(
-                shared,
-                &mut link.connection,
-                &job,
-                JobStatus::Failure,
-                None,
-                Some(error.to_value()),
-                LogBuffer::default(),
-            );
+            let ending = (JobStatus::Failure, None, Some(error.to_value()));
+            record(shared, &mut link.connection, &job, claimed, ending, LogBuffer::default());
             return Ok(link);
         }
     };
 
     let Link { connection, heart, name: link_name } = link;
     let period = shared.options.heartbeat;
-    heart.begin(connection, job.id, &job.claim, job.attempt(), shared.options.zombie_timeout, period, claimed_at);
+    heart.begin(connection, job.id, &job.claim, job.attempt(), shared.options.zombie_timeout, period, claimed);
     let mut logs = LogBuffer::default();
     let stop = watch(shared, &job, &running, &heart, &mut logs);
     let outcome = running.finish();
@@ -279,7 +304,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed_at: Instant) -
         (_, Outcome::Failed { name, message }) => failure(JobError::new(&name, message)),
         (None, Outcome::Stopped) => failure(JobError::new("ProcessError", "the action's process was stopped")),
     };
-    record(shared, &mut link.connection, &job, status, result, error, logs);
+    record(shared, &mut link.connection, &job, claimed, (status, result, error), logs);
     Ok(link)
 }
 
@@ -341,7 +366,8 @@ fn watch(shared: &Shared, job: &Claimed, running: &Running, heart: &Heart, logs:
                 None if shared.kill.load(Ordering::SeqCst) => Some(StopReason::Shutdown),
                 None => None,
             };
-            if stop.is_some() {
+            if let Some(reason) = &stop {
+                job_event(shared, job, JobEvent::Killed { reason: reason.word() });
                 running.stop();
             }
         }
@@ -416,12 +442,14 @@ fn record(
     shared: &Shared,
     connection: &mut Connection,
     job: &Claimed,
-    status: JobStatus,
-    result: Option<Value>,
-    error: Option<Value>,
+    claimed: Instant,
+    (status, result, error): Ending,
     mut logs: LogBuffer,
 ) {
     let name = &shared.options.name;
+    if let Some(error) = &error {
+        log_error(&mut logs, error);
+    }
     let mut completion = Completion {
         job_id: job.id,
         claim: job.claim.clone(),
@@ -436,19 +464,26 @@ fn record(
     let mut retried = false;
     let mut rewritten = false;
     loop {
-        let attempt = connection.client().and_then(|client| complete::complete(client, &completion));
+        let attempt = connection.client().and_then(|client| match completion.status {
+            JobStatus::Failure => retry::complete_failure(client, &completion),
+            _ => complete::complete(client, &completion).map(|recorded| (recorded, None)),
+        });
         match attempt {
-            Ok(Recorded::Completed) if !retried && crate::fault::at("complete-lost-ack") => {
+            Ok((Recorded::Completed, _)) if !retried && crate::fault::at("complete-lost-ack") => {
                 // The commit landed but its answer is lost, as when the connection drops during
                 // COMMIT: retry exactly as then.
                 retried = true;
                 connection.reset();
             }
-            Ok(Recorded::Completed) => {
+            Ok((Recorded::Completed, follow)) => {
                 trouble.recovered(shared);
-                break count(shared, completion.status);
+                finished(shared, job, completion.status, claimed);
+                if let Some(retry) = follow {
+                    job_event(shared, job, JobEvent::Retried(retry));
+                }
+                break;
             }
-            Ok(Recorded::Fenced) => {
+            Ok((Recorded::Fenced, _)) => {
                 trouble.recovered(shared);
                 // After a lost acknowledgement the gate finds nothing: did our own commit land?
                 let ours = retried
@@ -457,7 +492,7 @@ fn record(
                         .and_then(|client| complete::completed_by(client, job.id, &job.claim))
                         .unwrap_or(false);
                 if ours {
-                    break count(shared, completion.status);
+                    break finished(shared, job, completion.status, claimed);
                 }
                 diag!("worker {name}: job {} is no longer ours (reaped?): completion skipped", job.id);
                 shared.fenced.fetch_add(1, Ordering::SeqCst);
@@ -485,6 +520,28 @@ fn record(
     }
 }
 
+/// A failed job's error, also at the end of its logs: whoever reads the logs sees why it ended
+/// (bun's build messages of an action that does not compile, with their places), without the
+/// first line of the stack when it only repeats the name and message.
+fn log_error(logs: &mut LogBuffer, error: &Value) {
+    let text = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or_default();
+    let headline = format!("{}: {}", text("name"), text("message"));
+    let mut stack = text("stack").lines().peekable();
+    if stack.peek() == Some(&headline.as_str()) {
+        stack.next();
+    }
+    logs.push("wf", format!("failed: {headline}"));
+    for line in stack {
+        logs.push("wf", line.to_string());
+    }
+}
+
+/// A completion recorded: counted and journaled.
+fn finished(shared: &Shared, job: &Claimed, status: JobStatus, claimed: Instant) {
+    count(shared, status);
+    job_event(shared, job, JobEvent::Finished { status, took: claimed.elapsed() });
+}
+
 fn count(shared: &Shared, status: JobStatus) {
     let counter = match status {
         JobStatus::Success => &shared.succeeded,
@@ -508,6 +565,7 @@ fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, mut logs
         match released {
             Ok(true) => {
                 shared.released.fetch_add(1, Ordering::SeqCst);
+                job_event(shared, job, JobEvent::Requeued);
                 return;
             }
             Ok(false) => {

@@ -49,6 +49,14 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
                  autovacuum_analyze_scale_factor, autovacuum_vacuum_cost_delay);
              ALTER TABLE job_runtime RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,
                  autovacuum_vacuum_cost_delay);
+             DROP TABLE worker; ALTER TABLE job_queue DROP COLUMN releases;
+             ALTER TABLE action DROP COLUMN retry_max, DROP COLUMN retry_backoff_s, DROP COLUMN retry_max_backoff_s;
+             ALTER TABLE job DROP COLUMN retry_max, DROP COLUMN retry_backoff_s, DROP COLUMN retry_max_backoff_s,
+                 DROP COLUMN retry_of, DROP COLUMN retry_number, DROP COLUMN rerun_of, DROP COLUMN idempotency_key,
+                 DROP COLUMN schedule_fire, DROP COLUMN no_overlap;
+             DROP INDEX job_schedule_created_idx;
+             CREATE UNIQUE INDEX job_schedule_fire_idx ON job (schedule_name, scheduled_for) WHERE schedule_name IS NOT NULL;
+             ALTER TABLE schedule DROP COLUMN no_overlap;
              DELETE FROM wf_migration WHERE version > 1;",
         )
         .unwrap();
@@ -56,7 +64,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     assert_eq!(behind.code, 1, "{behind:?}");
     assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
-    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5]));
+    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7]));
     env.wf(["actions"]).ok();
     let indexes: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");

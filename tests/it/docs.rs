@@ -50,7 +50,14 @@ fn committed_completions_and_man_pages_match_the_cli_definition() {
 #[test]
 fn docs_cover_every_visible_subcommand_and_hide_internal_ones() {
     let fresh = generate();
-    for name in ["completions/wf.bash", "completions/_wf", "completions/wf.fish", "man/wf.1", "man/wf-db.1"] {
+    for name in [
+        "completions/wf.bash",
+        "completions/_wf",
+        "completions/wf.fish",
+        "man/wf.1",
+        "man/wf-db.1",
+        "man/windforce.json.5",
+    ] {
         assert!(fresh.contains_key(name), "{name} is generated: {:?}", fresh.keys());
     }
     for name in ["man/wf-db-up.1", "man/wf-sync.1", "man/wf-token-verify.1", "man/wf-source-add.1"] {

@@ -174,6 +174,7 @@ fn enqueue_single_batch_and_wait() {
   "action": "echo",
   "app": "t",
   "commit_sha": "<sha>",
+  "existing": false,
   "id": "<uuid>",
   "priority": 3,
   "scheduled_for": "<time>",
@@ -249,6 +250,64 @@ fn cancel() {
 }
 
 #[test]
+fn rerun() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/echo", json!({}));
+    let rerun = env.wf(["rerun", &id, "--json"]).ok();
+    pin(
+        &rerun,
+        env.dir.path(),
+        &[],
+        r#"
+{
+  "action": "echo",
+  "app": "t",
+  "commit_sha": "<sha>",
+  "existing": false,
+  "id": "<uuid>",
+  "priority": 0,
+  "rerun_of": "<uuid>",
+  "scheduled_for": "<time>",
+  "tag": "default",
+  "trigger_kind": "manual"
+}"#,
+    );
+}
+
+#[test]
+fn schedule_update() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "s", "t/echo", "--cron", "0 3 * * *"]).ok();
+    let updated = env.wf(["schedule", "update", "s", "--cron", "0 4 * * *", "--no-overlap", "true", "--json"]).ok();
+    pin(
+        &updated,
+        env.dir.path(),
+        &[],
+        r#"
+{
+  "action": "echo",
+  "app": "t",
+  "cron": "0 4 * * *",
+  "enabled": true,
+  "enqueued_up_to": "<time>",
+  "input": {},
+  "last_fire_time": "<time>",
+  "name": "s",
+  "next_fire_time": "<time>",
+  "no_overlap": true,
+  "priority": 0,
+  "problem": null,
+  "state": "active",
+  "tag": null,
+  "tz": "UTC",
+  "withdrawn": 0
+}"#,
+    );
+}
+
+#[test]
 fn reap() {
     let env = TestEnv::new();
     let reaped = env.wf(["reap", "--json"]).ok();
@@ -297,11 +356,15 @@ fn jobs() {
     "input": {
       "n": 1
     },
+    "key": null,
     "priority": 0,
+    "rerun_of": null,
     "restarts": 0,
     "result": {
       "ok": true
     },
+    "retry_of": null,
+    "schedule": null,
     "scheduled_for": "<time>",
     "started_at": "<time>",
     "status": "success",
@@ -335,9 +398,13 @@ fn show() {
   "error": null,
   "id": "<uuid>",
   "input": {},
+  "key": null,
   "priority": 0,
+  "rerun_of": null,
   "restarts": 0,
   "result": null,
+  "retry_of": null,
+  "schedule": null,
   "scheduled_for": "<time>",
   "started_at": null,
   "status": "queued",
@@ -487,6 +554,40 @@ fn status() {
 }
 
 #[test]
+fn workers() {
+    let env = TestEnv::new();
+    env.db()
+        .batch_execute(
+            "INSERT INTO worker (id, name, host, pid, tags, slots, window_s, stopped_at)
+             VALUES ('w#1', 'w', 'h', 7, '{default}', 2, 60, now())",
+        )
+        .unwrap();
+    let workers = env.wf(["workers", "--json"]).ok();
+    pin(
+        &workers,
+        env.dir.path(),
+        &[],
+        r#"
+[
+  {
+    "busy": 0,
+    "host": "h",
+    "jobs": [],
+    "last_seen": "<time>",
+    "name": "w",
+    "pid": 7,
+    "slots": 2,
+    "started_at": "<time>",
+    "state": "gone",
+    "tags": [
+      "default"
+    ]
+  }
+]"#,
+    );
+}
+
+#[test]
 fn token_verify() {
     let secret = "0123456789abcdef0123456789abcdef-documents";
     let env = TestEnv::new().env("WF_SECRET", secret);
@@ -518,13 +619,17 @@ fn schedule_add_list_pause_resume_tick_rm() {
   "app": "t",
   "cron": "0 3 * * *",
   "enabled": true,
+  "enqueued_up_to": null,
   "input": {
     "n": 1
   },
   "last_fire_time": null,
   "name": "nightly",
   "next_fire_time": "<time>",
+  "no_overlap": false,
   "priority": 2,
+  "problem": null,
+  "state": "active",
   "tag": "gpu",
   "tz": "UTC"
 }"#;
@@ -542,7 +647,8 @@ fn schedule_add_list_pause_resume_tick_rm() {
         r#"
 {
   "enabled": false,
-  "name": "nightly"
+  "name": "nightly",
+  "withdrawn": 0
 }"#,
     );
     let resumed = env.wf(["schedule", "resume", "nightly", "--json"]).ok();
@@ -553,7 +659,8 @@ fn schedule_add_list_pause_resume_tick_rm() {
         r#"
 {
   "enabled": true,
-  "name": "nightly"
+  "name": "nightly",
+  "withdrawn": 0
 }"#,
     );
     env.wf(["schedule", "add", "often", "t/echo", "--cron", "* * * * *"]).ok();
@@ -562,7 +669,7 @@ fn schedule_add_list_pause_resume_tick_rm() {
     let often = fired["fired"].as_array().unwrap().iter().find(|f| f["schedule"] == "often").unwrap();
     let ids = often["ids"].as_array().unwrap().len();
     let expected_ids = vec!["<uuid>"; ids];
-    let expected = json!({"fired": [{"error": null, "ids": expected_ids, "schedule": "often"}]});
+    let expected = json!({"fired": [{"error": null, "ids": expected_ids, "late": 0, "schedule": "often"}]});
     pin(&ticked, env.dir.path(), &[], &serde_json::to_string_pretty(&expected).unwrap());
     let removed = env.wf(["schedule", "rm", "nightly", "--yes", "--json"]).ok();
     pin(
@@ -571,7 +678,8 @@ fn schedule_add_list_pause_resume_tick_rm() {
         &[],
         r#"
 {
-  "removed": "nightly"
+  "removed": "nightly",
+  "withdrawn": 0
 }"#,
     );
 }

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod actions;
 mod bench;
 mod cancel;
 mod claim;
@@ -11,6 +12,8 @@ mod docs;
 mod documents;
 mod embedded;
 mod jobs;
+mod operations;
+mod operators;
 mod pipes;
 mod prune;
 mod reaper;

@@ -613,8 +613,8 @@ const BROKEN: &[Broken] = &[
     },
     Broken {
         name: "unknown field",
-        change: |repo| set_manifest(repo, |m| charge(m)["retries"] = json!(3)),
-        expect: &["windforce.json", "apps.billing.actions.charge", "unknown field `retries`"],
+        change: |repo| set_manifest(repo, |m| charge(m)["retry"] = json!(3)),
+        expect: &["windforce.json", "apps.billing.actions.charge", "unknown field `retry`"],
     },
     Broken {
         name: "unknown top-level field",

@@ -318,6 +318,11 @@ impl Wf {
         Wf { command }
     }
 
+    /// Start in a terminal of its own (`support::terminal`).
+    pub(crate) fn in_terminal(self) -> crate::support::terminal::Terminal {
+        crate::support::terminal::Terminal::start(self.command)
+    }
+
     /// The command, for a test that runs wf inside another program (`unshare`, `runuser`).
     pub(crate) fn command(&self) -> &Command {
         &self.command

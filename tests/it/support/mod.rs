@@ -5,3 +5,4 @@
 pub(crate) mod checks;
 pub(crate) mod fixtures;
 pub(crate) mod harness;
+pub(crate) mod terminal;

@@ -1,6 +1,8 @@
 //! `wf generate-docs` (hidden): shell completions and man pages, generated from the clap
-//! definition and committed in `completions/` and `man/`. A test regenerates them and fails when
-//! the committed files are stale.
+//! definition (and windforce.json(5) from the manifest's schema) and committed in `completions/`
+//! and `man/`. A test regenerates them and fails when the committed files are stale.
+
+mod manifest_page;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -51,6 +53,7 @@ pub(super) fn run(ctx: &Ctx, args: GenerateDocsArgs) -> CommandResult {
         }
         written.push(write(&man_dir.join(format!("{name}.1")), &page)?);
     }
+    written.push(write(&man_dir.join("windforce.json.5"), manifest_page::render(&source).as_bytes())?);
     if ctx.out.json {
         ctx.out.json(&WrittenDocument { files: &written })?;
     } else {

@@ -1,0 +1,63 @@
+//! Retries on failure, opt-in per action (`"retries"` in windforce.json, pinned on the job): a
+//! failed attempt's completion and the job that retries it commit in one transaction, so a failure
+//! is never recorded without its retry nor retried without being recorded. The retry is a new job
+//! through the single enqueue path, pinned exactly as the failed job (same commit, input, tag,
+//! priority, trigger kind), recording `retry_of`; the failed job's completion is what it would be
+//! without retries. Only failures a worker records are retried: not a cancel, not a job its
+//! workers kept dying on (the reaper's `RestartLimitExceeded`).
+
+use std::time::Duration;
+
+use anyhow::Result;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::complete::{self, Completion, Recorded};
+use super::enqueue::{self, Origin, Pin, Request, When};
+use super::job::TriggerKind;
+use crate::db::Session;
+
+/// The retry enqueued after a failure.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Retry {
+    pub id: Uuid,
+    /// Which retry of the first job it is (1 for the first).
+    pub number: i32,
+    pub after: Duration,
+}
+
+/// Complete a failed attempt and, when its job has retries left, enqueue the next retry, in one
+/// transaction. Fenced: nothing is written.
+pub(crate) fn complete_failure(session: &mut Session, completion: &Completion) -> Result<(Recorded, Option<Retry>)> {
+    let mut tx = session.client().transaction()?;
+    if complete::complete_in(&mut tx, completion)? == Recorded::Fenced {
+        tx.rollback()?;
+        return Ok((Recorded::Fenced, None));
+    }
+    // The n-th retry waits backoff * 2^(n-1), at most max_backoff.
+    let left = tx.query_opt(
+        "SELECT app_key, action_key, input, priority, trigger_kind, retry_number + 1,
+                least(retry_backoff_s * power(2, retry_number), retry_max_backoff_s)
+           FROM job
+          WHERE id = $1 AND retry_max > retry_number",
+        &[&completion.job_id],
+    )?;
+    let mut retry = None;
+    if let Some(row) = left {
+        let (app, action): (String, String) = (row.get(0), row.get(1));
+        let number: i32 = row.get(5);
+        let after = Duration::from_secs_f64(row.get::<_, f64>(6).max(0.0));
+        let request = Request {
+            priority: row.get(3),
+            when: When::In(after),
+            trigger_kind: row.get::<_, TriggerKind>(4),
+            pin: Pin::Job(completion.job_id),
+            origin: Origin::RetryOf { job: completion.job_id, number },
+            ..Request::new(&app, &action, vec![row.get::<_, Value>(2)])
+        };
+        let enqueued = enqueue::enqueue(&mut tx, &request)?;
+        retry = enqueued.first().map(|job| Retry { id: job.id, number, after });
+    }
+    tx.commit()?;
+    Ok((Recorded::Completed, retry))
+}

@@ -1,0 +1,111 @@
+//! The worker's entry in the registry of workers (`wf workers`): written when it starts, refreshed
+//! every heartbeat period, marked stopped when it ends. A worker that dies stops refreshing it;
+//! once its zombie window has passed it is shown as gone, and an hour later the beat of any worker
+//! removes it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use postgres::Client;
+use uuid::Uuid;
+
+use super::Shared;
+use super::connection::Connection;
+
+/// Refresh the entry until `done`, then mark it stopped. Failures are not reported: the slots
+/// already say when the database is away, and the next beat tries again.
+pub(super) fn keep_fresh(shared: &Shared, done: &AtomicBool) {
+    let options = &shared.options;
+    let mut connection =
+        Connection::new(&shared.database, &format!("wf work {} registry", options.name), options.heartbeat);
+    let mut next = Instant::now();
+    while !done.load(Ordering::SeqCst) {
+        if Instant::now() >= next {
+            next = Instant::now() + options.heartbeat;
+            if let Err(error) = beat(shared, &mut connection) {
+                connection.reset_if_lost(&error);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stopped = connection.client().and_then(|session| {
+        session.execute("UPDATE worker SET stopped_at = now(), last_seen = now() WHERE id = $1", &[&shared.worker_id])
+    });
+    if let Err(error) = stopped {
+        connection.reset_if_lost(&error);
+    }
+}
+
+fn beat(shared: &Shared, connection: &mut Connection) -> Result<()> {
+    let options = &shared.options;
+    let session = connection.client()?;
+    let slots = i32::try_from(options.concurrency).unwrap_or(i32::MAX);
+    let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+    session.execute(
+        "INSERT INTO worker (id, name, host, pid, tags, slots, window_s)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (id) DO UPDATE SET last_seen = now()",
+        &[
+            &shared.worker_id,
+            &options.name,
+            &crate::config::hostname(),
+            &pid,
+            &options.tags,
+            &slots,
+            &options.zombie_timeout.as_secs_f64(),
+        ],
+    )?;
+    session.execute("DELETE FROM worker WHERE last_seen < now() - interval '1 hour'", &[])?;
+    Ok(())
+}
+
+/// A worker as `wf workers` shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerView {
+    pub name: String,
+    pub host: String,
+    pub pid: i32,
+    pub tags: Vec<String>,
+    pub slots: i32,
+    /// The jobs it runs now, oldest claim first.
+    pub jobs: Vec<Uuid>,
+    pub started_at: DateTime<Utc>,
+    pub last_seen: DateTime<Utc>,
+    /// Its entry is fresh and it has not stopped.
+    pub live: bool,
+}
+
+/// Live workers first, then those gone within the hour, by name. A worker whose last beat is older
+/// than its zombie window is gone: the reaper treats its jobs as it would a dead worker's. Its
+/// jobs are those whose claim starts with its id (few: the running rows, by their index).
+pub(crate) fn list(client: &mut Client) -> Result<Vec<WorkerView>> {
+    let rows = client.query(
+        "SELECT w.name, w.host, w.pid, w.tags, w.slots, w.started_at, w.last_seen,
+                w.stopped_at IS NULL AND w.last_seen >= now() - make_interval(secs => w.window_s) AS live,
+                coalesce(r.jobs, '{}') AS jobs
+           FROM worker w
+           LEFT JOIN LATERAL (
+                SELECT array_agg(q.job_id ORDER BY q.started_at) AS jobs
+                  FROM job_queue q
+                 WHERE q.running AND starts_with(q.worker, w.id || '.')) r ON true
+          WHERE w.last_seen >= now() - interval '1 hour'
+          ORDER BY live DESC, w.name, w.started_at",
+        &[],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|row| WorkerView {
+            name: row.get("name"),
+            host: row.get("host"),
+            pid: row.get("pid"),
+            tags: row.get("tags"),
+            slots: row.get("slots"),
+            jobs: row.get("jobs"),
+            started_at: row.get("started_at"),
+            last_seen: row.get("last_seen"),
+            live: row.get("live"),
+        })
+        .collect())
+}

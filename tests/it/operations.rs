@@ -1,0 +1,414 @@
+//! Doing what operators do: rerun, bulk cancel, retries on failure, idempotency keys, and
+//! schedules that withdraw, update, list, catch up and skip overlaps.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use crate::support::fixtures::{enqueue, synced};
+use crate::support::harness::{GitRepo, TestEnv};
+use crate::support::terminal::plain;
+
+fn show(env: &TestEnv, id: &str) -> Value {
+    env.wf(["show", id, "--json"]).ok().json()
+}
+
+/// A source whose `r/flaky` fails (with its attempt in the message) and retries.
+fn retrying(env: &TestEnv, retries: Value) -> GitRepo {
+    let repo = GitRepo::new();
+    repo.manifest(&json!({"apps": {"r": {"retries": retries, "actions": {
+        "flaky": {"entrypoint": "flaky.ts"},
+        "once": {"entrypoint": "flaky.ts", "retries": {"max": 1, "backoff": "1s"}},
+    }}}}));
+    repo.file(
+        "flaky.ts",
+        "export function main(input: any) { throw new Error(`failed: ${JSON.stringify(input)}`); }\n",
+    );
+    repo.commit("flaky");
+    env.wf(["source", "add", "r", &repo.url()]).ok();
+    env.wf(["sync", "r"]).ok();
+    repo
+}
+
+#[test]
+fn rerun_enqueues_the_job_again_pinned_to_its_commit_or_the_latest() {
+    let env = TestEnv::new();
+    let repo = synced(&env);
+    let first = enqueue(&env, "t/echo", json!({"n": 7}));
+    env.wf(["work", "--drain"]).ok();
+    let pinned = show(&env, &first)["commit_sha"].as_str().unwrap().to_string();
+    repo.file("t/echo.ts", "export function main(input: any) { return { input, version: 2 }; }\n");
+    let latest = repo.commit("echo v2");
+    env.wf(["sync", "tests"]).ok();
+
+    let rerun = env.wf(["rerun", &first[..8], "--json"]).ok().json();
+    assert_eq!(rerun["rerun_of"], first.as_str());
+    assert_eq!((&rerun["commit_sha"], &rerun["trigger_kind"]), (&json!(pinned), &json!("manual")));
+    let again = rerun["id"].as_str().unwrap();
+    let shown = show(&env, again);
+    assert_eq!(
+        (&shown["rerun_of"], &shown["input"], &shown["retry_of"]),
+        (&json!(first), &json!({"n": 7}), &Value::Null)
+    );
+    let on_latest = env.wf(["rerun", &first, "--latest", "--json"]).ok().json();
+    assert_eq!(on_latest["commit_sha"], latest.as_str());
+    env.wf(["work", "--drain"]).ok();
+    assert_eq!(env.wf(["result", again]).ok().json()["version"], 1, "the rerun ran the first commit");
+    let latest_result = env.wf(["result", on_latest["id"].as_str().unwrap()]).ok().json();
+    assert_eq!(latest_result["version"], 2);
+    let text = env.wf(["show", again]).ok().stdout;
+    assert!(text.lines().any(|line| line.contains("rerun of") && line.contains(&first)), "{text}");
+    let plain_rerun = env.wf(["rerun", &first]).ok();
+    assert!(uuid::Uuid::parse_str(plain_rerun.stdout.trim()).is_ok(), "the id alone on stdout: {plain_rerun:?}");
+}
+
+#[test]
+fn bulk_cancel_takes_the_matching_waiting_and_running_jobs_after_a_confirmation_with_the_count() {
+    let env = TestEnv::new();
+    synced(&env);
+    let t: Vec<String> = (0..3).map(|n| enqueue(&env, "t/echo", json!({"n": n}))).collect();
+    let later = env.wf(["enqueue", "t/echo", "--in", "1h"]).ok().stdout.trim().to_string();
+    let other = enqueue(&env, "other/echo", json!({}));
+
+    let refused = env.wf(["cancel", "--app", "t"]).run().expect_code(3);
+    assert!(refused.stderr.contains("cancel 4 job(s) of app t: refused without a terminal"), "{}", refused.stderr);
+    let none = env.wf(["cancel", "--app", "t", "--status", "running", "--json"]).ok().json();
+    assert_eq!(none, json!([]));
+
+    let scheduled = env.wf(["cancel", "--app", "t", "--status", "scheduled", "--yes", "--json"]).ok().json();
+    assert_eq!(scheduled, json!([{"id": later, "outcome": "canceled"}]));
+    let mut terminal = env.wf(["cancel", "--tag", "default", "--action", "echo"]).in_terminal();
+    terminal.wait_for("cancel 3 job(s) of action echo, tag default");
+    terminal.type_in(b"y");
+    let (code, screen) = terminal.finish();
+    assert_eq!(code, 0, "{screen:?}");
+    for id in &t {
+        assert!(plain(&screen).contains(id.as_str()), "{id} in {screen:?}");
+        assert_eq!(show(&env, id)["status"], "canceled");
+    }
+    assert_eq!(show(&env, &other)["status"], "queued");
+    env.wf(["cancel", "--app", "t", "t/echo"]).run().expect_code(2);
+}
+
+#[test]
+fn a_failure_is_followed_by_its_retries_through_the_enqueue_path_and_keeps_its_completion() {
+    let env = TestEnv::new();
+    retrying(&env, json!({"max": 2, "backoff": "1s", "max_backoff": "1s"}));
+    let first = env.wf(["enqueue", "r/flaky", "--input", r#"{"k":1}"#, "--trigger-kind", "api"]).ok().stdout;
+    let first = first.trim();
+    let mut chain = vec![first.to_string()];
+    let run = env.wf(["work", "--max-jobs", "3", "--log-format", "json"]).ok();
+    while let Some(next) = env
+        .db()
+        .query_opt("SELECT id::text FROM job WHERE retry_of = $1::text::uuid", &[chain.last().unwrap()])
+        .unwrap()
+    {
+        chain.push(next.get(0));
+    }
+    assert_eq!(chain.len(), 3, "the job and its 2 retries: {chain:?}");
+    for (n, id) in chain.iter().enumerate() {
+        let job = show(&env, id);
+        assert_eq!(
+            (&job["status"], &job["trigger_kind"], &job["input"]),
+            (&json!("failure"), &json!("api"), &json!({"k": 1}))
+        );
+        assert_eq!(job["error"]["message"], r#"failed: {"k":1}"#, "the completion is the failure's: {job}");
+        assert_eq!(job["retry_of"], if n == 0 { Value::Null } else { json!(chain[n - 1]) });
+        if n > 0 {
+            let waited: f64 = env.scalar_of(
+                "SELECT extract(epoch FROM r.scheduled_for - c.completed_at)::float8
+                   FROM job r, job_completed c WHERE r.id = $1::text::uuid AND c.job_id = r.retry_of",
+                &[id],
+            );
+            assert!((0.9..2.0).contains(&waited), "retried 1 s after the failure: {waited}");
+        }
+    }
+    let retried: Vec<Value> = run
+        .stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["event"] == "retried")
+        .collect();
+    assert_eq!(retried.len(), 2, "{}", run.stderr);
+    assert_eq!((&retried[0]["retry"], &retried[0]["retry_number"]), (&json!(chain[1]), &json!(1)));
+    // No retry of the last one, none of a cancel.
+    let jobs: i64 = env.scalar("SELECT count(*) FROM job");
+    assert_eq!(jobs, 3);
+
+    // An action's own retries win over its app's: one retry.
+    env.wf(["enqueue", "r/once"]).ok();
+    env.wf(["work", "--max-jobs", "2"]).ok();
+    let once: i64 = env.scalar("SELECT count(*) FROM job WHERE app_key = 'r' AND action_key = 'once'");
+    assert_eq!(once, 2);
+}
+
+#[test]
+fn retries_in_the_manifest_are_checked_by_sync() {
+    let env = TestEnv::new();
+    let repo = GitRepo::new();
+    repo.manifest(&json!({"apps": {"r": {"retries": {"max": 0}, "actions": {
+        "a": {"entrypoint": "a.ts", "retries": {"max": 2, "backoff": "soon"}},
+        "b": {"entrypoint": "a.ts", "retries": {"backoff": "1s", "every": 1}},
+    }}}}));
+    repo.file("a.ts", "export function main() {}\n");
+    repo.commit("bad retries");
+    env.wf(["source", "add", "r", &repo.url()]).ok();
+    let sync = env.wf(["sync", "r"]).run().expect_code(1);
+    for problem in [
+        "apps.r.retries.max: must be a whole number of retries from 1 to 100, not 0",
+        "apps.r.actions.a.retries.backoff: must be a duration such as 10s, 5m or 2h, not \"soon\"",
+        "apps.r.actions.b.retries.max: missing",
+        "apps.r.actions.b.retries: unknown field `every`",
+    ] {
+        assert!(sync.stderr.contains(problem), "{problem} in {}", sync.stderr);
+    }
+}
+
+#[test]
+fn an_idempotency_key_returns_the_job_it_enqueued_while_that_job_exists() {
+    let env = TestEnv::new();
+    synced(&env);
+    let first = env.wf(["enqueue", "t/echo", "--key", "order-42", "--json"]).ok().json();
+    assert_eq!(first["existing"], false);
+    let second = env.wf(["enqueue", "t/echo", "--key", "order-42", "--input", r#"{"other": 1}"#, "--json"]).ok().json();
+    assert_eq!((&second["id"], &second["existing"]), (&first["id"], &json!(true)));
+    let text = env.wf(["enqueue", "t/echo", "--key", "order-42"]).ok();
+    assert_eq!(text.stdout.trim(), first["id"].as_str().unwrap());
+    assert!(text.stderr.contains("has the key \"order-42\" already"), "{}", text.stderr);
+    let elsewhere = env.wf(["enqueue", "other/echo", "--key", "order-42"]).run().expect_code(1);
+    assert!(elsewhere.stderr.contains("belongs to job"), "{}", elsewhere.stderr);
+    assert_eq!(show(&env, first["id"].as_str().unwrap())["key"], "order-42");
+    let jobs: i64 = env.scalar("SELECT count(*) FROM job");
+    assert_eq!(jobs, 1);
+
+    // Concurrent enqueues with one key make one job.
+    let children: Vec<_> = (0..4).map(|_| env.wf(["enqueue", "t/echo", "--key", "race", "--json"]).start()).collect();
+    let ids: std::collections::BTreeSet<String> =
+        children.into_iter().map(|child| child.finish().json()["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+
+    // Once the job is gone (pruned), the key enqueues anew.
+    let id = first["id"].as_str().unwrap();
+    env.wf(["cancel", id]).ok();
+    env.wf(["prune", "--older-than", "0s", "--yes"]).ok();
+    let fresh = env.wf(["enqueue", "t/echo", "--key", "order-42", "--json"]).ok().json();
+    assert_eq!(fresh["existing"], false);
+    assert_ne!(fresh["id"], first["id"]);
+}
+
+fn schedule_jobs(env: &TestEnv, name: &str, status: &str) -> Vec<Value> {
+    let jobs = env.wf(["jobs", "--schedule", name, "--status", status, "--limit", "1000", "--json"]).ok().json();
+    jobs.as_array().unwrap().clone()
+}
+
+#[test]
+fn pause_and_rm_withdraw_the_jobs_enqueued_ahead_and_resume_never_trips_over_them() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "often", "t/echo", "--cron", "*/2 * * * * *"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "30s"]).ok();
+    let ahead = schedule_jobs(&env, "often", "scheduled");
+    assert!(ahead.len() >= 12, "{ahead:?}");
+    assert!(ahead.iter().all(|job| job["schedule"] == "often"), "{ahead:?}");
+
+    let paused = env.wf(["schedule", "pause", "often", "--json"]).ok().json();
+    let withdrawn = paused["withdrawn"].as_u64().unwrap();
+    assert!(withdrawn as usize >= ahead.len() - 1, "{paused} of {}", ahead.len());
+    assert!(schedule_jobs(&env, "often", "scheduled").is_empty());
+    let canceled = schedule_jobs(&env, "often", "canceled");
+    assert_eq!(canceled.len() as u64, withdrawn);
+    assert!(canceled[0]["canceled_reason"].as_str().unwrap().contains("schedule often was paused"), "{canceled:?}");
+
+    env.wf(["schedule", "resume", "often"]).ok();
+    for _ in 0..3 {
+        env.wf(["schedule", "tick", "--horizon", "30s"]).ok();
+    }
+    let again = schedule_jobs(&env, "often", "scheduled");
+    assert!(again.len() >= 12, "the withdrawn fire times are enqueued again: {again:?}");
+    let fires: std::collections::BTreeSet<&str> =
+        again.iter().map(|job| job["scheduled_for"].as_str().unwrap()).collect();
+    assert_eq!(fires.len(), again.len(), "each fire time once");
+
+    let removed = env.wf(["schedule", "rm", "often", "--yes"]).ok();
+    assert!(removed.stderr.contains("job(s) it enqueued ahead withdrawn"), "{}", removed.stderr);
+    assert!(schedule_jobs(&env, "often", "scheduled").is_empty());
+}
+
+#[test]
+fn update_replans_the_jobs_enqueued_ahead_with_the_new_cron_and_input() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "u", "t/echo", "--cron", "*/2 * * * * *", "--input", r#"{"v":1}"#]).ok();
+    env.wf(["schedule", "tick", "--horizon", "20s"]).ok();
+    let updated = env
+        .wf([
+            "schedule",
+            "update",
+            "u",
+            "--cron",
+            "*/5 * * * * *",
+            "--input",
+            r#"{"v":2}"#,
+            "--tz",
+            "europe/paris",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert!(updated["withdrawn"].as_u64().unwrap() >= 8, "{updated}");
+    assert_eq!(
+        (&updated["cron"], &updated["tz"], &updated["input"]),
+        (&json!("*/5 * * * * *"), &json!("Europe/Paris"), &json!({"v": 2}))
+    );
+    env.wf(["schedule", "tick", "--horizon", "20s"]).ok();
+    let ahead = schedule_jobs(&env, "u", "scheduled");
+    assert!(!ahead.is_empty());
+    for job in &ahead {
+        assert_eq!(job["input"], json!({"v": 2}), "{job}");
+        let fire: DateTime<Utc> = job["scheduled_for"].as_str().unwrap().parse().unwrap();
+        assert_eq!(fire.timestamp() % 5, 0, "on the new cron: {fire}");
+    }
+    let bad = env.wf(["schedule", "update", "u", "--cron", "0 25 * * *"]).run().expect_code(1);
+    assert!(bad.stderr.contains("its hour field \"25\""), "{}", bad.stderr);
+    env.wf(["schedule", "update", "nope", "--cron", "* * * * *"]).run().expect_code(1);
+}
+
+#[test]
+fn schedule_list_tells_enqueued_up_to_from_next_fire_in_the_schedules_zone_and_shows_broken_ones() {
+    let env = TestEnv::new();
+    let repo = synced(&env);
+    env.wf(["schedule", "add", "paris", "t/echo", "--cron", "*/10 * * * *", "--tz", "Europe/Paris"]).ok();
+    env.wf(["schedule", "add", "typed", "t/typed", "--cron", "@midnight", "--input", r#"{"n": 1}"#]).ok();
+    env.wf(["schedule", "add", "held", "t/echo", "--cron", "0 0 0 1 1 * 2099"]).ok();
+    env.wf(["schedule", "pause", "held"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "1h"]).ok();
+    let listed = env.wf(["schedule", "list", "--json"]).ok().json();
+    let by_name = |name: &str| listed.as_array().unwrap().iter().find(|s| s["name"] == name).unwrap().clone();
+    let paris = by_name("paris");
+    let up_to: DateTime<Utc> = paris["enqueued_up_to"].as_str().unwrap().parse().unwrap();
+    let next: DateTime<Utc> = paris["next_fire_time"].as_str().unwrap().parse().unwrap();
+    assert!(up_to > next, "enqueued an hour ahead, next fire within 10 minutes: {paris}");
+    assert_eq!(paris["last_fire_time"], paris["enqueued_up_to"]);
+    assert_eq!((&paris["state"], &paris["problem"]), (&json!("active"), &Value::Null));
+    let held = by_name("held");
+    assert_eq!(
+        (&held["state"], &held["next_fire_time"], &held["enabled"]),
+        (&json!("paused"), &Value::Null, &json!(false))
+    );
+    let midnight: DateTime<Utc> = by_name("typed")["next_fire_time"].as_str().unwrap().parse().unwrap();
+    assert_eq!(midnight.format("%H:%M:%S").to_string(), "00:00:00");
+
+    let table = env.wf(["schedule", "list"]).ok().stdout;
+    assert!(table.contains("enqueued up to") && table.contains("next fire"), "{table}");
+    let row = table.lines().find(|line| line.trim_start().starts_with("paris")).unwrap();
+    assert!(row.contains(" CET") || row.contains(" CEST"), "times in the schedule's zone, labelled: {row}");
+    let held_row = table.lines().find(|line| line.trim_start().starts_with("held")).unwrap();
+    assert!(held_row.contains("paused") && held_row.trim_end().ends_with('-'), "{held_row}");
+
+    // A sync that removes t/typed leaves its schedule broken: sync says so, list shows it.
+    let mut manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo.path().join("windforce.json")).unwrap()).unwrap();
+    manifest["apps"]["t"]["actions"].as_object_mut().unwrap().remove("typed");
+    repo.manifest(&manifest);
+    repo.commit("no typed");
+    let sync = env.wf(["sync", "tests"]).ok();
+    assert!(
+        sync.stderr.contains("schedule typed is broken: its action t/typed is not in the catalog any more"),
+        "{}",
+        sync.stderr
+    );
+    let typed = env.wf(["schedule", "list", "--json"]).ok().json();
+    let typed = typed.as_array().unwrap().iter().find(|s| s["name"] == "typed").unwrap();
+    assert_eq!(typed["state"], "broken");
+    let listed = env.wf(["schedule", "list"]).ok();
+    assert!(listed.stderr.contains("warning: schedule typed is broken"), "{}", listed.stderr);
+    assert!(listed.stdout.lines().any(|line| line.contains("typed") && line.contains("broken")), "{}", listed.stdout);
+}
+
+#[test]
+fn the_cron_dialect_takes_nicknames_seven_fields_and_any_case_zones_and_names_the_bad_field() {
+    let env = TestEnv::new();
+    synced(&env);
+    for (name, cron) in [("a", "@midnight"), ("b", "@hourly"), ("c", "0 30 9 * * MON-FRI 2099")] {
+        env.wf(["schedule", "add", name, "t/echo", "--cron", cron, "--tz", "AMERICA/new_york"]).ok();
+    }
+    let listed = env.wf(["schedule", "list", "--json"]).ok().json();
+    assert!(listed.as_array().unwrap().iter().all(|s| s["tz"] == "America/New_York"), "{listed}");
+    let seven: DateTime<Utc> = listed[2]["next_fire_time"].as_str().unwrap().parse().unwrap();
+    assert_eq!(seven.format("%Y").to_string(), "2099");
+    for (cron, said) in [
+        ("61 * * * *", "its minute field \"61\""),
+        ("* * 32 * *", "its day-of-month field \"32\""),
+        ("* * * * * 8", "its day-of-week field \"8\""),
+        ("* * * * 13 * *", "its month field \"13\""),
+        ("* * *", "has 3 fields; a cron has 5"),
+        ("@fortnightly", "not a cron nickname"),
+    ] {
+        let run = env.wf(["schedule", "add", "bad", "t/echo", "--cron", cron]).run().expect_code(1);
+        assert!(run.stderr.contains(said), "{cron}: {}", run.stderr);
+    }
+}
+
+#[test]
+fn a_tick_whose_horizon_is_shorter_than_the_interval_between_ticks_loses_no_fire_time() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "quarter", "t/echo", "--cron", "*/15 * * * * *"]).ok();
+    let start: DateTime<Utc> = "2030-01-01T00:00:00Z".parse().unwrap();
+    env.db().execute("UPDATE schedule SET created_at = $1", &[&start]).unwrap();
+    // Ticks every minute ± 20 s for an hour, each with a horizon of one minute.
+    let mut rng = fastrand::Rng::with_seed(11);
+    let mut now = start;
+    let mut late = 0;
+    while now < start + chrono::Duration::hours(1) {
+        let fired = wf::schedule::tick(&mut env.db(), Duration::from_secs(60), Some(now)).unwrap();
+        late += fired.iter().map(|f| f.late).sum::<usize>();
+        assert!(fired.iter().all(|f| f.error.is_none()), "{fired:?}");
+        now += chrono::Duration::seconds(rng.i64(40..=80));
+    }
+    let fires: Vec<DateTime<Utc>> = env
+        .db()
+        .query("SELECT scheduled_for FROM job WHERE schedule_name = 'quarter' ORDER BY 1", &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let expected: Vec<DateTime<Utc>> =
+        (1..=fires.len() as i64).map(|n| start + chrono::Duration::seconds(15 * n)).collect();
+    assert_eq!(fires, expected, "every fire time, each once");
+    assert!(fires.len() >= 236, "{}", fires.len());
+    assert!(late > 0, "fire times due before their tick are counted as late");
+}
+
+#[test]
+fn a_no_overlap_schedule_skips_a_fire_time_while_an_earlier_run_is_still_running() {
+    let env = TestEnv::new();
+    synced(&env);
+    let input = r#"{"ms": 2500}"#;
+    env.wf(["schedule", "add", "slow", "t/sleep", "--cron", "* * * * * *", "--input", input, "--no-overlap"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "4s"]).ok();
+    let fires = schedule_jobs(&env, "slow", "scheduled").len() + schedule_jobs(&env, "slow", "queued").len();
+    assert!(fires >= 4, "{fires}");
+    env.wf(["work", "--concurrency", "3", "--max-jobs", &fires.to_string()]).ok();
+    let skipped = schedule_jobs(&env, "slow", "canceled");
+    let ran = schedule_jobs(&env, "slow", "success");
+    assert!(!skipped.is_empty() && !ran.is_empty(), "skipped {skipped:?}, ran {ran:?}");
+    assert_eq!(skipped[0]["canceled_by"], "schedule slow");
+    assert!(skipped[0]["canceled_reason"].as_str().unwrap().contains("is still running (no overlap)"), "{skipped:?}");
+    let mut runs: Vec<(DateTime<Utc>, DateTime<Utc>)> = ran
+        .iter()
+        .map(|job| {
+            (
+                job["started_at"].as_str().unwrap().parse().unwrap(),
+                job["completed_at"].as_str().unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    runs.sort();
+    assert!(runs.windows(2).all(|pair| pair[0].1 <= pair[1].0), "no two runs overlapped: {runs:?}");
+    let listed = env.wf(["schedule", "list", "--json"]).ok().json();
+    assert_eq!(listed[0]["no_overlap"], true);
+    let logs = env.wf(["logs", skipped[0]["id"].as_str().unwrap()]).ok().stdout;
+    assert!(logs.contains("[wf] skipped: the run"), "{logs}");
+}

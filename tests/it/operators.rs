@@ -1,0 +1,343 @@
+//! Seeing what runs: the worker's journal, the registry of workers, `wf jobs` (80 columns, filters,
+//! pages), job ids by prefix, suggestions for unknown actions, logs (attempts, tail, since,
+//! timestamps), times and colours in tables, and a prompt interrupted by Ctrl-C.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::fixtures::{enqueue, signal, synced, worker};
+use crate::support::harness::{GitRepo, TestEnv, wait_for};
+use crate::support::terminal::plain;
+
+/// A source whose action `talk` prints `run <attempt>` on stdout and on stderr, then sleeps
+/// `input.ms_by_attempt[attempt]` ms (none when not given).
+fn talking(env: &TestEnv) {
+    let repo = GitRepo::new();
+    repo.manifest(&json!({"apps": {"op": {"actions": {
+        "talk": {"entrypoint": "talk.ts", "timeout": 120},
+        "an_action_with_a_rather_long_name": {"entrypoint": "talk.ts", "tag": "a-rather-long-tag-name"},
+    }}}}));
+    repo.file(
+        "talk.ts",
+        r#"
+export async function main(input: any) {
+  const attempt = process.env.WF_ATTEMPT;
+  console.log(`run ${attempt}`);
+  console.error(`run ${attempt} on stderr`);
+  await Bun.sleep(input.ms_by_attempt?.[attempt] ?? 0);
+  return { attempt: Number(attempt) };
+}
+"#,
+    );
+    repo.commit("talking actions");
+    env.wf(["source", "add", "op", &repo.url()]).ok();
+    env.wf(["sync", "op"]).ok();
+}
+
+fn state_of(env: &TestEnv, id: &str) -> String {
+    env.wf(["show", id, "--json"]).ok().json()["status"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_worker_journals_each_job_event_as_text_or_json() {
+    let env = TestEnv::new();
+    synced(&env);
+    let ok = enqueue(&env, "t/echo", json!({}));
+    let failed = enqueue(&env, "t/fail", json!({}));
+    let run = env.wf(["work", "--drain", "--name", "w1", "--log-format", "json"]).ok();
+    let lines: Vec<Value> = run
+        .stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not a JSON line: {line:?}")))
+        .collect();
+    assert!(lines.iter().all(|line| line["time"].as_str().is_some_and(|t| t.ends_with('Z'))), "{lines:?}");
+    let events = |id: &str| -> Vec<&Value> { lines.iter().filter(|line| line["job"] == id).collect() };
+    for (id, action, status) in [(&ok, "echo", "success"), (&failed, "fail", "failure")] {
+        let events = events(id);
+        assert_eq!(events.len(), 2, "claimed, then finished: {events:?}");
+        assert_eq!(events[0]["event"], "claimed");
+        let finished = events[1];
+        assert_eq!(
+            (&finished["event"], &finished["status"], &finished["app"], &finished["action"]),
+            (&json!("finished"), &json!(status), &json!("t"), &json!(action))
+        );
+        assert_eq!((&finished["worker"], &finished["attempt"]), (&json!("w1"), &json!(1)));
+        assert!(finished["duration_ms"].as_u64().is_some(), "{finished}");
+    }
+    // Text: one readable line per event; a timeout and a cancel are said as kills.
+    let timed_out = enqueue(&env, "t/spawn", json!({"pids": crate::support::fixtures::path(&env, "pids.json")}));
+    let run = env.wf(["work", "--drain", "--name", "w2"]).ok();
+    assert!(run.stderr.contains(&format!("worker w2: job {timed_out} t/spawn attempt 1: claimed")), "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("job {timed_out} t/spawn attempt 1: killed (timeout)")), "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("job {timed_out} t/spawn attempt 1: finished failure in ")), "{}", run.stderr);
+
+    let canceled = enqueue(&env, "t/sleep", json!({"ms": 60000}));
+    let mut third = worker(&env, "w3", &["--grace", "0s"]);
+    wait_for(Duration::from_secs(30), "the job to run", || (state_of(&env, &canceled) == "running").then_some(()));
+    env.wf(["cancel", &canceled]).ok();
+    wait_for(Duration::from_secs(30), "the cancel", || (state_of(&env, &canceled) == "canceled").then_some(()));
+    let released = enqueue(&env, "t/sleep", json!({"ms": 60000}));
+    wait_for(Duration::from_secs(30), "the next job to run", || (state_of(&env, &released) == "running").then_some(()));
+    signal(&third, libc::SIGTERM);
+    assert!(third.wait().unwrap().success());
+    let journal = std::fs::read_to_string(env.dir.path().join("w3.log")).unwrap();
+    for expected in [
+        format!("job {canceled} t/sleep attempt 1: killed (cancel)"),
+        format!("job {canceled} t/sleep attempt 1: finished canceled in "),
+        format!("job {released} t/sleep attempt 1: killed (shutdown)"),
+        format!("job {released} t/sleep attempt 1: requeued (worker shutting down)"),
+    ] {
+        assert!(journal.contains(&expected), "{expected:?} in {journal}");
+    }
+}
+
+#[test]
+fn workers_are_listed_live_with_their_jobs_and_as_gone_once_stopped() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/sleep", json!({"ms": 60000}));
+    let mut w1 = worker(&env, "w1", &["--concurrency", "2", "--tag", "default", "--tag", "other", "--grace", "0s"]);
+    wait_for(Duration::from_secs(30), "the job to run", || (state_of(&env, &id) == "running").then_some(()));
+    // A worker gone ten minutes ago is shown as gone; one gone two hours ago is not shown at all.
+    env.db()
+        .batch_execute(
+            "INSERT INTO worker (id, name, host, pid, tags, slots, window_s, started_at, last_seen)
+             VALUES ('old#1', 'old', 'h', 1, '{default}', 1, 60, now() - interval '3 hours', now() - interval '10 minutes'),
+                    ('ghost#1', 'ghost', 'h', 2, '{default}', 1, 60, now() - interval '3 hours', now() - interval '2 hours')",
+        )
+        .unwrap();
+    let listed = wait_for(Duration::from_secs(30), "w1 in the registry with its job", || {
+        let listed = env.wf(["workers", "--json"]).ok().json();
+        (listed[0]["busy"] == 1).then_some(listed)
+    });
+    let workers = listed.as_array().unwrap();
+    assert_eq!(workers.len(), 2, "{listed}");
+    let live = &workers[0];
+    assert_eq!((&live["name"], &live["state"], &live["slots"]), (&json!("w1"), &json!("live"), &json!(2)));
+    assert_eq!(live["pid"], json!(w1.id()));
+    assert_eq!(live["tags"], json!(["default", "other"]));
+    assert_eq!(live["jobs"], json!([id]));
+    assert_eq!(
+        (&workers[1]["name"], &workers[1]["state"], &workers[1]["busy"]),
+        (&json!("old"), &json!("gone"), &json!(0))
+    );
+    let table = env.wf(["workers"]).ok().stdout;
+    let row = table.lines().find(|line| line.trim_start().starts_with("w1")).unwrap();
+    for cell in ["default,other", "1/2", &id[..8], "live"] {
+        assert!(row.contains(cell), "{cell} in {row}");
+    }
+    wait_for(Duration::from_secs(30), "a beat of the worker to remove the ghost", || {
+        (env.scalar::<i64>("SELECT count(*) FROM worker WHERE name = 'ghost'") == 0).then_some(())
+    });
+
+    signal(&w1, libc::SIGTERM);
+    assert!(w1.wait().unwrap().success());
+    let listed = env.wf(["workers", "--json"]).ok().json();
+    let w1 = listed.as_array().unwrap().iter().find(|w| w["name"] == "w1").unwrap();
+    assert_eq!((&w1["state"], &w1["busy"]), (&json!("gone"), &json!(0)), "{listed}");
+}
+
+#[test]
+fn jobs_fit_80_columns_and_filter_by_app_action_tag_status_and_time_a_page_at_a_time() {
+    let env = TestEnv::new();
+    synced(&env);
+    talking(&env);
+    let echo = enqueue(&env, "t/echo", json!({}));
+    let other = enqueue(&env, "other/echo", json!({}));
+    let long = enqueue(&env, "op/an_action_with_a_rather_long_name", json!({}));
+    let talk = enqueue(&env, "op/talk", json!({}));
+    env.wf(["cancel", &talk]).ok();
+
+    let listed = env.wf(["jobs"]).ok().stdout;
+    assert!(listed.lines().all(|line| line.chars().count() <= 80), "{listed}");
+    assert!(listed.lines().next().unwrap().trim_start().starts_with("id"), "{listed}");
+    assert!(listed.contains(&echo[..8]) && !listed.contains(&echo[..9]), "short ids: {listed}");
+    assert!(listed.contains("op/an_action_with_a_r…"), "long names are cut: {listed}");
+    assert!(listed.contains("s ago"), "relative times: {listed}");
+
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["jobs", "--json"];
+        all.extend_from_slice(args);
+        env.wf(all).ok().json().as_array().unwrap().iter().map(|job| job["id"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(ids(&[]), [talk.as_str(), long.as_str(), other.as_str(), echo.as_str()], "newest first");
+    assert_eq!(ids(&["--app", "other"]), [other.as_str()]);
+    assert_eq!(ids(&["--action", "echo"]), [other.as_str(), echo.as_str()]);
+    assert_eq!(ids(&["--tag", "a-rather-long-tag-name"]), [long.as_str()]);
+    assert_eq!(ids(&["--status", "canceled"]), [talk.as_str()]);
+    assert_eq!(ids(&["--since", "1h"]).len(), 4);
+    assert!(ids(&["--until", "1h"]).is_empty());
+    assert!(ids(&["--since", "2100-01-01T00:00:00Z"]).is_empty());
+    assert_eq!(ids(&["--until", "2100-01-01T00:00:00Z", "--app", "t"]), [echo.as_str()]);
+    assert_eq!(ids(&["--limit", "3", "--page", "2"]), [echo.as_str()]);
+
+    let page = env.wf(["jobs", "--limit", "2"]).ok();
+    assert_eq!(page.stdout.lines().count(), 3, "a header and 2 jobs: {}", page.stdout);
+    assert!(page.stderr.contains("jobs 1-2, newest first; older ones: --page 2"), "{}", page.stderr);
+    env.wf(["jobs", "--watch", "--json"]).run().expect_code(2);
+}
+
+#[test]
+fn job_ids_are_taken_by_unique_prefix_and_an_ambiguous_one_is_refused() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/echo", json!({}));
+    // Two more jobs whose ids share their first 8 digits.
+    for twin in ["3f2a3f2a-0000-4000-8000-000000000001", "3f2a3f2a-0000-4000-8000-000000000002"] {
+        env.db()
+            .execute(
+                "INSERT INTO job SELECT (jsonb_populate_record(NULL::job, to_jsonb(j) || jsonb_build_object('id', $2::text))).*
+                   FROM job j WHERE j.id = $1::text::uuid",
+                &[&id, &twin],
+            )
+            .unwrap();
+    }
+    assert_eq!(env.wf(["show", &id[..8], "--json"]).ok().json()["id"], id.as_str());
+    assert_eq!(env.wf(["result", &id[..6]]).run().expect_code(3).code, 3);
+    env.wf(["logs", &id[..5]]).ok();
+    let ambiguous = env.wf(["show", "3f2a3f2a"]).run().expect_code(1);
+    assert!(
+        ambiguous.stderr.contains("3f2a3f2a is ambiguous")
+            && ambiguous.stderr.contains("3f2a3f2a-0000-4000-8000-000000000001")
+            && ambiguous.stderr.contains("3f2a3f2a-0000-4000-8000-000000000002"),
+        "{}",
+        ambiguous.stderr
+    );
+    let dashed = env.wf(["show", "3f2a3f2a-0000-4000-8000-00000000000", "--json"]).run().expect_code(1);
+    assert!(dashed.stderr.contains("ambiguous"), "{}", dashed.stderr);
+    let short = env.wf(["show", "3f2"]).run().expect_code(1);
+    assert!(short.stderr.contains("at least its first 4 hex digits"), "{}", short.stderr);
+    let none = env.wf(["cancel", "ffffffff"]).run().expect_code(1);
+    assert!(none.stderr.contains("no job id starts with ffffffff"), "{}", none.stderr);
+    let canceled = env.wf(["cancel", &id[..8], "--json"]).ok().json();
+    assert_eq!(canceled, json!([{"id": id, "outcome": "canceled"}]));
+}
+
+#[test]
+fn an_unknown_action_suggests_the_closest_ones() {
+    let env = TestEnv::new();
+    synced(&env);
+    let typo = env.wf(["enqueue", "t/ecoh"]).run().expect_code(1);
+    assert!(typo.stderr.contains("unknown action t/ecoh (did you mean t/echo?)"), "{}", typo.stderr);
+    let two = env.wf(["enqueue", "t/ech"]).run().expect_code(1);
+    assert!(two.stderr.contains("did you mean one of t/echo, t/env?"), "{}", two.stderr);
+    let far = env.wf(["schedule", "add", "s", "nothing/near", "--cron", "* * * * *"]).run().expect_code(1);
+    assert!(far.stderr.contains("unknown action nothing/near: `wf actions`"), "{}", far.stderr);
+}
+
+#[test]
+fn logs_number_attempts_and_show_a_tail_since_a_time_with_timestamps() {
+    let env = TestEnv::new();
+    talking(&env);
+    let id = enqueue(&env, "op/talk", json!({"ms_by_attempt": {"1": 60000}}));
+    let mut first = worker(&env, "first", &["--grace", "0s"]);
+    wait_for(Duration::from_secs(30), "attempt 1 to print", || {
+        env.wf(["logs", &id]).ok().stdout.contains("run 1").then_some(())
+    });
+    signal(&first, libc::SIGTERM);
+    assert!(first.wait().unwrap().success());
+    env.wf(["work", "--drain"]).ok();
+    assert_eq!(env.wf(["result", &id]).ok().json(), json!({"attempt": 2}), "WF_ATTEMPT counts the release");
+
+    let logs = env.wf(["logs", &id]).ok();
+    assert!(logs.stderr.contains("--- attempt 1 ---") && logs.stderr.contains("--- attempt 2 ---"), "{logs:?}");
+    let lines: Vec<(i64, String, String)> = env
+        .wf(["logs", &id, "--json"])
+        .ok()
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (l["attempt"].as_i64().unwrap(), l["stream"].as_str().unwrap().into(), l["line"].as_str().unwrap().into())
+        })
+        .collect();
+    assert!(lines.contains(&(1, "stdout".into(), "run 1".into())), "{lines:?}");
+    assert!(lines.iter().any(|(attempt, stream, line)| *attempt == 1 && stream == "wf" && line.contains("put back")));
+    assert!(lines.contains(&(2, "stdout".into(), "run 2".into())), "{lines:?}");
+    assert!(lines.contains(&(2, "stderr".into(), "run 2 on stderr".into())), "{lines:?}");
+
+    let tail = env.wf(["logs", &id, "--tail", "2"]).ok().stdout;
+    assert_eq!(tail, "run 2\n[stderr] run 2 on stderr\n");
+    // Lines of attempt 1 made an hour old: --since 10m leaves them out.
+    env.db()
+        .execute(
+            "UPDATE job_logs SET created_at = now() - interval '1 hour' WHERE job_id = $1::text::uuid AND attempt = 1",
+            &[&id],
+        )
+        .unwrap();
+    let since = env.wf(["logs", &id, "--since", "10m"]).ok().stdout;
+    assert_eq!(since, "run 2\n[stderr] run 2 on stderr\n");
+    let stamped = env.wf(["logs", &id, "--tail", "1", "--timestamps"]).env("TZ", "Asia/Tokyo").ok().stdout;
+    let (time, line) = stamped.trim_end().split_once(' ').unwrap();
+    assert_eq!(line, "[stderr] run 2 on stderr");
+    assert!(time.ends_with("+09:00") && chrono::DateTime::parse_from_rfc3339(time).is_ok(), "{stamped}");
+}
+
+#[test]
+fn tables_show_local_times_marked_and_json_stays_utc() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/echo", json!({}));
+    let shown = env.wf(["show", &id]).env("TZ", "Asia/Tokyo").ok().stdout;
+    let created = shown.lines().find(|line| line.trim_start().starts_with("created")).unwrap();
+    assert!(created.trim_end().ends_with("+09:00"), "{created}");
+    let json = env.wf(["show", &id, "--json"]).env("TZ", "Asia/Tokyo").ok().json();
+    assert!(json["created_at"].as_str().unwrap().ends_with('Z'), "{json}");
+}
+
+#[test]
+fn colours_only_on_a_terminal_and_never_with_no_color_and_the_layout_is_the_same() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/echo", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    let (code, coloured) = env.wf(["jobs"]).env_remove("NO_COLOR").in_terminal().finish();
+    assert_eq!(code, 0, "{coloured}");
+    assert!(coloured.contains("\x1b[38;5;10m success"), "success in green: {coloured:?}");
+    let (code, uncoloured) = env.wf(["jobs"]).env("NO_COLOR", "1").in_terminal().finish();
+    assert_eq!(code, 0, "{uncoloured}");
+    assert!(!uncoloured.contains('\x1b'), "{uncoloured:?}");
+    assert_eq!(plain(&coloured), plain(&uncoloured), "NO_COLOR changes the colours, nothing else");
+    let table = plain(&uncoloured);
+    assert!(table.contains('│') && table.contains(&id[..8]), "a boxed table on a terminal: {table}");
+    assert!(table.lines().all(|line| line.chars().count() <= 80), "{table}");
+    let piped = env.wf(["jobs"]).env_remove("NO_COLOR").ok().stdout;
+    assert!(!piped.contains('\x1b') && !piped.contains('│'), "plain columns without a terminal: {piped:?}");
+}
+
+#[test]
+fn ctrl_c_at_a_prompt_declines_and_gives_the_cursor_back() {
+    let env = TestEnv::new();
+    synced(&env);
+    let a = enqueue(&env, "t/echo", json!({}));
+    let b = enqueue(&env, "t/echo", json!({}));
+    let mut terminal = env.wf(["cancel", &a, &b]).in_terminal();
+    terminal.wait_for("cancel 2 jobs");
+    terminal.wait_for("\x1b[?25l");
+    terminal.type_in(b"\x03");
+    let (code, screen) = terminal.finish();
+    assert_eq!(code, 3, "{screen:?}");
+    let hidden = screen.find("\x1b[?25l").unwrap();
+    assert!(screen[hidden..].contains("\x1b[?25h"), "the cursor is shown again: {screen:?}");
+    assert!(screen.contains("interrupted: nothing was done"), "{screen:?}");
+    assert_eq!((state_of(&env, &a), state_of(&env, &b)), ("queued".to_string(), "queued".to_string()));
+}
+
+#[test]
+fn jobs_watch_lists_again_every_two_seconds_until_interrupted() {
+    let env = TestEnv::new();
+    synced(&env);
+    let first = enqueue(&env, "t/echo", json!({}));
+    let mut terminal = env.wf(["jobs", "--watch"]).in_terminal();
+    terminal.wait_for(&first[..8]);
+    let second = enqueue(&env, "t/echo", json!({}));
+    terminal.wait_for(&second[..8]);
+    let screen = terminal.screen();
+    let last = screen.rfind("\x1b[H\x1b[2J").expect("each listing clears the screen first");
+    assert!(screen[last..].contains(&first[..8]) && screen[last..].contains(&second[..8]), "{screen:?}");
+    terminal.type_in(b"\x03");
+    let (_, screen) = terminal.finish();
+    assert!(!screen.contains("\x1b[?25l"), "the cursor is never hidden: {screen:?}");
+}
