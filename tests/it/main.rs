@@ -11,6 +11,7 @@ mod db;
 mod docs;
 mod documents;
 mod embedded;
+mod hosts;
 mod jobs;
 mod operations;
 mod operators;

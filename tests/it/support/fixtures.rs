@@ -143,7 +143,7 @@ export async function main() {
     );
     // Writes `<attempt> <unix ms>` to input.ledger every 50 ms while it runs, for
     // input.ms_by_attempt[attempt] ms (forever when not given), then returns: a ledger of when each
-    // attempt really ran.
+    // attempt really ran. With input.print, each entry is also a line of the job's logs.
     repo.file(
         "t/ledger.ts",
         r#"
@@ -153,7 +153,9 @@ export async function main(input: any) {
   const ms = input.ms_by_attempt?.[attempt] ?? Infinity;
   const start = Date.now();
   while (Date.now() - start < ms) {
-    appendFileSync(input.ledger, `${attempt} ${Date.now()}\n`);
+    const entry = `${attempt} ${Date.now()}`;
+    appendFileSync(input.ledger, `${entry}\n`);
+    if (input.print) console.log(`ledger ${entry}`);
     await Bun.sleep(50);
   }
   return { attempt: Number(attempt) };

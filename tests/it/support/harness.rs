@@ -188,7 +188,8 @@ impl TestEnv {
         TestEnv::with(cluster.url(&dbname), dbname)
     }
 
-    fn with(url: String, dbname: String) -> TestEnv {
+    /// A test world on database `dbname` at `url` (a cluster of the test's own).
+    pub(crate) fn with(url: String, dbname: String) -> TestEnv {
         let dir = tempfile::Builder::new().prefix("wf-env-").tempdir().unwrap();
         let env = TestEnv { url, dbname, dir, extra_env: BTreeMap::new() };
         std::fs::create_dir(env.shared()).unwrap();
@@ -307,6 +308,23 @@ impl Wf {
     pub(crate) fn run_as(self, binary: &Path, uid: u32, gid: u32) -> Wf {
         let mut command = Command::new(binary);
         command.args(self.command.get_args()).env_clear().stdin(Stdio::null()).uid(uid).gid(gid);
+        for (key, value) in self.command.get_envs() {
+            if let Some(value) = value {
+                command.env(key, value);
+            }
+        }
+        if let Some(dir) = self.command.get_current_dir() {
+            command.current_dir(dir);
+        }
+        Wf { command }
+    }
+
+    /// The same invocation inside network namespace `netns` (`ip netns exec`, which execs it: the
+    /// process started is wf itself), for a test's hosts (`support::hosts`).
+    pub(crate) fn in_netns(self, ip: &Path, netns: &str) -> Wf {
+        let mut command = Command::new(ip);
+        command.args(["netns", "exec", netns]).arg(self.command.get_program());
+        command.args(self.command.get_args()).env_clear().stdin(Stdio::null());
         for (key, value) in self.command.get_envs() {
             if let Some(value) = value {
                 command.env(key, value);
