@@ -156,8 +156,9 @@ fn restarts(env: &TestEnv, job: &str) -> i32 {
 /// heartbeat 1 s) and before any reaper may take the job, it stops the attempt by itself: the
 /// action's processes are gone before the job is reaped. Host 2's worker then reaps it and runs it
 /// again: attempt 2 starts after attempt 1's last sign of life and completes, once, by host 2's
-/// claim. Host 1, back on the network while attempt 2 runs, records nothing: no completion, and no
-/// line of attempt 1's logs printed after the cut.
+/// claim. Host 1, back on the network while attempt 2 runs (a write of its logs cut in flight
+/// arrives then), records nothing: no completion, and no line more in attempt 1's logs, none of
+/// them printed after the cut.
 #[test]
 fn a_cut_host_stops_its_job_and_another_host_recovers_it() {
     const WINDOW: Duration = Duration::from_secs(6);
@@ -165,7 +166,8 @@ fn a_cut_host_stops_its_job_and_another_host_recovers_it() {
     let (env, first, second) = (&hosts.env, &hosts.hosts[0], &hosts.hosts[1]);
     synced_on(first);
     let file = path(env, "ledger");
-    let input = json!({"ledger": file, "print": true, "ms_by_attempt": {"2": 4000}});
+    // 2000 lines a second: the worker hands them to its heart in rounds of 500, four a second.
+    let input = json!({"ledger": file, "print": 100, "ms_by_attempt": {"2": 4000}});
     let job = first.wf(["enqueue", "t/ledger_long", "--input", &input.to_string()]).ok().stdout.trim().to_string();
     let jobs: HashSet<String> = [job.clone()].into_iter().collect();
     let processes = |attempt: i32| job_processes(&jobs).into_iter().filter(|(_, _, a)| *a == attempt).count();
@@ -180,20 +182,34 @@ fn a_cut_host_stops_its_job_and_another_host_recovers_it() {
     });
     assert!(processes(1) > 0, "attempt 1 runs on host 1");
 
+    // Cut just after one of host 1's heartbeats landed (they come every second): its heart's next
+    // call is then one that writes lines, which goes out into the cut network and is still in
+    // flight when host 1 comes back, the job long taken over by then.
+    let mut db = env.db();
+    let ping = |db: &mut postgres::Client| -> Option<std::time::SystemTime> {
+        db.query_one("SELECT ping FROM job_runtime WHERE job_id = $1", &[&uuid(&job)]).unwrap().get(0)
+    };
+    let last = ping(&mut db);
+    wait_for(Duration::from_secs(10), "a heartbeat of host 1", || (ping(&mut db) != last).then_some(()));
     first.cut();
     let (cut_at, cut_ms) = (Instant::now(), unix_ms());
     // Watch from the cut until attempt 2 runs: when attempt 1's processes are gone, when the job is
-    // reaped, and that the two attempts never run at once.
+    // reaped, and that the two attempts never run at once. The reap is looked at before the
+    // processes: a process of attempt 1 found after a reap was seen still ran after the reap.
     let mut gone: Option<Duration> = None;
     let mut reaped: Option<Duration> = None;
     wait_for(Duration::from_secs(30), "attempt 2 to run", || {
+        let asked = cut_at.elapsed();
+        let taken = restarts(env, &job) > 0;
+        let scanned = cut_at.elapsed();
         let (one, two) = (processes(1), processes(2));
+        assert!(!taken || one == 0, "attempt 1 still runs ({one} processes) after the job was reaped");
         assert!(one == 0 || two == 0, "attempts 1 and 2 run at once ({one} and {two} processes)");
         if one == 0 {
-            gone.get_or_insert(cut_at.elapsed());
+            gone.get_or_insert(scanned);
         }
-        if restarts(env, &job) > 0 {
-            reaped.get_or_insert(cut_at.elapsed());
+        if taken {
+            reaped.get_or_insert(asked);
         }
         (two > 0).then_some(())
     });
@@ -202,6 +218,7 @@ fn a_cut_host_stops_its_job_and_another_host_recovers_it() {
     assert!(gone < reaped, "attempt 1's processes were gone {gone:?} after the cut, the job reaped at {reaped:?}");
 
     // Back on the network while attempt 2 runs: what host 1 still had in flight arrives now.
+    let logged_before = logged_entries(env, &job, 1);
     first.reconnect();
     let done = wait_completed(env, &job, Duration::from_secs(30));
     assert_eq!((done.status.as_str(), done.restarts), ("success", 1), "{done:?}");
@@ -223,7 +240,11 @@ fn a_cut_host_stops_its_job_and_another_host_recovers_it() {
     assert_eq!(completed(env, &job).unwrap().worker, done.worker, "the record stays host 2's");
     let logged = logged_entries(env, &job, 1);
     assert!(!logged.is_empty(), "attempt 1's logs before the cut are kept");
-    assert!(logged.iter().all(|&at| at < cut_ms), "attempt 1's logs hold lines printed after the cut: {logged:?}");
+    let late: Vec<i64> = logged.iter().copied().filter(|&at| at >= cut_ms).collect();
+    let (count, until) = (late.len(), late.last());
+    assert_eq!(count, 0, "attempt 1's logs hold {count} lines printed after the cut at {cut_ms}, until {until:?}");
+    let written = logged.len() - logged_before.len();
+    assert_eq!(written, 0, "host 1, back, wrote {written} lines into attempt 1's logs");
     assert!(!logged_entries(env, &job, 2).is_empty(), "attempt 2's logs are host 2's");
     stop_worker(&mut w2, &format!("host 2's worker: {}", second.worker_log()));
 }

@@ -143,7 +143,7 @@ export async function main() {
     );
     // Writes `<attempt> <unix ms>` to input.ledger every 50 ms while it runs, for
     // input.ms_by_attempt[attempt] ms (forever when not given), then returns: a ledger of when each
-    // attempt really ran. With input.print, each entry is also a line of the job's logs.
+    // attempt really ran. With input.print = n, each entry is also n lines of the job's logs.
     repo.file(
         "t/ledger.ts",
         r#"
@@ -155,7 +155,7 @@ export async function main(input: any) {
   while (Date.now() - start < ms) {
     const entry = `${attempt} ${Date.now()}`;
     appendFileSync(input.ledger, `${entry}\n`);
-    if (input.print) console.log(`ledger ${entry}`);
+    for (let i = 0; i < (input.print ?? 0); i++) console.log(`ledger ${entry}`);
     await Bun.sleep(50);
   }
   return { attempt: Number(attempt) };
