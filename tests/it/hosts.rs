@@ -248,3 +248,42 @@ fn a_cut_host_stops_its_job_and_another_host_recovers_it() {
     assert!(!logged_entries(env, &job, 2).is_empty(), "attempt 2's logs are host 2's");
     stop_worker(&mut w2, &format!("host 2's worker: {}", second.worker_log()));
 }
+
+/// Jobs of 100 ms a second on one host, then on three, at the same slots per host: a measurement,
+/// printed and never asserted (the hosts share this machine's cores). `scripts/bench-hosts` runs it,
+/// with WF_BENCH_JOBS jobs (600) and WF_BENCH_SLOTS slots per host (4).
+#[test]
+#[ignore = "a measurement, not a check: scripts/bench-hosts runs it"]
+fn throughput_on_one_and_three_hosts() {
+    let setting = |name: &str, default: usize| {
+        std::env::var(name).map_or(default, |value| value.parse().unwrap_or_else(|_| panic!("{name}: {value}")))
+    };
+    let (jobs, slots) = (setting("WF_BENCH_JOBS", 600), setting("WF_BENCH_SLOTS", 4));
+    for count in [1, 3] {
+        let hosts = Hosts::start(count, &[]);
+        let env = &hosts.env;
+        synced_on(&hosts.hosts[0]);
+        let concurrency = slots.to_string();
+        let mut workers: Vec<_> =
+            hosts.hosts.iter().map(|host| host.worker(&["--concurrency", &concurrency, "--quiet"])).collect();
+        wait_for(Duration::from_secs(60), "a worker registered on every host", || {
+            (live_workers(env).len() == count).then_some(())
+        });
+        let inputs: Vec<Value> = (0..jobs).map(|n| json!({"n": n, "ms": 100})).collect();
+        let started = Instant::now();
+        enqueue_batch_on(env, &hosts.hosts[0], "t/sleep", &inputs);
+        wait_for(Duration::from_secs(600), "the jobs to complete", || {
+            (env.scalar::<i64>("SELECT count(*) FROM job_completed") == jobs as i64).then_some(())
+        });
+        let seconds = started.elapsed().as_secs_f64();
+        for (host, worker) in hosts.hosts.iter().zip(workers.iter_mut()) {
+            stop_worker(worker, &format!("the worker of {}: {}", host.name, host.worker_log()));
+        }
+        let failed = failures(env);
+        assert!(failed.is_empty(), "jobs failed (host: error): {failed:?}");
+        println!(
+            "{count} host(s), {slots} slots each: {jobs} jobs of 100 ms in {seconds:.2} s, {:.1} jobs/s",
+            jobs as f64 / seconds
+        );
+    }
+}
