@@ -3,8 +3,10 @@
 //! 0. take the source's lock (concurrent syncs of one source run one after the other);
 //! 1. fetch into the mirror and resolve commit C; refuse C when it is older than the catalog's;
 //! 2. read and validate windforce.json and every schema from C's tree, all problems at once;
-//! 3. materialize C's tree into the store, marker last;
-//! 4. only then, in one transaction, replace the source's part of the catalog.
+//! 3. materialize C's tree into this host's store, marker last;
+//! 4. only then, in one transaction, store C's tree in the database (blobs it does not hold yet, the
+//!    listing) and replace the source's part of the catalog: the catalog never names a commit
+//!    whose tree the database does not hold whole, and any host's worker can materialize it.
 //!
 //! Any failure stops the sequence where it is: nothing later happens, so the catalog never names a
 //! commit that is not complete in the store.
@@ -19,7 +21,8 @@ use super::git::{self, Target};
 use super::git_source::{self, GitSource};
 use super::lock::with_source_lock;
 use super::manifest::{self, Manifest};
-use super::store::{self, Materialized};
+use super::store::{self, GitBlobs, Materialized};
+use super::stored::{self, Stored};
 use super::{Progress, catalog, short_sha};
 
 /// What a sync did.
@@ -31,6 +34,7 @@ pub(crate) struct Report {
     pub changed: bool,
     pub previous_commit: Option<String>,
     pub materialized: Materialized,
+    pub stored: Stored,
     pub manifest: Manifest,
 }
 
@@ -87,21 +91,33 @@ fn sync_locked(
     let manifest = read_manifest(client, &repo, source, commit)?;
 
     // 3. the tree into the store, marker last.
-    let materialized = store::materialize(&repo, store, source.id, commit, |done, total| {
-        progress.materializing(&sha, done, total);
-    });
+    let files = store::files_of(&repo, commit)?;
+    let digest = store::digest_of(&files);
+    let materialized =
+        store::materialize(store, source.id, &sha, &files, &digest, &mut GitBlobs(&repo), &mut |done, total| {
+            progress.materializing(&sha, done, total);
+        });
     progress.materialized();
     let materialized = materialized
         .with_context(|| format!("materializing commit {sha} into the store; the catalog was not changed"))?;
 
-    // 4. only then, the catalog.
-    catalog::replace(client, source, source.commit_sha.as_deref(), &sha, &manifest)?;
+    // 4. only then, the tree in the database and the catalog, together.
+    let mut tx = client.transaction()?;
+    let stored = stored::store(&mut tx, &repo, source.id, &sha, &files, &digest, &mut |done, total| {
+        progress.storing(&sha, done, total);
+    });
+    progress.stored();
+    let stored =
+        stored.with_context(|| format!("storing commit {sha} in the database; the catalog was not changed"))?;
+    catalog::replace(&mut tx, source, source.commit_sha.as_deref(), &sha, &manifest)?;
+    tx.commit().context("committing the catalog")?;
     Ok(Report {
         source: source.name.clone(),
         changed: source.commit_sha.as_deref() != Some(sha.as_str()),
         previous_commit: source.commit_sha.clone(),
         commit_sha: sha,
         materialized,
+        stored,
         manifest,
     })
 }
