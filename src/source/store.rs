@@ -289,6 +289,59 @@ pub(crate) fn materialize(
     Ok(Materialized { dir, written: true, files: files.len(), repaired })
 }
 
+/// The commit trees in a host's store, by source and commit (complete or not).
+pub(crate) fn trees(store: &Path) -> Result<Vec<(Uuid, String)>> {
+    let mut trees = Vec::new();
+    for source in read_dir_or_none(store)? {
+        let Some(id) = source.file_name().to_str().and_then(|name| Uuid::parse_str(name).ok()) else { continue };
+        for commit in read_dir_or_none(&source.path())? {
+            let name = commit.file_name();
+            let Some(sha) = name.to_str() else { continue };
+            if !sha.starts_with('.') && commit.file_type()?.is_dir() {
+                trees.push((id, sha.to_string()));
+            }
+        }
+    }
+    Ok(trees)
+}
+
+/// Remove these trees from a host's store (marker first, as for an incomplete tree), then every
+/// blob content no tree links to any more; returns how many of each (counted only, `dry_run`).
+/// Under the store's lock: no materialization is linking to a blob meanwhile.
+pub(crate) fn remove_trees(store: &Path, trees: &[(Uuid, String)], dry_run: bool) -> Result<(u64, u64)> {
+    if !store.is_dir() {
+        return Ok((0, 0));
+    }
+    let _lock = StoreLock::take(store)?;
+    let mut blobs = 0;
+    if !dry_run {
+        for (id, sha) in trees {
+            let dir = commit_dir(store, *id, sha);
+            let _ = fs::remove_file(dir.join(MARKER));
+            fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+    }
+    for entry in read_dir_or_none(&store.join(BLOBS))? {
+        use std::os::unix::fs::MetadataExt;
+        // Linked from no tree: only the store's own name for it is left.
+        if entry.metadata()?.nlink() == 1 {
+            blobs += 1;
+            if !dry_run {
+                fs::remove_file(entry.path()).with_context(|| format!("removing {}", entry.path().display()))?;
+            }
+        }
+    }
+    Ok((trees.len() as u64, blobs))
+}
+
+fn read_dir_or_none(dir: &Path) -> Result<Vec<fs::DirEntry>> {
+    match fs::read_dir(dir) {
+        Ok(entries) => entries.collect::<std::io::Result<_>>().with_context(|| format!("reading {}", dir.display())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(error) => Err(error).with_context(|| format!("reading {}", dir.display())),
+    }
+}
+
 /// The store's folder of blob contents, by git blob id: `<oid>` read-only, `<oid>.x` executable.
 const BLOBS: &str = ".blobs";
 

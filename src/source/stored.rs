@@ -180,3 +180,80 @@ impl BlobSource for DatabaseBlobs<'_> {
         Ok(())
     }
 }
+
+/// What `prune` removed (or, in a dry run, would remove).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Pruned {
+    /// Commits removed from the database, and the blobs no commit held any more.
+    pub commits: u64,
+    pub blobs: u64,
+    pub bytes: u64,
+    /// Trees and blob contents removed from this host's store.
+    pub local_trees: u64,
+    pub local_blobs: u64,
+}
+
+/// A commit is pinned while a job names it (queued, running, or completed and not pruned yet) or
+/// the catalog is on it.
+const UNPINNED_SQL: &str = "
+SELECT c.git_source_id, c.commit_sha
+  FROM source_commit c
+ WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.git_source_id = c.git_source_id AND j.commit_sha = c.commit_sha)
+   AND NOT EXISTS (SELECT 1 FROM git_source s WHERE s.id = c.git_source_id AND s.commit_sha = c.commit_sha)";
+
+/// Remove the commits no job pins any more, from the database and from this host's `store`, and
+/// the blob contents nothing holds any more. With `dry_run`, count them and remove nothing.
+pub(crate) fn prune(client: &mut Client, store: &Path, dry_run: bool) -> Result<Pruned> {
+    let mut pruned = Pruned::default();
+    let mut tx = client.transaction()?;
+    // No job is enqueued meanwhile (one pinned to a commit found unpinned here would lose its tree);
+    // enqueues wait for this transaction, which is short.
+    tx.batch_execute("LOCK TABLE job IN SHARE MODE")?;
+    // And no sync counts on a blob this transaction removes.
+    tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&BLOB_LOCK_CLASS])?;
+    let unpinned: Vec<(Uuid, String)> =
+        tx.query(UNPINNED_SQL, &[])?.iter().map(|row| (row.get(0), row.get(1))).collect();
+    pruned.commits = unpinned.len() as u64;
+    let (ids, shas): (Vec<Uuid>, Vec<String>) = unpinned.into_iter().unzip();
+    tx.execute(
+        "DELETE FROM source_commit WHERE (git_source_id, commit_sha) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))",
+        &[&ids, &shas],
+    )?;
+    let orphans = tx.query_one(
+        "SELECT count(DISTINCT blob), coalesce(sum(length(data)), 0)::bigint FROM source_blob b
+          WHERE NOT EXISTS (SELECT 1 FROM source_file f WHERE f.blob = b.blob)",
+        &[],
+    )?;
+    pruned.blobs = orphans.get::<_, i64>(0) as u64;
+    pruned.bytes = orphans.get::<_, i64>(1) as u64;
+    if !dry_run {
+        tx.execute(
+            "DELETE FROM source_blob b WHERE NOT EXISTS (SELECT 1 FROM source_file f WHERE f.blob = b.blob)",
+            &[],
+        )?;
+    }
+
+    // This host's store: the trees of commits the database no longer pins, whether it just removed
+    // them or they were never stored there (synced by an older wf, or another database's).
+    let local = store::trees(store)?;
+    let (local_ids, local_shas): (Vec<Uuid>, Vec<String>) = local.iter().cloned().unzip();
+    let unpinned_here: Vec<(Uuid, String)> = tx
+        .query(
+            "SELECT l.id, l.sha FROM unnest($1::uuid[], $2::text[]) AS l(id, sha)
+              WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.git_source_id = l.id AND j.commit_sha = l.sha)
+                AND NOT EXISTS (SELECT 1 FROM git_source s WHERE s.id = l.id AND s.commit_sha = l.sha)",
+            &[&local_ids, &local_shas],
+        )?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let removed = store::remove_trees(store, &unpinned_here, dry_run)?;
+    pruned.local_trees = removed.0;
+    pruned.local_blobs = removed.1;
+    if dry_run {
+        tx.rollback()?;
+    } else {
+        tx.commit()?;
+    }
+    Ok(pruned)
+}

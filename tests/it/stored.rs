@@ -213,3 +213,51 @@ fn a_blob_changed_in_the_database_is_refused_and_the_job_fails_without_running()
     assert!(error["message"].as_str().unwrap().contains("are those of blob"), "{error}");
     assert!(!other.join("store").join(&id).join(&commit).join(MARKER).exists());
 }
+
+#[test]
+fn prune_sources_removes_the_commits_no_job_pins_in_the_database_and_in_the_store() {
+    let env = TestEnv::new();
+    let (repo, id, c1) = synced(&env);
+    let job = enqueue(&env, "t/echo", json!({"n": 1}));
+    ends_well(&env, crate::support::fixtures::worker(&env, "w1", &["--drain"]), "w1");
+    let old_echo: String = env.scalar("SELECT blob FROM source_file WHERE path = 't/echo.ts'");
+    repo.file("t/echo.ts", "export function main(input) { return { input, changed: true }; }\n");
+    let c2 = repo.commit("change one file");
+    env.wf(["sync", "tests"]).ok();
+    let tree1 = env.store().join(&id).join(&c1);
+    let tree2 = env.store().join(&id).join(&c2);
+
+    let kept = env.wf(["prune", "--sources", "--yes", "--json"]).ok().json();
+    assert_eq!(kept["sources"]["commits"], 0, "the first commit is pinned by its job: {kept}");
+    assert!(tree1.join(MARKER).is_file());
+
+    env.wf(["prune", "--older-than", "0s", "--yes"]).ok();
+    assert_eq!(env.scalar_of::<i64>("SELECT count(*) FROM job WHERE id = $1::text::uuid", &[&job]), 0);
+    let dry = env.wf(["prune", "--sources", "--dry-run", "--json"]).ok().json();
+    assert_eq!(dry["sources"]["commits"], 1, "{dry}");
+    assert_eq!(dry["sources"]["blobs"], 1, "only the changed file's old contents go: {dry}");
+    assert_eq!(dry["sources"]["local_trees"], 1, "{dry}");
+    assert_eq!(env.scalar::<i64>("SELECT count(*) FROM source_commit"), 2, "a dry run removes nothing");
+    assert!(tree1.join(MARKER).is_file(), "a dry run removes nothing");
+
+    let pruned = env.wf(["prune", "--sources", "--yes", "--json"]).ok().json();
+    assert_eq!(pruned["sources"]["commits"], 1, "{pruned}");
+    assert_eq!(pruned["sources"]["local_blobs"], 1, "the old contents of the changed file: {pruned}");
+    let left: String = env.scalar("SELECT commit_sha FROM source_commit");
+    assert_eq!(left, c2, "the catalog's commit stays");
+    let old: i64 = env.scalar_of("SELECT count(*) FROM source_blob WHERE blob = $1", &[&old_echo]);
+    assert_eq!(old, 0, "contents no commit holds are gone");
+    assert!(!tree1.exists(), "the unpinned tree left this host's store");
+    assert!(!env.store().join(".blobs").join(&old_echo).exists());
+    assert!(tree2.join(MARKER).is_file());
+
+    // The catalog's commit still runs (its tree checked against its digest), here and on a host
+    // that never had it.
+    let here = enqueue(&env, "t/echo", json!({"n": 2}));
+    ends_well(&env, crate::support::fixtures::worker(&env, "w2", &["--drain"]), "w2");
+    assert_eq!(status_of(&env, &here), "success");
+    let there = enqueue(&env, "t/echo", json!({"n": 3}));
+    let other = host(&env, "host2");
+    ends_well(&env, worker_of(&env, &other, "h2", &["--drain"]), "h2");
+    assert_eq!(status_of(&env, &there), "success");
+}
