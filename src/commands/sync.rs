@@ -17,7 +17,10 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
     };
     let mut client = ctx.connect()?;
     let bars = SourceBars::new(ctx.out);
-    let report = sync::sync(&mut client, &args.name, &target, ctx.config.home()?, &ctx.config.store()?, &bars)?;
+    let store = ctx.config.store()?;
+    let git = ctx.config.git();
+    let places = sync::Places { home: ctx.config.home()?, store: &store, git: git.as_deref() };
+    let report = sync::sync(&mut client, &args.name, &target, &places, &bars)?;
     let actions: Vec<SyncedAction> = report
         .manifest
         .apps

@@ -19,7 +19,7 @@ use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -174,12 +174,22 @@ pub(crate) trait BlobSource {
     /// Hand every blob of `blobs` to `sink` as consecutive chunks in order (an empty blob as one
     /// empty chunk), one blob after the other.
     fn send(&mut self, blobs: &[Oid], sink: &mut dyn FnMut(Oid, &[u8]) -> Result<()>) -> Result<()>;
+
+    /// Whether what `send` gives is checked against its id already (libgit2 checks every object it
+    /// reads), so that the store need not hash it again.
+    fn verified(&self) -> bool {
+        false
+    }
 }
 
 /// The blobs of a git repository, one in memory at a time.
 pub(crate) struct GitBlobs<'a>(pub &'a Repository);
 
 impl BlobSource for GitBlobs<'_> {
+    fn verified(&self) -> bool {
+        true
+    }
+
     fn send(&mut self, blobs: &[Oid], sink: &mut dyn FnMut(Oid, &[u8]) -> Result<()>) -> Result<()> {
         for &oid in blobs {
             sink(oid, self.0.find_blob(oid)?.content())?;
@@ -236,9 +246,18 @@ pub(crate) fn materialize(
         fs::remove_dir_all(&dir).with_context(|| format!("removing the incomplete tree {}", dir.display()))?;
     }
 
+    // One read of the folder rather than a look-up per file.
+    let held: std::collections::HashSet<std::ffi::OsString> = if repaired.is_some() {
+        Default::default()
+    } else {
+        read_dir_or_none(&blobs_dir)?.into_iter().map(|entry| entry.file_name()).collect()
+    };
     let mut missing: Vec<Oid> = files
         .iter()
-        .filter(|file| repaired.is_some() || !blob_path(&blobs_dir, file.blob, file.executable).is_file())
+        .filter(|file| {
+            let path = blob_path(&blobs_dir, file.blob, file.executable);
+            !path.file_name().is_some_and(|name| held.contains(name))
+        })
         .map(|file| file.blob)
         .collect();
     missing.sort();
@@ -246,7 +265,7 @@ pub(crate) fn materialize(
     let total = missing.len() + files.len();
     progress(0, total);
     let mut done = 0;
-    let mut writer = BlobWriter::new(&blobs_dir, files);
+    let mut writer = BlobWriter::new(&blobs_dir, files, !source.verified());
     source.send(&missing, &mut |oid, chunk| {
         if writer.take(oid, chunk)? {
             done += 1;
@@ -263,11 +282,15 @@ pub(crate) fn materialize(
 
     let temp = source_dir.join(format!("{TEMPORARY_PREFIX}{commit_sha}-{}", &Uuid::new_v4().simple().to_string()[..8]));
     fs::create_dir(&temp).with_context(|| format!("creating {}", temp.display()))?;
+    let mut folders: Vec<&Path> = files.iter().filter_map(|file| file.path.parent()).collect();
+    folders.sort();
+    folders.dedup();
+    for folder in folders {
+        let path = temp.join(folder);
+        fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+    }
     for file in files {
         let target = temp.join(&file.path);
-        if let Some(parent) = target.parent() {
-            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-        }
         link_or_copy(&blob_path(&blobs_dir, file.blob, file.executable), &target)?;
         done += 1;
         progress(done, total);
@@ -368,10 +391,12 @@ struct BlobWriter<'a> {
     modes: std::collections::HashMap<Oid, (bool, bool)>,
     current: Option<(Oid, PathBuf, File)>,
     written: std::collections::HashSet<Oid>,
+    /// Hash what was written and compare it with its id.
+    check: bool,
 }
 
 impl<'a> BlobWriter<'a> {
-    fn new(dir: &'a Path, files: &[TreeFile]) -> BlobWriter<'a> {
+    fn new(dir: &'a Path, files: &[TreeFile], check: bool) -> BlobWriter<'a> {
         let mut modes = std::collections::HashMap::new();
         for file in files {
             let entry: &mut (bool, bool) = modes.entry(file.blob).or_default();
@@ -381,7 +406,7 @@ impl<'a> BlobWriter<'a> {
                 entry.0 = true;
             }
         }
-        BlobWriter { dir, modes, current: None, written: Default::default() }
+        BlobWriter { dir, modes, current: None, written: Default::default(), check }
     }
 
     /// Take a chunk; true when it began a new blob and so finished the one before.
@@ -392,7 +417,12 @@ impl<'a> BlobWriter<'a> {
                 let finished = self.finish()?;
                 let temp =
                     self.dir.join(format!("{TEMPORARY_PREFIX}{oid}-{}", &Uuid::new_v4().simple().to_string()[..8]));
-                let file = File::create(&temp).with_context(|| format!("creating {}", temp.display()))?;
+                let file = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o444)
+                    .open(&temp)
+                    .with_context(|| format!("creating {}", temp.display()))?;
                 self.current = Some((oid, temp, file));
                 finished
             }
@@ -406,10 +436,13 @@ impl<'a> BlobWriter<'a> {
     fn finish(&mut self) -> Result<bool> {
         let Some((oid, temp, file)) = self.current.take() else { return Ok(false) };
         drop(file);
-        let found = Oid::hash_file(ObjectType::Blob, &temp).with_context(|| format!("reading {}", temp.display()))?;
-        if found != oid {
-            let _ = fs::remove_file(&temp);
-            bail!("the contents given for blob {oid} are those of blob {found}");
+        if self.check {
+            let found =
+                Oid::hash_file(ObjectType::Blob, &temp).with_context(|| format!("reading {}", temp.display()))?;
+            if found != oid {
+                let _ = fs::remove_file(&temp);
+                bail!("the contents given for blob {oid} are those of blob {found}");
+            }
         }
         let (plain, executable) = self.modes.get(&oid).copied().unwrap_or((true, false));
         if executable {
@@ -423,7 +456,8 @@ impl<'a> BlobWriter<'a> {
             }
         }
         if plain {
-            place(&temp, &blob_path(self.dir, oid, false), 0o444)?;
+            fs::rename(&temp, blob_path(self.dir, oid, false))
+                .with_context(|| format!("renaming {}", temp.display()))?;
         }
         self.written.insert(oid);
         Ok(true)

@@ -38,20 +38,27 @@ pub(crate) struct Report {
     pub manifest: Manifest,
 }
 
-/// Sync source `name` to `target`. `home` holds the mirrors, `store` the materialized trees.
+/// Where a sync keeps things and what fetches: `home` holds the mirrors, `store` the materialized
+/// trees; `git` is the git executable, when there is one (see `git::fetch`).
+pub(crate) struct Places<'a> {
+    pub home: &'a Path,
+    pub store: &'a Path,
+    pub git: Option<&'a Path>,
+}
+
+/// Sync source `name` to `target`.
 pub(crate) fn sync(
     client: &mut Client,
     name: &str,
     target: &Target,
-    home: &Path,
-    store: &Path,
+    places: &Places<'_>,
     progress: &dyn Progress,
 ) -> Result<Report> {
     let source = git_source::find(client, name)?;
     with_source_lock(client, source.id, name, progress, |client| {
         // Read again under the lock: a sync that ran while we waited may have moved the commit.
         let source = git_source::find(client, name)?;
-        sync_locked(client, &source, target, home, store, progress)
+        sync_locked(client, &source, target, places, progress)
     })
     .with_context(|| format!("syncing source {name}"))
 }
@@ -60,14 +67,14 @@ fn sync_locked(
     client: &mut Client,
     source: &GitSource,
     target: &Target,
-    home: &Path,
-    store: &Path,
+    places: &Places<'_>,
     progress: &dyn Progress,
 ) -> Result<Report> {
+    let store = places.store;
     // 1. fetch, resolve, no going back.
-    let repo = git::open_mirror(&git::mirror_path(home, source.id))?;
+    let repo = git::open_mirror(&git::mirror_path(places.home, source.id))?;
     progress.fetching(&source.url, 0, 0);
-    let fetched = git::fetch(&repo, &source.url, target, source.branch.as_deref(), |received, total| {
+    let fetched = git::fetch(&repo, places.git, &source.url, target, source.branch.as_deref(), |received, total| {
         progress.fetching(&source.url, received, total);
     });
     progress.fetched();
