@@ -405,9 +405,20 @@ fn prepare(shared: &Shared, job: &Claimed, tree: &std::path::Path) -> anyhow::Re
         return Ok(());
     }
     if !store::is_materialized(tree) {
+        let began = std::time::Instant::now();
         let mut client = shared.database.connect_as(&format!("wf work {} materialize", shared.options.name))?;
-        stored::materialize(&mut client, &shared.store, job.git_source_id, &job.commit_sha)
+        let written = stored::materialize(&mut client, &shared.store, job.git_source_id, &job.commit_sha)
             .context("writing it from the database into this host's store")?;
+        if written.written {
+            diag!(
+                "worker {}: commit {} written from the database into {} ({} files, {:.1} s)",
+                shared.options.name,
+                crate::source::short_sha(&job.commit_sha),
+                written.dir.display(),
+                written.files,
+                began.elapsed().as_secs_f64()
+            );
+        }
     }
     store::verify(tree).context("run `wf sync` for its source to repair the store")?;
     prepared.insert(tree.to_path_buf());
