@@ -21,6 +21,7 @@ mod runner;
 mod sandbox;
 mod schedule;
 mod sick;
+mod statements;
 mod stored;
 mod sync;
 mod waits;
