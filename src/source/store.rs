@@ -491,16 +491,6 @@ impl StoreLock {
     }
 }
 
-/// Seal a tree written by other means than a sync (the bench's own): its digest is taken from
-/// disk and its marker written last.
-pub(crate) fn seal(dir: &Path, sha: &str, git_source_id: Uuid) -> Result<()> {
-    let mut entries = Vec::new();
-    list(dir, Path::new(""), &mut entries)?;
-    let digest = digest(entries.iter().map(|(path, oid, executable)| (path.as_path(), *oid, *executable)));
-    let marker = Marker { commit: sha.to_string(), source: git_source_id, files: entries.len(), digest: Some(digest) };
-    write_marker(dir, &marker)
-}
-
 /// Every temporary tree of the source can go: the caller holds the source's lock, so each one was
 /// left by a sync that died (of any commit, whether or not it is synced again).
 fn remove_temporary_trees(source_dir: &Path) -> Result<()> {
