@@ -3,15 +3,17 @@
 //! 0. take the source's lock (concurrent syncs of one source run one after the other);
 //! 1. fetch into the mirror and resolve commit C; refuse C when it is older than the catalog's;
 //! 2. read and validate windforce.json and every schema from C's tree, all problems at once;
-//! 3. materialize C's tree into this host's store, marker last;
-//! 4. only then, in one transaction, store C's tree in the database (blobs it does not hold yet, the
-//!    listing) and replace the source's part of the catalog: the catalog never names a commit
-//!    whose tree the database does not hold whole, and any host's worker can materialize it.
+//! 3. materialize C's tree into this host's store, marker last; meanwhile, in a transaction, store
+//!    C's tree in the database (the blobs it does not hold yet, the listing);
+//! 4. only then, in that transaction, replace the source's part of the catalog: the catalog never
+//!    names a commit whose tree the database does not hold whole, and any host's worker can
+//!    materialize it.
 //!
 //! Any failure stops the sequence where it is: nothing later happens, so the catalog never names a
 //! commit that is not complete in the store.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail};
 use git2::{Oid, Repository};
@@ -97,23 +99,37 @@ fn sync_locked(
     // 2. the manifest and its schemas, from the commit's tree.
     let manifest = read_manifest(client, &repo, source, commit)?;
 
-    // 3. the tree into the store, marker last.
+    // 3. the tree into the store, marker last, while the tree goes into the database (uncommitted)
+    // beside it: both read the mirror, one writes files and the other sends rows.
     let files = store::files_of(&repo, commit)?;
     let digest = store::digest_of(&files);
-    let materialized =
-        store::materialize(store, source.id, &sha, &files, &digest, &mut GitBlobs(&repo), &mut |done, total| {
-            progress.materializing(&sha, done, total);
+    let mut tx = client.transaction()?;
+    let sent = (AtomicU64::new(0), AtomicU64::new(0));
+    let mirror = repo.path().to_path_buf();
+    let (materialized, stored) = std::thread::scope(|scope| {
+        let storing = scope.spawn(|| {
+            let repo = Repository::open_bare(&mirror)?;
+            stored::store(&mut tx, &repo, source.id, &sha, &files, &digest, &mut |done, total| {
+                sent.0.store(done, Ordering::Relaxed);
+                sent.1.store(total, Ordering::Relaxed);
+            })
         });
-    progress.materialized();
+        let materialized =
+            store::materialize(store, source.id, &sha, &files, &digest, &mut GitBlobs(&repo), &mut |done, total| {
+                progress.materializing(&sha, done, total);
+            });
+        progress.materialized();
+        while !storing.is_finished() {
+            progress.storing(&sha, sent.0.load(Ordering::Relaxed), sent.1.load(Ordering::Relaxed));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        progress.stored();
+        (materialized, storing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    });
     let materialized = materialized
         .with_context(|| format!("materializing commit {sha} into the store; the catalog was not changed"))?;
 
-    // 4. only then, the tree in the database and the catalog, together.
-    let mut tx = client.transaction()?;
-    let stored = stored::store(&mut tx, &repo, source.id, &sha, &files, &digest, &mut |done, total| {
-        progress.storing(&sha, done, total);
-    });
-    progress.stored();
+    // 4. only then the catalog, in the transaction that stored the tree.
     let stored =
         stored.with_context(|| format!("storing commit {sha} in the database; the catalog was not changed"))?;
     catalog::replace(&mut tx, source, source.commit_sha.as_deref(), &sha, &manifest)?;
