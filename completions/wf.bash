@@ -1270,7 +1270,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__prune)
-            opts="-q -h --older-than --status --dry-run --yes --database-url --json --output --quiet --help"
+            opts="-q -h --older-than --sources --status --dry-run --yes --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -30,8 +30,9 @@ use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion};
 use crate::queue::enqueue::{self, Request};
 use crate::queue::job::JobStatus;
-use crate::source::store;
+use crate::source::{catalog, git_source, manifest, store};
 use crate::worker::{self, Isolation, Local, Options, Until};
+use git2::{ObjectType, Oid};
 
 /// The one action of the bench's app.
 const ACTION: &str = "noop";
@@ -220,44 +221,44 @@ struct Namespace {
 }
 
 impl Namespace {
-    /// The catalog row the enqueue path needs, and with a `bun_store` a trivial action in it,
-    /// marker last and before the catalog row, as `wf sync` does.
+    /// The catalog rows the enqueue path needs (a source, an app and an action, written by the
+    /// library's own catalog), and with a `bun_store` the action's tree, marker last and before the
+    /// catalog, as `wf sync` does.
     fn create(database: &Database, bun_store: Option<&Path>) -> Result<Namespace> {
         let tag = format!("wf-bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
         let commit_sha = format!("{}{}", Uuid::new_v4().simple(), &Uuid::new_v4().simple().to_string()[..8]);
-        let mut namespace = Namespace {
-            database: database.clone(),
-            tag,
-            git_source_id: Uuid::new_v4(),
-            store_dir: None,
-            removed: false,
-        };
-        if let Some(store) = bun_store {
-            namespace.store_dir = Some(store.join(namespace.git_source_id.to_string()));
-            let tree = store::commit_dir(store, namespace.git_source_id, &commit_sha);
-            fs::create_dir_all(&tree).with_context(|| {
-                format!("creating {} (is WF_STORE={} a writable directory?)", tree.display(), store.display())
-            })?;
-            fs::write(tree.join(ENTRYPOINT), NOOP_SOURCE)
-                .with_context(|| format!("writing {}", tree.join(ENTRYPOINT).display()))?;
-            store::seal(&tree, &commit_sha, namespace.git_source_id)?;
-        }
+        let mut namespace =
+            Namespace { database: database.clone(), tag, git_source_id: Uuid::nil(), store_dir: None, removed: false };
         let mut client = database.connect_as(&format!("{} setup", namespace.tag))?;
         let mut tx = client.transaction()?;
-        tx.execute(
-            "INSERT INTO git_source (id, name, url, commit_sha, synced_at)
-             VALUES ($1, $2, 'wf-bench: synthetic, removed when the bench ends', $3, now())",
-            &[&namespace.git_source_id, &namespace.tag, &commit_sha],
-        )?;
-        tx.execute(
-            "INSERT INTO app (app_key, git_source_id, tag) VALUES ($1, $2, $1)",
-            &[&namespace.tag, &namespace.git_source_id],
-        )?;
-        tx.execute(
-            "INSERT INTO action (app_key, action_key, git_source_id, commit_sha, entrypoint, timeout_s, tag)
-             VALUES ($1, $2, $3, $4, $5, 60, $1)",
-            &[&namespace.tag, &ACTION, &namespace.git_source_id, &commit_sha, &ENTRYPOINT],
-        )?;
+        let source =
+            git_source::add(&mut tx, &namespace.tag, "wf-bench://synthetic-removed-when-the-bench-ends", None)?;
+        namespace.git_source_id = source.id;
+        if let Some(store) = bun_store {
+            namespace.store_dir = Some(store.join(source.id.to_string()));
+            let files = [store::TreeFile {
+                path: ENTRYPOINT.into(),
+                blob: Oid::hash_object(ObjectType::Blob, NOOP_SOURCE.as_bytes())?,
+                executable: false,
+            }];
+            let digest = store::digest_of(&files);
+            store::materialize(store, source.id, &commit_sha, &files, &digest, &mut NoopBlob, &mut |_, _| {})?;
+        }
+        let app = manifest::App {
+            key: namespace.tag.clone(),
+            tag: Some(namespace.tag.clone()),
+            actions: vec![manifest::Action {
+                key: ACTION.to_string(),
+                entrypoint: ENTRYPOINT.to_string(),
+                input_schema: None,
+                output_schema: None,
+                timeout_s: 60,
+                tag: namespace.tag.clone(),
+                sandbox: manifest::Sandbox::default(),
+                retries: None,
+            }],
+        };
+        catalog::replace(&mut tx, &source, None, &commit_sha, &manifest::Manifest { apps: vec![app] })?;
         tx.commit().with_context(|| format!("creating the bench's source, app and action {}", namespace.tag))?;
         Ok(namespace)
     }
@@ -283,7 +284,11 @@ impl Namespace {
             Ok(())
         });
         let tree = match &self.store_dir {
-            Some(dir) if dir.exists() => fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display())),
+            Some(dir) if dir.exists() => fs::remove_dir_all(dir)
+                .with_context(|| format!("removing {}", dir.display()))
+                // The action's contents, linked from no tree now.
+                .and_then(|()| dir.parent().map_or(Ok((0, 0)), |store| store::remove_trees(store, &[], false)))
+                .map(|_| ()),
             _ => Ok(()),
         };
         rows.with_context(|| format!("removing the bench's jobs and catalog rows (tag and source {})", self.tag))?;
@@ -304,6 +309,18 @@ impl Drop for Namespace {
                 tag = self.tag,
             );
         }
+    }
+}
+
+/// The bench action's one file, from memory.
+struct NoopBlob;
+
+impl store::BlobSource for NoopBlob {
+    fn send(&mut self, blobs: &[Oid], sink: &mut dyn FnMut(Oid, &[u8]) -> Result<()>) -> Result<()> {
+        for &oid in blobs {
+            sink(oid, NOOP_SOURCE.as_bytes())?;
+        }
+        Ok(())
     }
 }
 

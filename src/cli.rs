@@ -461,8 +461,13 @@ pub(crate) struct ScheduleTickArgs {
 #[derive(Debug, Args)]
 pub(crate) struct PruneArgs {
     /// Delete jobs that completed before now minus this (e.g. 30d).
-    #[arg(long, value_parser = parse_duration)]
-    pub older_than: Duration,
+    #[arg(long, value_parser = parse_duration, required_unless_present = "sources")]
+    pub older_than: Option<Duration>,
+    /// Delete the synced commits no job pins any more (queued, running, or completed and not
+    /// pruned) and the catalog is not on, from the database and from this host's store, and the
+    /// file contents no commit holds any more. After the jobs when both are given.
+    #[arg(long)]
+    pub sources: bool,
     /// Only jobs that ended with this status.
     #[arg(long, value_parser = finished_status())]
     pub status: Option<JobStatus>,

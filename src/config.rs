@@ -87,6 +87,11 @@ impl Config {
     /// wf was built from, so that a `wf` installed with `cargo install --path .` after the demo
     /// runs actions without more setup. Resolved once, so that the action's PATH never decides
     /// which bun runs it.
+    /// The git executable on PATH, which fetches faster than libgit2 (`source::git::fetch`).
+    pub(crate) fn git(&self) -> Option<PathBuf> {
+        self.search_path.iter().map(|dir| dir.join("git")).find(|path| path.is_file())
+    }
+
     pub(crate) fn bun(&self) -> Result<PathBuf> {
         let hint = "set WF_BUN to the path of the bun executable, put bun on PATH, or run scripts/tools                     in wf's checkout to install one into its .tools/";
         if self.bun.contains('/') {

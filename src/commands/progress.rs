@@ -72,4 +72,18 @@ impl source::Progress for SourceBars {
     fn materialized(&self) {
         self.clear();
     }
+
+    fn storing(&self, commit: &str, done: u64, total: u64) {
+        self.show(
+            || self.out.progress(0, &format!("storing {} in the database", short_sha(commit))),
+            |bar| {
+                bar.set_length(total);
+                bar.set_position(done);
+            },
+        );
+    }
+
+    fn stored(&self) {
+        self.clear();
+    }
 }

@@ -1,28 +1,47 @@
-//! `wf prune`: delete completed jobs older than a cutoff, in batches.
+//! `wf prune`: delete completed jobs older than a cutoff, in batches; with `--sources`, the synced
+//! commits no job pins any more.
 
 use serde::Serialize;
 
 use super::{CommandResult, Ctx};
 use crate::cli::PruneArgs;
-use crate::error::Exit;
+use crate::error::{CommandError, Exit};
 use crate::output::{confirm, time_cell};
 use crate::queue::prune;
+use crate::source::stored;
 
 pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> CommandResult {
-    let status = args.status;
     let mut client = ctx.connect()?;
-    let cutoff = prune::cutoff(&mut client, args.older_than)?;
-    let candidates = prune::count(&mut client, cutoff, status)?;
+    let jobs = match args.older_than {
+        Some(older_than) => Some(prune_jobs(ctx, &mut client, &args, older_than)?),
+        None => None,
+    };
+    let sources = if args.sources { Some(prune_sources(ctx, &mut client, &args)?) } else { None };
+    if ctx.out.json {
+        let (deleted, would_delete) = jobs.unwrap_or_default();
+        ctx.out.json(&PruneDocument { deleted, would_delete, sources })?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// Completed jobs: (deleted, would delete with `--dry-run`).
+fn prune_jobs(
+    ctx: &Ctx,
+    client: &mut postgres::Client,
+    args: &PruneArgs,
+    older_than: std::time::Duration,
+) -> Result<(u64, Option<i64>), CommandError> {
+    let status = args.status;
+    let cutoff = prune::cutoff(client, older_than)?;
+    let candidates = prune::count(client, cutoff, status)?;
     if args.dry_run {
-        if ctx.out.json {
-            ctx.out.json(&PruneDocument { deleted: 0, would_delete: Some(candidates) })?;
-        } else {
+        if !ctx.out.json {
             ctx.out.info(&format!(
                 "would delete {candidates} completed job(s) finished before {}",
                 time_cell(Some(cutoff))
             ));
         }
-        return Ok(Exit::Ok);
+        return Ok((0, Some(candidates)));
     }
     if candidates > 0 {
         confirm(
@@ -33,7 +52,7 @@ pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> CommandResult {
     let bar = ctx.out.progress(u64::try_from(candidates).unwrap_or(0), "pruning");
     let mut deleted = 0u64;
     loop {
-        let batch = prune::prune_batch(&mut client, cutoff, status)?;
+        let batch = prune::prune_batch(client, cutoff, status)?;
         deleted += batch;
         bar.inc(batch);
         if batch == 0 {
@@ -41,18 +60,70 @@ pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> CommandResult {
         }
     }
     bar.finish_and_clear();
-    if ctx.out.json {
-        ctx.out.json(&PruneDocument { deleted, would_delete: None })?;
-    } else {
+    if !ctx.out.json {
         ctx.out.info(&format!("deleted {deleted} completed job(s) finished before {}", time_cell(Some(cutoff))));
     }
-    Ok(Exit::Ok)
+    Ok((deleted, None))
 }
 
-/// How many completed jobs went; with `--dry-run`, none, and how many would have.
+/// Synced commits no job pins, in the database and in this host's store.
+fn prune_sources(ctx: &Ctx, client: &mut postgres::Client, args: &PruneArgs) -> Result<SourcesDocument, CommandError> {
+    let store = ctx.config.store()?;
+    let counted = stored::prune(client, &store, true)?;
+    let pruned = if args.dry_run || (counted.commits == 0 && counted.local_trees == 0 && counted.blobs == 0) {
+        counted
+    } else {
+        confirm(
+            &format!(
+                "delete {} synced commit(s) no job pins ({} in this host's store)",
+                counted.commits, counted.local_trees
+            ),
+            args.yes,
+        )?;
+        stored::prune(client, &store, false)?
+    };
+    let verb = if args.dry_run { "would delete" } else { "deleted" };
+    if !ctx.out.json {
+        ctx.out.info(&format!(
+            "{verb} {} synced commit(s) and {} file content(s) ({} KiB) from the database; {} tree(s) and {} file \
+             content(s) from {}",
+            pruned.commits,
+            pruned.blobs,
+            pruned.bytes.div_ceil(1024),
+            pruned.local_trees,
+            pruned.local_blobs,
+            store.display()
+        ));
+    }
+    Ok(SourcesDocument {
+        dry_run: args.dry_run,
+        commits: pruned.commits,
+        blobs: pruned.blobs,
+        bytes: pruned.bytes,
+        local_trees: pruned.local_trees,
+        local_blobs: pruned.local_blobs,
+    })
+}
+
+/// How many completed jobs went; with `--dry-run`, none, and how many would have; with
+/// `--sources`, what went of the synced commits.
 #[derive(Serialize)]
 struct PruneDocument {
     deleted: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     would_delete: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sources: Option<SourcesDocument>,
+}
+
+/// Synced commits and file contents removed (with `--dry-run`: that would be), in the database and
+/// in this host's store.
+#[derive(Serialize)]
+struct SourcesDocument {
+    dry_run: bool,
+    commits: u64,
+    blobs: u64,
+    bytes: u64,
+    local_trees: u64,
+    local_blobs: u64,
 }

@@ -17,7 +17,10 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
     };
     let mut client = ctx.connect()?;
     let bars = SourceBars::new(ctx.out);
-    let report = sync::sync(&mut client, &args.name, &target, ctx.config.home()?, &ctx.config.store()?, &bars)?;
+    let store = ctx.config.store()?;
+    let git = ctx.config.git();
+    let places = sync::Places { home: ctx.config.home()?, store: &store, git: git.as_deref() };
+    let report = sync::sync(&mut client, &args.name, &target, &places, &bars)?;
     let actions: Vec<SyncedAction> = report
         .manifest
         .apps
@@ -58,13 +61,22 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
     } else {
         format!("already complete in {}", report.materialized.dir.display())
     };
+    let in_database = if report.stored.already {
+        "already in the database".to_string()
+    } else {
+        format!(
+            "{} new blob(s), {} KiB, stored in the database",
+            report.stored.blobs,
+            report.stored.bytes.div_ceil(1024)
+        )
+    };
     let moved = match (&report.previous_commit, report.changed) {
         (_, false) => "catalog unchanged".to_string(),
         (Some(previous), true) => format!("catalog moved from {}", short_sha(previous)),
         (None, true) => "catalog created".to_string(),
     };
     ctx.out.info(&format!(
-        "synced {} at {}: {} action(s), {moved}; {stored}",
+        "synced {} at {}: {} action(s), {moved}; {stored}; {in_database}",
         report.source,
         short_sha(&report.commit_sha),
         actions.len()

@@ -14,6 +14,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (5, "0005_queue_vacuum.sql", include_str!("../../migrations/0005_queue_vacuum.sql")),
     (6, "0006_operators.sql", include_str!("../../migrations/0006_operators.sql")),
     (7, "0007_operations.sql", include_str!("../../migrations/0007_operations.sql")),
+    (8, "0008_stored_sources.sql", include_str!("../../migrations/0008_stored_sources.sql")),
 ];
 
 /// Key of the session advisory lock held while migrating.

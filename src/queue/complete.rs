@@ -107,7 +107,10 @@ impl<'a> Columns<'a> {
     }
 }
 
-const COMPLETE_SQL: &str = "
+/// The completion of a batch of attempts (see `complete_many`). Parameters, one array element per
+/// completion: job ids, claim ids, statuses, results, errors, attempts; then one per log line: job
+/// ids, streams, lines; then the channel to notify.
+pub const COMPLETE_SQL: &str = "
 WITH done AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[])
         AS d(job_id, claim, status, result, error, attempt)

@@ -18,25 +18,27 @@ pub(crate) enum Beat {
     Lost,
 }
 
-/// One statement: refresh ping only while this claim still owns the job, and return the cancel
-/// mark. The row is share-locked, so a concurrent reaper pass skips it rather than reaping a job
-/// whose worker is heartbeating right now.
+/// The heartbeat, one statement: the ping is refreshed only while this claim still owns the running
+/// job, and the cancel mark comes back; no row back means the job is no longer this claim's. The row
+/// is share-locked, so a concurrent reaper pass skips it rather than reaping a job whose worker is
+/// heartbeating right now. Parameters: job id, claim id, the worker's window in seconds.
+pub const HEARTBEAT_SQL: &str = "
+WITH owned AS (
+    SELECT job_id, canceled_by, canceled_reason
+      FROM job_queue
+     WHERE job_id = $1 AND worker = $2 AND running
+       FOR SHARE
+),
+pinged AS (
+    INSERT INTO job_runtime (job_id, ping, window_s)
+    SELECT job_id, now(), $3 FROM owned
+    ON CONFLICT (job_id) DO UPDATE SET ping = now()
+)
+SELECT canceled_by, canceled_reason FROM owned";
+
+/// One heartbeat of `claim` for `job_id`.
 pub(crate) fn heartbeat(session: &mut Session, job_id: Uuid, claim: &str, window: Duration) -> Result<Beat> {
-    let row = session.query_opt(
-        "WITH owned AS (
-             SELECT job_id, canceled_by, canceled_reason
-               FROM job_queue
-              WHERE job_id = $1 AND worker = $2 AND running
-                FOR SHARE
-         ),
-         pinged AS (
-             INSERT INTO job_runtime (job_id, ping, window_s)
-             SELECT job_id, now(), $3 FROM owned
-             ON CONFLICT (job_id) DO UPDATE SET ping = now()
-         )
-         SELECT canceled_by, canceled_reason FROM owned",
-        &[&job_id, &claim, &window.as_secs_f64()],
-    )?;
+    let row = session.query_opt(HEARTBEAT_SQL, &[&job_id, &claim, &window.as_secs_f64()])?;
     Ok(match row {
         None => Beat::Lost,
         Some(row) => match row.get::<_, Option<String>>(0) {

@@ -3,15 +3,15 @@
 
 pub(crate) mod cancel;
 pub mod claim;
-pub(crate) mod complete;
+pub mod complete;
 pub(crate) mod enqueue;
-pub(crate) mod heartbeat;
+pub mod heartbeat;
 pub(crate) mod inspect;
 pub(crate) mod job;
 pub(crate) mod logs;
 pub(crate) mod overlap;
 pub(crate) mod prune;
-pub(crate) mod reaper;
+pub mod reaper;
 pub(crate) mod release;
 pub(crate) mod retry;
 

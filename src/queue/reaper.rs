@@ -18,6 +18,26 @@ pub(crate) struct Reaped {
     pub canceled: u64,
 }
 
+/// The zombies, locked for this pass (see `reap_once`). Parameter: the reaper's window in seconds.
+pub const ZOMBIES_SQL: &str = "
+SELECT q.job_id, q.canceled_by IS NOT NULL AS cancel_marked, q.restarts, q.worker, r.ping
+  FROM job_queue q
+  LEFT JOIN job_runtime r ON r.job_id = q.job_id
+ WHERE q.running
+   AND (r.ping IS NULL
+        OR greatest(r.ping, pg_postmaster_start_time())
+           < now() - make_interval(secs => greatest($1, r.window_s)))
+   FOR UPDATE OF q SKIP LOCKED";
+
+/// Zombies back to waiting, after a backoff that doubles with their restarts (1 s, 2 s, 4 s, ... at
+/// most 5 minutes); returns their tags. Parameter: the job ids.
+pub const REQUEUE_SQL: &str = "
+UPDATE job_queue
+   SET running = false, worker = NULL, started_at = NULL, restarts = restarts + 1,
+       scheduled_for = now() + least(power(2, restarts), 300) * interval '1 second'
+ WHERE job_id = ANY($1)
+RETURNING tag";
+
 /// One pass, one transaction. A zombie is a running job whose ping is missing or older than the
 /// window, and never younger than the window of the worker that claimed it (its worker stops the
 /// attempt by itself within its own window, so an earlier reap would run two attempts at once). A
@@ -27,17 +47,7 @@ pub(crate) struct Reaped {
 /// worker is heartbeating at this very moment (the heartbeat share-locks the row).
 pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_limit: i32) -> Result<Reaped> {
     let mut tx = client.transaction()?;
-    let zombies = tx.query(
-        "SELECT q.job_id, q.canceled_by IS NOT NULL AS cancel_marked, q.restarts, q.worker, r.ping
-           FROM job_queue q
-           LEFT JOIN job_runtime r ON r.job_id = q.job_id
-          WHERE q.running
-            AND (r.ping IS NULL
-                 OR greatest(r.ping, pg_postmaster_start_time())
-                    < now() - make_interval(secs => greatest($1, r.window_s)))
-            FOR UPDATE OF q SKIP LOCKED",
-        &[&zombie_timeout.as_secs_f64()],
-    )?;
+    let zombies = tx.query(ZOMBIES_SQL, &[&zombie_timeout.as_secs_f64()])?;
     let mut canceled = Vec::new();
     let mut failed = Vec::new();
     let mut requeued = Vec::new();
@@ -67,8 +77,7 @@ pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_l
     Ok(Reaped { requeued: requeued.len() as u64, failed: failed.len() as u64, canceled: canceled.len() as u64 })
 }
 
-/// Back to waiting, with a log line in the dead attempt's logs and a backoff growing with
-/// restarts (1s, 2s, 4s, ... at most 5 minutes).
+/// Back to waiting (`REQUEUE_SQL`), with a log line in the dead attempt's logs.
 fn requeue(tx: &mut postgres::Transaction<'_>, ids: &[Uuid]) -> Result<()> {
     if ids.is_empty() {
         return Ok(());
@@ -84,18 +93,7 @@ fn requeue(tx: &mut postgres::Transaction<'_>, ids: &[Uuid]) -> Result<()> {
           WHERE q.job_id = ANY($1)",
         &[&ids],
     )?;
-    let tags: Vec<String> = tx
-        .query(
-            "UPDATE job_queue
-                SET running = false, worker = NULL, started_at = NULL, restarts = restarts + 1,
-                    scheduled_for = now() + least(power(2, restarts), 300) * interval '1 second'
-              WHERE job_id = ANY($1)
-             RETURNING tag",
-            &[&ids],
-        )?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let tags: Vec<String> = tx.query(REQUEUE_SQL, &[&ids])?.iter().map(|r| r.get(0)).collect();
     tx.execute("DELETE FROM job_runtime WHERE job_id = ANY($1)", &[&ids])?;
     for tag in dedup(tags) {
         tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &tag])?;

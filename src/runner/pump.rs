@@ -11,6 +11,10 @@ use super::{Event, Stream};
 /// worker's memory without bound.
 pub const MAX_LINE: usize = 64 * 1024;
 
+/// A stdout line that starts with this byte is the action's console writing to stderr (the wrapper
+/// sends every console line through stdout, so that their order is kept).
+pub(super) const STDERR_MARK: char = '\u{1e}';
+
 /// How often a reader blocked on an idle pipe looks at the `abandon` flag.
 const POLL: rustix::event::Timespec = rustix::event::Timespec { tv_sec: 0, tv_nsec: 200_000_000 };
 
@@ -21,7 +25,11 @@ pub(super) fn pump(mut pipe: impl Read + AsFd, stream: Stream, events: SyncSende
     let mut lines = Lines::default();
     let mut buffer = vec![0u8; 16 * 1024];
     let mut send = |text: String| {
-        let _ = events.send(Event::Line { stream, text });
+        let event = match text.strip_prefix(STDERR_MARK) {
+            Some(rest) if stream == Stream::Stdout => Event::Line { stream: Stream::Stderr, text: rest.to_string() },
+            _ => Event::Line { stream, text },
+        };
+        let _ = events.send(event);
     };
     while !abandon.load(Ordering::SeqCst) {
         if !readable(pipe.as_fd()) {

@@ -7,6 +7,7 @@
 // file lives outside the action's cwd and is not stdout, so whatever the action prints stays its log
 // and can never be mistaken for its result.
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
+import { format } from "node:util";
 
 const [entrypoint, inputPath, resultPath] = process.argv.slice(2);
 
@@ -14,6 +15,24 @@ const [entrypoint, inputPath, resultPath] = process.argv.slice(2);
 const exit = process.exit.bind(process);
 
 let settled = false;
+
+// The action's console in the order it wrote: bun buffers what goes to a stdout pipe and writes
+// stderr at once, so over two pipes an error would come before the lines logged ahead of it. Every
+// console line goes through stdout; a line meant for stderr starts with the byte 0x1e (record
+// separator), which the worker takes off and files under stderr (see pump.rs, STDERR_MARK).
+const STDERR_MARK = "\x1e";
+for (const [method, mark] of [
+  ["log", ""],
+  ["info", ""],
+  ["debug", ""],
+  ["warn", STDERR_MARK],
+  ["error", STDERR_MARK],
+]) {
+  console[method] = (...args) => {
+    const lines = format(...args).split("\n");
+    process.stdout.write(lines.map((line) => mark + line).join("\n") + "\n");
+  };
+}
 
 // Reads a property without letting a throwing getter on a thrown value break error reporting.
 function field(value, key) {

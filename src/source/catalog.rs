@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
-use postgres::{Client, GenericClient};
+use postgres::{GenericClient, Transaction};
 use uuid::Uuid;
 
 use super::git_source::GitSource;
@@ -43,13 +43,12 @@ pub(crate) fn apps_of_other_sources(
 /// commit. `expected` is the commit the caller checked the no-going-back rule against; the
 /// transaction refuses to proceed if the source moved meanwhile.
 pub(crate) fn replace(
-    client: &mut Client,
+    tx: &mut Transaction<'_>,
     source: &GitSource,
     expected: Option<&str>,
     commit_sha: &str,
     manifest: &Manifest,
 ) -> Result<()> {
-    let mut tx = client.transaction()?;
     let current = tx
         .query_opt("SELECT commit_sha FROM git_source WHERE id = $1 FOR UPDATE", &[&source.id])?
         .with_context(|| format!("source {} was removed while it was syncing", source.name))?;
@@ -124,7 +123,6 @@ pub(crate) fn replace(
     )?;
     tx.execute("DELETE FROM app WHERE git_source_id = $1 AND app_key <> ALL($2)", &[&source.id, &app_keys])?;
     tx.execute("UPDATE git_source SET commit_sha = $2, synced_at = now() WHERE id = $1", &[&source.id, &commit_sha])?;
-    tx.commit().context("committing the catalog")?;
     Ok(())
 }
 

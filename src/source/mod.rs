@@ -12,6 +12,7 @@ pub(crate) mod git_source;
 pub(crate) mod lock;
 pub(crate) mod manifest;
 pub mod store;
+pub(crate) mod stored;
 pub(crate) mod sync;
 
 /// What a sync, or a source's removal, tells its caller while it works: the command draws it
@@ -29,6 +30,9 @@ pub(crate) trait Progress {
     /// Writing `commit`'s tree into the store: `done` of `total` files.
     fn materializing(&self, commit: &str, done: usize, total: usize);
     fn materialized(&self);
+    /// Storing `commit`'s tree in the database: `done` of `total` bytes of blobs it lacked.
+    fn storing(&self, commit: &str, done: u64, total: u64);
+    fn stored(&self);
 }
 
 /// The rule for app keys, action keys, tags and source names.

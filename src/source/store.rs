@@ -19,7 +19,7 @@ use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -122,51 +122,182 @@ pub struct Materialized {
     pub dir: PathBuf,
     /// False when the commit was already complete in the store and was left as it was.
     pub written: bool,
-    /// Regular files written (0 when not written).
+    /// Regular files in the tree written (0 when not written).
     pub files: usize,
     /// Why the tree was rewritten, when it was complete but no longer matched its marker.
     pub repaired: Option<String>,
 }
 
-/// Make the tree of `commit` complete in the store, marker last. `progress` gets (done, total)
-/// files. The caller holds the source's sync lock, so no other sync builds this commit meanwhile.
-pub fn materialize(
-    repo: &Repository,
+/// One regular file of a commit's tree, as git names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TreeFile {
+    pub path: PathBuf,
+    pub blob: Oid,
+    pub executable: bool,
+}
+
+/// The regular files of `commit`'s tree, in git's order. Symlinks and submodules are left out (see
+/// the module's comment); an entry name that could leave the tree is refused.
+pub(crate) fn files_of(repo: &Repository, commit: Oid) -> Result<Vec<TreeFile>> {
+    let tree = repo.find_commit(commit)?.tree()?;
+    let mut files = Vec::new();
+    collect(repo, &tree, Path::new(""), &mut files)?;
+    Ok(files)
+}
+
+fn collect(repo: &Repository, tree: &Tree, prefix: &Path, files: &mut Vec<TreeFile>) -> Result<()> {
+    for entry in tree.iter() {
+        let name = OsStr::from_bytes(entry.name_bytes());
+        if name.is_empty() || name == "." || name == ".." || entry.name_bytes().contains(&b'/') {
+            bail!("the commit's tree has an unsafe entry name {:?} in {:?}", name, prefix);
+        }
+        let path = prefix.join(name);
+        match entry.kind() {
+            Some(ObjectType::Tree) => collect(repo, &repo.find_tree(entry.id())?, &path, files)?,
+            // Symlinks are blobs with mode 120000; only regular files are written.
+            Some(ObjectType::Blob) if entry.filemode() & 0o170000 == 0o100000 => {
+                files.push(TreeFile { path, blob: entry.id(), executable: entry.filemode() == MODE_EXECUTABLE });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The digest a marker records for these files (see `digest`).
+pub(crate) fn digest_of(files: &[TreeFile]) -> String {
+    digest(files.iter().map(|file| (file.path.as_path(), file.blob, file.executable)))
+}
+
+/// Where the contents of blobs come from: the git mirror (a sync) or the database (a worker).
+pub(crate) trait BlobSource {
+    /// Hand every blob of `blobs` to `sink` as consecutive chunks in order (an empty blob as one
+    /// empty chunk), one blob after the other.
+    fn send(&mut self, blobs: &[Oid], sink: &mut dyn FnMut(Oid, &[u8]) -> Result<()>) -> Result<()>;
+
+    /// Whether what `send` gives is checked against its id already (libgit2 checks every object it
+    /// reads), so that the store need not hash it again.
+    fn verified(&self) -> bool {
+        false
+    }
+}
+
+/// The blobs of a git repository, one in memory at a time.
+pub(crate) struct GitBlobs<'a>(pub &'a Repository);
+
+impl BlobSource for GitBlobs<'_> {
+    fn verified(&self) -> bool {
+        true
+    }
+
+    fn send(&mut self, blobs: &[Oid], sink: &mut dyn FnMut(Oid, &[u8]) -> Result<()>) -> Result<()> {
+        for &oid in blobs {
+            sink(oid, self.0.find_blob(oid)?.content())?;
+        }
+        Ok(())
+    }
+}
+
+/// Make the tree of `commit_sha` (its `files`, whose listing has `expected` for digest) complete
+/// in the store, marker last. Blob contents come from `source`, only for the blobs the store's
+/// content-addressed folder does not hold yet; every file of the tree is a hard link to it (a copy
+/// where the file system refuses the link), so a commit that changes a few files costs about those
+/// files. `progress` gets (done, total) steps: blobs written, then files linked.
+///
+/// Every process that materializes on this host (a sync, a worker) holds the store's lock meanwhile,
+/// so nothing else is writing in it, and every temporary file or tree found is debris of a process
+/// that died.
+pub(crate) fn materialize(
     store: &Path,
     git_source_id: Uuid,
-    commit: Oid,
-    mut progress: impl FnMut(usize, usize),
+    commit_sha: &str,
+    files: &[TreeFile],
+    expected: &str,
+    source: &mut dyn BlobSource,
+    progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Materialized> {
-    let sha = commit.to_string();
-    let dir = commit_dir(store, git_source_id, &sha);
+    let found = digest_of(files);
+    if found != expected {
+        bail!("the listing of commit {commit_sha} does not match its digest ({found}, recorded {expected})");
+    }
+    fs::create_dir_all(store)
+        .with_context(|| format!("creating {} (is WF_STORE a writable directory?)", store.display()))?;
+    let _lock = StoreLock::take(store)?;
+    let dir = commit_dir(store, git_source_id, commit_sha);
     let source_dir = store.join(git_source_id.to_string());
+    let blobs_dir = store.join(BLOBS);
     remove_temporary_trees(&source_dir)?;
+    remove_temporary_trees(&blobs_dir)?;
     let mut repaired = None;
     if is_materialized(&dir) {
         match verify(&dir) {
             Ok(()) => return Ok(Materialized { dir, written: false, files: 0, repaired }),
-            // Rewritten below, from the commit: the same tree again.
+            // Rewritten below: the same tree again.
             Err(error) => repaired = Some(format!("{error:#}")),
         }
     }
-    fs::create_dir_all(&source_dir).with_context(|| {
-        format!("creating {} (is WF_STORE={} a writable directory?)", source_dir.display(), store.display())
-    })?;
+    for folder in [&source_dir, &blobs_dir] {
+        fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
+    }
     if dir.exists() {
-        // A tree without marker (an interrupted sync) or one that no longer matches its marker:
-        // the marker goes first, so that from that moment no worker takes the tree for complete.
+        // A tree without marker (an interrupted materialization) or one that no longer matches its
+        // marker: the marker goes first, so that from that moment no worker takes it for complete.
         let _ = fs::remove_file(dir.join(MARKER));
         fs::remove_dir_all(&dir).with_context(|| format!("removing the incomplete tree {}", dir.display()))?;
     }
 
-    let tree = repo.find_commit(commit)?.tree()?;
-    let mut plan = Plan::default();
-    plan.collect(repo, &tree, Path::new(""))?;
+    // One read of the folder rather than a look-up per file.
+    let held: std::collections::HashSet<std::ffi::OsString> = if repaired.is_some() {
+        Default::default()
+    } else {
+        read_dir_or_none(&blobs_dir)?.into_iter().map(|entry| entry.file_name()).collect()
+    };
+    let mut missing: Vec<Oid> = files
+        .iter()
+        .filter(|file| {
+            let path = blob_path(&blobs_dir, file.blob, file.executable);
+            !path.file_name().is_some_and(|name| held.contains(name))
+        })
+        .map(|file| file.blob)
+        .collect();
+    missing.sort();
+    missing.dedup();
+    let total = missing.len() + files.len();
+    progress(0, total);
+    let mut done = 0;
+    let mut writer = BlobWriter::new(&blobs_dir, files, !source.verified());
+    source.send(&missing, &mut |oid, chunk| {
+        if writer.take(oid, chunk)? {
+            done += 1;
+            progress(done, total);
+        }
+        Ok(())
+    })?;
+    if writer.finish()? {
+        done += 1;
+    }
+    if let Some(absent) = missing.iter().find(|oid| !writer.written.contains(oid)) {
+        bail!("the contents of blob {absent} were not found");
+    }
 
-    let temp = source_dir.join(format!("{TEMPORARY_PREFIX}{sha}-{}", &Uuid::new_v4().simple().to_string()[..8]));
+    let temp = source_dir.join(format!("{TEMPORARY_PREFIX}{commit_sha}-{}", &Uuid::new_v4().simple().to_string()[..8]));
     fs::create_dir(&temp).with_context(|| format!("creating {}", temp.display()))?;
-    plan.write(repo, &temp, &mut progress).with_context(|| format!("writing the tree into {}", temp.display()))?;
-
+    let mut folders: Vec<&Path> = files.iter().filter_map(|file| file.path.parent()).collect();
+    folders.sort();
+    folders.dedup();
+    for folder in folders {
+        let path = temp.join(folder);
+        fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+    }
+    for file in files {
+        let target = temp.join(&file.path);
+        link_or_copy(&blob_path(&blobs_dir, file.blob, file.executable), &target)?;
+        done += 1;
+        progress(done, total);
+    }
+    // One flush of the file system for every file and folder written, before the rename.
+    let root = File::open(store).with_context(|| format!("opening {}", store.display()))?;
+    rustix::fs::syncfs(&root).with_context(|| format!("syncing the file system of {}", store.display()))?;
     fs::rename(&temp, &dir).with_context(|| format!("renaming {} to {}", temp.display(), dir.display()))?;
     sync_dir(&source_dir)?;
 
@@ -175,19 +306,189 @@ pub fn materialize(
         std::process::abort();
     }
 
-    let digest = digest(plan.files.iter().map(|(path, oid, executable)| (path.as_path(), *oid, *executable)));
-    write_marker(&dir, &Marker { commit: sha, source: git_source_id, files: plan.files.len(), digest: Some(digest) })?;
-    Ok(Materialized { dir, written: true, files: plan.files.len(), repaired })
+    let marker =
+        Marker { commit: commit_sha.to_string(), source: git_source_id, files: files.len(), digest: Some(found) };
+    write_marker(&dir, &marker)?;
+    Ok(Materialized { dir, written: true, files: files.len(), repaired })
 }
 
-/// Seal a tree written by other means than a sync (the bench's own): its digest is taken from
-/// disk and its marker written last.
-pub(crate) fn seal(dir: &Path, sha: &str, git_source_id: Uuid) -> Result<()> {
-    let mut entries = Vec::new();
-    list(dir, Path::new(""), &mut entries)?;
-    let digest = digest(entries.iter().map(|(path, oid, executable)| (path.as_path(), *oid, *executable)));
-    let marker = Marker { commit: sha.to_string(), source: git_source_id, files: entries.len(), digest: Some(digest) };
-    write_marker(dir, &marker)
+/// The commit trees in a host's store, by source and commit (complete or not).
+pub(crate) fn trees(store: &Path) -> Result<Vec<(Uuid, String)>> {
+    let mut trees = Vec::new();
+    for source in read_dir_or_none(store)? {
+        let Some(id) = source.file_name().to_str().and_then(|name| Uuid::parse_str(name).ok()) else { continue };
+        for commit in read_dir_or_none(&source.path())? {
+            let name = commit.file_name();
+            let Some(sha) = name.to_str() else { continue };
+            if !sha.starts_with('.') && commit.file_type()?.is_dir() {
+                trees.push((id, sha.to_string()));
+            }
+        }
+    }
+    Ok(trees)
+}
+
+/// Remove these trees from a host's store (marker first, as for an incomplete tree), then every
+/// blob content no tree links to any more; returns how many of each (counted only, `dry_run`).
+/// Under the store's lock: no materialization is linking to a blob meanwhile.
+pub(crate) fn remove_trees(store: &Path, trees: &[(Uuid, String)], dry_run: bool) -> Result<(u64, u64)> {
+    if !store.is_dir() {
+        return Ok((0, 0));
+    }
+    let _lock = StoreLock::take(store)?;
+    let mut blobs = 0;
+    if !dry_run {
+        for (id, sha) in trees {
+            let dir = commit_dir(store, *id, sha);
+            let _ = fs::remove_file(dir.join(MARKER));
+            fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+    }
+    for entry in read_dir_or_none(&store.join(BLOBS))? {
+        use std::os::unix::fs::MetadataExt;
+        // Linked from no tree: only the store's own name for it is left.
+        if entry.metadata()?.nlink() == 1 {
+            blobs += 1;
+            if !dry_run {
+                fs::remove_file(entry.path()).with_context(|| format!("removing {}", entry.path().display()))?;
+            }
+        }
+    }
+    Ok((trees.len() as u64, blobs))
+}
+
+fn read_dir_or_none(dir: &Path) -> Result<Vec<fs::DirEntry>> {
+    match fs::read_dir(dir) {
+        Ok(entries) => entries.collect::<std::io::Result<_>>().with_context(|| format!("reading {}", dir.display())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(error) => Err(error).with_context(|| format!("reading {}", dir.display())),
+    }
+}
+
+/// The store's folder of blob contents, by git blob id: `<oid>` read-only, `<oid>.x` executable.
+const BLOBS: &str = ".blobs";
+
+fn blob_path(blobs_dir: &Path, oid: Oid, executable: bool) -> PathBuf {
+    blobs_dir.join(if executable { format!("{oid}.x") } else { oid.to_string() })
+}
+
+/// A hard link to the store's copy, or a copy of it where the file system refuses (too many links
+/// to one file, another file system).
+fn link_or_copy(blob: &Path, target: &Path) -> Result<()> {
+    match fs::hard_link(blob, target) {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            fs::copy(blob, target).with_context(|| format!("copying {} to {}", blob.display(), target.display()))?;
+            Ok(())
+        }
+    }
+}
+
+/// Writes streamed blobs into the store's blob folder: each one aside first, checked against its
+/// id, then renamed into place read-only (and once more executable when the tree wants that too).
+struct BlobWriter<'a> {
+    dir: &'a Path,
+    modes: std::collections::HashMap<Oid, (bool, bool)>,
+    current: Option<(Oid, PathBuf, File)>,
+    written: std::collections::HashSet<Oid>,
+    /// Hash what was written and compare it with its id.
+    check: bool,
+}
+
+impl<'a> BlobWriter<'a> {
+    fn new(dir: &'a Path, files: &[TreeFile], check: bool) -> BlobWriter<'a> {
+        let mut modes = std::collections::HashMap::new();
+        for file in files {
+            let entry: &mut (bool, bool) = modes.entry(file.blob).or_default();
+            if file.executable {
+                entry.1 = true;
+            } else {
+                entry.0 = true;
+            }
+        }
+        BlobWriter { dir, modes, current: None, written: Default::default(), check }
+    }
+
+    /// Take a chunk; true when it began a new blob and so finished the one before.
+    fn take(&mut self, oid: Oid, chunk: &[u8]) -> Result<bool> {
+        let finished = match &self.current {
+            Some((current, _, _)) if *current == oid => false,
+            _ => {
+                let finished = self.finish()?;
+                let temp =
+                    self.dir.join(format!("{TEMPORARY_PREFIX}{oid}-{}", &Uuid::new_v4().simple().to_string()[..8]));
+                let file = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o444)
+                    .open(&temp)
+                    .with_context(|| format!("creating {}", temp.display()))?;
+                self.current = Some((oid, temp, file));
+                finished
+            }
+        };
+        let (_, temp, file) = self.current.as_mut().expect("a blob is open");
+        file.write_all(chunk).with_context(|| format!("writing {}", temp.display()))?;
+        Ok(finished)
+    }
+
+    /// Put the open blob in place; true when there was one.
+    fn finish(&mut self) -> Result<bool> {
+        let Some((oid, temp, file)) = self.current.take() else { return Ok(false) };
+        drop(file);
+        if self.check {
+            let found =
+                Oid::hash_file(ObjectType::Blob, &temp).with_context(|| format!("reading {}", temp.display()))?;
+            if found != oid {
+                let _ = fs::remove_file(&temp);
+                bail!("the contents given for blob {oid} are those of blob {found}");
+            }
+        }
+        let (plain, executable) = self.modes.get(&oid).copied().unwrap_or((true, false));
+        if executable {
+            let path = blob_path(self.dir, oid, true);
+            if plain {
+                let copy = self.dir.join(format!("{TEMPORARY_PREFIX}{oid}.x"));
+                fs::copy(&temp, &copy).with_context(|| format!("copying {}", temp.display()))?;
+                place(&copy, &path, 0o555)?;
+            } else {
+                place(&temp, &path, 0o555)?;
+            }
+        }
+        if plain {
+            fs::rename(&temp, blob_path(self.dir, oid, false))
+                .with_context(|| format!("renaming {}", temp.display()))?;
+        }
+        self.written.insert(oid);
+        Ok(true)
+    }
+}
+
+/// Read-only (a synced tree is never written again), then renamed into place.
+fn place(temp: &Path, path: &Path, mode: u32) -> Result<()> {
+    fs::set_permissions(temp, fs::Permissions::from_mode(mode)).with_context(|| format!("{}", temp.display()))?;
+    fs::rename(temp, path).with_context(|| format!("renaming {} to {}", temp.display(), path.display()))
+}
+
+/// The store's lock: one process at a time writes in a host's store.
+struct StoreLock {
+    _file: File,
+}
+
+impl StoreLock {
+    fn take(store: &Path) -> Result<StoreLock> {
+        let path = store.join(".lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        file.lock().with_context(|| {
+            format!("locking {} (the store must be on a file system with working flock)", path.display())
+        })?;
+        Ok(StoreLock { _file: file })
+    }
 }
 
 /// Every temporary tree of the source can go: the caller holds the source's lock, so each one was
@@ -222,59 +523,4 @@ fn write_marker(dir: &Path, marker: &Marker) -> Result<()> {
 
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("syncing {}", dir.display()))
-}
-
-/// Everything to write, collected before writing so progress has a total.
-#[derive(Default)]
-struct Plan {
-    /// Parents before children.
-    dirs: Vec<PathBuf>,
-    files: Vec<(PathBuf, Oid, bool)>,
-}
-
-impl Plan {
-    fn collect(&mut self, repo: &Repository, tree: &Tree, prefix: &Path) -> Result<()> {
-        for entry in tree.iter() {
-            let name = OsStr::from_bytes(entry.name_bytes());
-            if name.is_empty() || name == "." || name == ".." || entry.name_bytes().contains(&b'/') {
-                bail!("the commit's tree has an unsafe entry name {:?} in {:?}", name, prefix);
-            }
-            let path = prefix.join(name);
-            match entry.kind() {
-                Some(ObjectType::Tree) => {
-                    self.dirs.push(path.clone());
-                    self.collect(repo, &repo.find_tree(entry.id())?, &path)?;
-                }
-                // Symlinks are blobs with mode 120000; only regular files are written.
-                Some(ObjectType::Blob) if entry.filemode() & 0o170000 == 0o100000 => {
-                    self.files.push((path, entry.id(), entry.filemode() == MODE_EXECUTABLE));
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    fn write(&self, repo: &Repository, root: &Path, progress: &mut impl FnMut(usize, usize)) -> Result<()> {
-        for dir in &self.dirs {
-            fs::create_dir(root.join(dir)).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        let total = self.files.len();
-        progress(0, total);
-        for (done, (path, oid, executable)) in self.files.iter().enumerate() {
-            let blob = repo.find_blob(*oid)?;
-            let full = root.join(path);
-            let mut file = File::create(&full).with_context(|| format!("creating {}", path.display()))?;
-            file.write_all(blob.content()).with_context(|| format!("writing {}", path.display()))?;
-            // Read-only: a tree is never written again once synced (a changed one is rewritten whole).
-            let mode = if *executable { 0o555 } else { 0o444 };
-            file.set_permissions(fs::Permissions::from_mode(mode))?;
-            file.sync_all().with_context(|| format!("syncing {}", path.display()))?;
-            progress(done + 1, total);
-        }
-        for dir in self.dirs.iter().rev() {
-            sync_dir(&root.join(dir))?;
-        }
-        sync_dir(root)
-    }
 }

@@ -3,13 +3,17 @@
 //! 0. take the source's lock (concurrent syncs of one source run one after the other);
 //! 1. fetch into the mirror and resolve commit C; refuse C when it is older than the catalog's;
 //! 2. read and validate windforce.json and every schema from C's tree, all problems at once;
-//! 3. materialize C's tree into the store, marker last;
-//! 4. only then, in one transaction, replace the source's part of the catalog.
+//! 3. materialize C's tree into this host's store, marker last; meanwhile, in a transaction, store
+//!    C's tree in the database (the blobs it does not hold yet, the listing);
+//! 4. only then, in that transaction, replace the source's part of the catalog: the catalog never
+//!    names a commit whose tree the database does not hold whole, and any host's worker can
+//!    materialize it.
 //!
 //! Any failure stops the sequence where it is: nothing later happens, so the catalog never names a
 //! commit that is not complete in the store.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail};
 use git2::{Oid, Repository};
@@ -19,7 +23,8 @@ use super::git::{self, Target};
 use super::git_source::{self, GitSource};
 use super::lock::with_source_lock;
 use super::manifest::{self, Manifest};
-use super::store::{self, Materialized};
+use super::store::{self, GitBlobs, Materialized};
+use super::stored::{self, Stored};
 use super::{Progress, catalog, short_sha};
 
 /// What a sync did.
@@ -31,23 +36,31 @@ pub(crate) struct Report {
     pub changed: bool,
     pub previous_commit: Option<String>,
     pub materialized: Materialized,
+    pub stored: Stored,
     pub manifest: Manifest,
 }
 
-/// Sync source `name` to `target`. `home` holds the mirrors, `store` the materialized trees.
+/// Where a sync keeps things and what fetches: `home` holds the mirrors, `store` the materialized
+/// trees; `git` is the git executable, when there is one (see `git::fetch`).
+pub(crate) struct Places<'a> {
+    pub home: &'a Path,
+    pub store: &'a Path,
+    pub git: Option<&'a Path>,
+}
+
+/// Sync source `name` to `target`.
 pub(crate) fn sync(
     client: &mut Client,
     name: &str,
     target: &Target,
-    home: &Path,
-    store: &Path,
+    places: &Places<'_>,
     progress: &dyn Progress,
 ) -> Result<Report> {
     let source = git_source::find(client, name)?;
     with_source_lock(client, source.id, name, progress, |client| {
         // Read again under the lock: a sync that ran while we waited may have moved the commit.
         let source = git_source::find(client, name)?;
-        sync_locked(client, &source, target, home, store, progress)
+        sync_locked(client, &source, target, places, progress)
     })
     .with_context(|| format!("syncing source {name}"))
 }
@@ -56,14 +69,14 @@ fn sync_locked(
     client: &mut Client,
     source: &GitSource,
     target: &Target,
-    home: &Path,
-    store: &Path,
+    places: &Places<'_>,
     progress: &dyn Progress,
 ) -> Result<Report> {
+    let store = places.store;
     // 1. fetch, resolve, no going back.
-    let repo = git::open_mirror(&git::mirror_path(home, source.id))?;
+    let repo = git::open_mirror(&git::mirror_path(places.home, source.id))?;
     progress.fetching(&source.url, 0, 0);
-    let fetched = git::fetch(&repo, &source.url, target, source.branch.as_deref(), |received, total| {
+    let fetched = git::fetch(&repo, places.git, &source.url, target, source.branch.as_deref(), |received, total| {
         progress.fetching(&source.url, received, total);
     });
     progress.fetched();
@@ -86,22 +99,48 @@ fn sync_locked(
     // 2. the manifest and its schemas, from the commit's tree.
     let manifest = read_manifest(client, &repo, source, commit)?;
 
-    // 3. the tree into the store, marker last.
-    let materialized = store::materialize(&repo, store, source.id, commit, |done, total| {
-        progress.materializing(&sha, done, total);
+    // 3. the tree into the store, marker last, while the tree goes into the database (uncommitted)
+    // beside it: both read the mirror, one writes files and the other sends rows.
+    let files = store::files_of(&repo, commit)?;
+    let digest = store::digest_of(&files);
+    let mut tx = client.transaction()?;
+    let sent = (AtomicU64::new(0), AtomicU64::new(0));
+    let mirror = repo.path().to_path_buf();
+    let (materialized, stored) = std::thread::scope(|scope| {
+        let storing = scope.spawn(|| {
+            let repo = Repository::open_bare(&mirror)?;
+            stored::store(&mut tx, &repo, source.id, &sha, &files, &digest, &mut |done, total| {
+                sent.0.store(done, Ordering::Relaxed);
+                sent.1.store(total, Ordering::Relaxed);
+            })
+        });
+        let materialized =
+            store::materialize(store, source.id, &sha, &files, &digest, &mut GitBlobs(&repo), &mut |done, total| {
+                progress.materializing(&sha, done, total);
+            });
+        progress.materialized();
+        while !storing.is_finished() {
+            progress.storing(&sha, sent.0.load(Ordering::Relaxed), sent.1.load(Ordering::Relaxed));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        progress.stored();
+        (materialized, storing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     });
-    progress.materialized();
     let materialized = materialized
         .with_context(|| format!("materializing commit {sha} into the store; the catalog was not changed"))?;
 
-    // 4. only then, the catalog.
-    catalog::replace(client, source, source.commit_sha.as_deref(), &sha, &manifest)?;
+    // 4. only then the catalog, in the transaction that stored the tree.
+    let stored =
+        stored.with_context(|| format!("storing commit {sha} in the database; the catalog was not changed"))?;
+    catalog::replace(&mut tx, source, source.commit_sha.as_deref(), &sha, &manifest)?;
+    tx.commit().context("committing the catalog")?;
     Ok(Report {
         source: source.name.clone(),
         changed: source.commit_sha.as_deref() != Some(sha.as_str()),
         previous_commit: source.commit_sha.clone(),
         commit_sha: sha,
         materialized,
+        stored,
         manifest,
     })
 }

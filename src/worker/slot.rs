@@ -21,7 +21,7 @@ use crate::queue::job::{JobError, JobStatus};
 use crate::queue::logs::{LogBuffer, LogLine};
 use crate::queue::{overlap, release, retry};
 use crate::runner::{self, Event, Limits, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Stream};
-use crate::source::store;
+use crate::source::{store, stored};
 use crate::token;
 
 /// How often buffered log lines are handed to the heart while a job runs.
@@ -216,7 +216,18 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         }
     }
     let tree = store::commit_dir(&shared.store, job.git_source_id, &job.commit_sha);
-    if let Err(error) = prepare(shared, &tree) {
+    if let Err(error) = prepare(shared, &job, &tree) {
+        if database_trouble(&error) {
+            // The database could not give the tree now: another attempt, maybe on another host,
+            // will, rather than a failure of a job that never ran.
+            let mut logs = LogBuffer::default();
+            logs.push(
+                "wf",
+                format!("materializing commit {} failed: {error:#}; the job goes back to the queue", job.commit_sha),
+            );
+            release(shared, &mut link.connection, &job, logs);
+            return Ok(link);
+        }
         let error = JobError::new("SourceNotMaterialized", format!("commit {}: {error:#}", job.commit_sha));
         record(
             shared,
@@ -385,24 +396,39 @@ fn stream_name(stream: Stream) -> &'static str {
     }
 }
 
-/// A commit is run only when its marker is in the store and its tree still matches the digest the
-/// marker recorded; once checked, it is not checked again by this process.
-fn prepare(shared: &Shared, tree: &std::path::Path) -> anyhow::Result<()> {
+/// Make the job's commit complete in this host's store, and check it once per worker: a commit
+/// this host meets for the first time is written from the database (marker last); a tree changed
+/// since it was written is refused.
+fn prepare(shared: &Shared, job: &Claimed, tree: &std::path::Path) -> anyhow::Result<()> {
     let mut prepared = shared.prepared.lock().unwrap_or_else(|e| e.into_inner());
     if prepared.contains(tree) {
         return Ok(());
     }
     if !store::is_materialized(tree) {
-        anyhow::bail!(
-            "not materialized in the store: {} has no marker {} (the store must be shared by every host that \
-             runs workers; `wf sync` materializes it)",
-            tree.display(),
-            store::MARKER
-        );
+        let began = std::time::Instant::now();
+        let mut client = shared.database.connect_as(&format!("wf work {} materialize", shared.options.name))?;
+        let written = stored::materialize(&mut client, &shared.store, job.git_source_id, &job.commit_sha)
+            .context("writing it from the database into this host's store")?;
+        if written.written {
+            diag!(
+                "worker {}: commit {} written from the database into {} ({} files, {:.1} s)",
+                shared.options.name,
+                crate::source::short_sha(&job.commit_sha),
+                written.dir.display(),
+                written.files,
+                began.elapsed().as_secs_f64()
+            );
+        }
     }
     store::verify(tree).context("run `wf sync` for its source to repair the store")?;
     prepared.insert(tree.to_path_buf());
     Ok(())
+}
+
+/// Whether `error` is the database's, and one that passes.
+fn database_trouble(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| cause.downcast_ref::<postgres::Error>().is_some())
+        && classify(error) == Failure::Transient
 }
 
 /// The result must match the pinned output schema and fit the size cap.

@@ -441,20 +441,24 @@ fn a_running_attempts_token_is_current() {
 }
 
 #[test]
-fn a_commit_without_marker_is_never_run() {
+fn a_commit_neither_in_the_store_nor_in_the_database_is_never_run() {
     let env = TestEnv::new();
     synced(&env);
     let log = path(&env, "runs.log");
     let id = enqueue(&env, "t/echo", json!({"log": log}));
-    // A worker on a host whose store does not have the commit.
+    // As if synced by a wf older than sources in the database, on another host.
+    env.db().batch_execute("DELETE FROM source_commit").unwrap();
     let empty_store = path(&env, "other-store");
     env.wf(["work", "--drain"]).env("WF_STORE", &empty_store).ok();
     let error: Value = serde_json::from_str(&env.wf(["result", &id]).run().expect_code(4).stdout).unwrap();
+    assert_eq!(error["name"], "SourceNotMaterialized", "{error}");
     let message = error["message"].as_str().unwrap();
     let commit: String = env.scalar_of("SELECT commit_sha FROM job WHERE id = $1::text::uuid", &[&id]);
     assert!(message.contains(&commit), "{message}");
-    assert!(message.contains(empty_store.to_str().unwrap()), "{message}");
+    assert!(message.contains("not stored in the database") && message.contains("wf sync"), "{message}");
     assert!(!log.exists(), "the action must not have run");
+    let trees = std::fs::read_dir(&empty_store).map(|entries| entries.count()).unwrap_or(0);
+    assert_eq!(trees, 0, "nothing was written into the store");
 }
 
 #[test]

@@ -22,6 +22,8 @@ mod runner;
 mod sandbox;
 mod schedule;
 mod sick;
+mod statements;
+mod stored;
 mod sync;
 mod waits;
 mod work;

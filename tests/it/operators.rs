@@ -341,3 +341,22 @@ fn jobs_watch_lists_again_every_two_seconds_until_interrupted() {
     let (_, screen) = terminal.finish();
     assert!(!screen.contains("\x1b[?25l"), "the cursor is never hidden: {screen:?}");
 }
+
+#[test]
+fn console_output_keeps_its_order_across_stdout_and_stderr() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/chatty", json!({"lines": 50}));
+    env.wf(["work", "--drain"]).ok();
+    let lines: Vec<(String, String)> = env
+        .db()
+        .query("SELECT stream, line FROM job_logs WHERE job_id = $1::text::uuid ORDER BY id", &[&id])
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let expected: Vec<(String, String)> = (0..50)
+        .flat_map(|i| [("stdout".to_string(), format!("out {i}")), ("stderr".to_string(), format!("err {i}"))])
+        .collect();
+    assert_eq!(lines, expected, "as the action wrote them (bun buffers stdout, not stderr)");
+}

@@ -244,3 +244,45 @@ fn output_the_database_refuses_is_dropped_with_one_note_and_the_job_still_succee
     assert!(logs.contains("a clean line after"), "the lines written after are kept: {logs}");
     assert!(!logs.contains("[wf] [wf]"), "{logs}");
 }
+
+/// A database outage is told once by each part of the worker that met it, then once more when the
+/// database answers again: a journal shows the outage, not one line per retry.
+#[test]
+fn an_outage_is_one_line_and_its_end_one_more() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = env.dir.path().join("w1.log");
+    let mut worker = env.wf(["work", "--name", "w1", "--tag", "quiet", "--concurrency", "2"]).spawn(&log);
+    let mut admin = postgres::Client::connect(&TestEnv::cluster_url("postgres"), postgres::NoTls).unwrap();
+    let connections = |admin: &mut postgres::Client| -> i64 {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE 'wf work w1%'",
+                &[&env.dbname],
+            )
+            .unwrap()
+            .get(0)
+    };
+    wait_for(Duration::from_secs(30), "the worker to connect", || (connections(&mut admin) >= 3).then_some(()));
+    let database = format!("\"{}\"", env.dbname);
+    admin.batch_execute(&format!("ALTER DATABASE {database} WITH ALLOW_CONNECTIONS false")).unwrap();
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE 'wf work w1%'",
+            &[&env.dbname],
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    admin.batch_execute(&format!("ALTER DATABASE {database} WITH ALLOW_CONNECTIONS true")).unwrap();
+    wait_for(Duration::from_secs(30), "the worker to say the database answers again", || {
+        std::fs::read_to_string(&log).unwrap().contains("answers again").then_some(())
+    });
+    crate::support::fixtures::signal(&worker, libc::SIGTERM);
+    let status = crate::support::checks::wait_exit(&mut worker, Duration::from_secs(30), "the worker");
+    let journal = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{journal}");
+    let failures = journal.lines().filter(|line| line.contains("failed")).count();
+    assert!((1..=4).contains(&failures), "each slot, the listener, the reaper at most once: {journal}");
+    let lines = journal.lines().count();
+    assert!(lines <= 10, "five seconds of retries are not a line each: {journal}");
+}

@@ -1,0 +1,259 @@
+//! The database's copy of synced trees (seed: "Source first, catalog after", with the database as
+//! the only thing hosts share). `wf sync` stores a commit's tree in the transaction that moves the
+//! catalog to it, so a catalog entry never exists without its whole tree; a worker that first meets
+//! a commit writes it from here into its own store (`store::materialize`), marker last.
+//!
+//! Contents are stored once by git blob id, whatever number of commits and sources hold them, in
+//! chunks of at most `CHUNK` bytes: a commit that changes a few files stores those files, and
+//! neither a sync's upload nor a worker's download holds more than a chunk of a file at a time
+//! (a sync reads each blob whole from git, one at a time).
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use git2::{Oid, Repository};
+use postgres::binary_copy::BinaryCopyInWriter;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::{ToSql, Type};
+use postgres::{Client, Transaction};
+use uuid::Uuid;
+
+use super::store::{self, BlobSource, Materialized, TreeFile};
+
+/// The largest chunk of a blob in one row.
+const CHUNK: usize = 1 << 20;
+
+/// The most a commit's tree may hold, counting each distinct blob once.
+pub(crate) const MAX_TREE_BYTES: u64 = 1 << 30;
+
+/// Blobs asked for in one statement when materializing (each streamed chunk by chunk).
+const BLOBS_PER_QUERY: usize = 256;
+
+/// The first key of the two-key advisory lock space, reserved for storing blobs ("wfbl"): two syncs
+/// of different sources that bring the same new blob store it one after the other.
+const BLOB_LOCK_CLASS: i32 = 0x7766_626c;
+
+/// What storing a commit's tree did.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Stored {
+    /// The commit was stored already (by an earlier sync): nothing was written.
+    pub already: bool,
+    /// Blobs the database did not hold yet, and their bytes.
+    pub blobs: usize,
+    pub bytes: u64,
+}
+
+/// Store the tree of `commit_sha` (its `files`, with `digest`) in the database inside the sync's
+/// transaction, unless it is there already. `progress` gets (bytes done, bytes total) of new blobs.
+pub(crate) fn store(
+    tx: &mut Transaction<'_>,
+    repo: &Repository,
+    git_source_id: Uuid,
+    commit_sha: &str,
+    files: &[TreeFile],
+    digest: &str,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Stored> {
+    let exists = tx.query_opt(
+        "SELECT 1 FROM source_commit WHERE git_source_id = $1 AND commit_sha = $2",
+        &[&git_source_id, &commit_sha],
+    )?;
+    if exists.is_some() {
+        return Ok(Stored { already: true, ..Stored::default() });
+    }
+    let odb = repo.odb()?;
+    let mut sizes = std::collections::HashMap::new();
+    for file in files {
+        if let std::collections::hash_map::Entry::Vacant(entry) = sizes.entry(file.blob) {
+            entry.insert(odb.read_header(file.blob)?.0 as u64);
+        }
+    }
+    let total: u64 = sizes.values().sum();
+    if total > MAX_TREE_BYTES {
+        bail!(
+            "commit {commit_sha} holds {} MiB of files, more than the {} MiB a source's commit may hold",
+            total >> 20,
+            MAX_TREE_BYTES >> 20
+        );
+    }
+
+    // Held until the sync commits: the blobs found missing below stay missing until then.
+    tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&BLOB_LOCK_CLASS])?;
+    let wanted: Vec<String> = sizes.keys().map(Oid::to_string).collect();
+    let present: HashSet<String> = tx
+        .query("SELECT blob FROM source_blob WHERE blob = ANY($1) AND chunk = 0", &[&wanted])?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let mut missing: Vec<Oid> = sizes.keys().filter(|oid| !present.contains(&oid.to_string())).copied().collect();
+    missing.sort();
+    let new_bytes: u64 = missing.iter().map(|oid| sizes[oid]).sum();
+    progress(0, new_bytes);
+    let copy = tx.copy_in("COPY source_blob (blob, chunk, data) FROM STDIN BINARY")?;
+    let mut writer = BinaryCopyInWriter::new(copy, &[Type::TEXT, Type::INT4, Type::BYTEA]);
+    let mut done = 0u64;
+    for oid in &missing {
+        let blob = repo.find_blob(*oid)?;
+        let name = oid.to_string();
+        let content = blob.content();
+        // An empty blob is one empty chunk, so that every stored blob has a chunk 0.
+        let chunks: Vec<&[u8]> = if content.is_empty() { vec![content] } else { content.chunks(CHUNK).collect() };
+        for (n, chunk) in chunks.into_iter().enumerate() {
+            let n = i32::try_from(n)?;
+            writer.write(&[&name, &n, &chunk])?;
+            done += chunk.len() as u64;
+            progress(done, new_bytes);
+        }
+    }
+    writer.finish()?;
+
+    tx.execute(
+        "INSERT INTO source_commit (git_source_id, commit_sha, digest, files, bytes) VALUES ($1, $2, $3, $4, $5)",
+        &[&git_source_id, &commit_sha, &digest, &i32::try_from(files.len())?, &i64::try_from(total)?],
+    )?;
+    let copy = tx.copy_in("COPY source_file (git_source_id, commit_sha, path, blob, executable) FROM STDIN BINARY")?;
+    let mut writer = BinaryCopyInWriter::new(copy, &[Type::UUID, Type::TEXT, Type::TEXT, Type::TEXT, Type::BOOL]);
+    for file in files {
+        let path = file.path.to_str().with_context(|| {
+            format!("commit {commit_sha} has a file whose path is not UTF-8: {}", file.path.display())
+        })?;
+        writer.write(&[&git_source_id, &commit_sha, &path, &file.blob.to_string(), &file.executable])?;
+    }
+    writer.finish()?;
+    Ok(Stored { already: false, blobs: missing.len(), bytes: new_bytes })
+}
+
+/// Write the tree of `commit_sha` from the database into this host's `store`, marker last (a
+/// worker's first meeting with a commit). Blobs the store holds already are not fetched again.
+pub(crate) fn materialize(
+    client: &mut Client,
+    store: &Path,
+    git_source_id: Uuid,
+    commit_sha: &str,
+) -> Result<Materialized> {
+    let digest: String = client
+        .query_opt(
+            "SELECT digest FROM source_commit WHERE git_source_id = $1 AND commit_sha = $2",
+            &[&git_source_id, &commit_sha],
+        )?
+        .with_context(|| {
+            format!(
+                "commit {commit_sha} is not stored in the database (synced by an older wf, or pruned): \
+                 `wf sync` its source again"
+            )
+        })?
+        .get(0);
+    let files: Vec<TreeFile> = client
+        .query(
+            "SELECT path, blob, executable FROM source_file WHERE git_source_id = $1 AND commit_sha = $2",
+            &[&git_source_id, &commit_sha],
+        )?
+        .iter()
+        .map(|row| {
+            Ok(TreeFile {
+                path: row.get::<_, String>(0).into(),
+                blob: Oid::from_str(row.get(1))?,
+                executable: row.get(2),
+            })
+        })
+        .collect::<Result<_>>()?;
+    store::materialize(store, git_source_id, commit_sha, &files, &digest, &mut DatabaseBlobs(client), &mut |_, _| {})
+}
+
+/// The blobs of the database, streamed chunk by chunk.
+struct DatabaseBlobs<'a>(&'a mut Client);
+
+impl BlobSource for DatabaseBlobs<'_> {
+    fn send(&mut self, blobs: &[Oid], sink: &mut dyn FnMut(Oid, &[u8]) -> Result<()>) -> Result<()> {
+        for batch in blobs.chunks(BLOBS_PER_QUERY) {
+            let names: Vec<String> = batch.iter().map(Oid::to_string).collect();
+            let params: [&(dyn ToSql + Sync); 1] = [&names];
+            let mut rows = self.0.query_raw(
+                "SELECT blob, data FROM source_blob WHERE blob = ANY($1) ORDER BY blob, chunk",
+                params.iter().copied(),
+            )?;
+            while let Some(row) = rows.next()? {
+                sink(Oid::from_str(row.get(0))?, row.get(1))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What `prune` removed (or, in a dry run, would remove).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Pruned {
+    /// Commits removed from the database, and the blobs no commit held any more.
+    pub commits: u64,
+    pub blobs: u64,
+    pub bytes: u64,
+    /// Trees and blob contents removed from this host's store.
+    pub local_trees: u64,
+    pub local_blobs: u64,
+}
+
+/// A commit is pinned while a job names it (queued, running, or completed and not pruned yet) or
+/// the catalog is on it.
+const UNPINNED_SQL: &str = "
+SELECT c.git_source_id, c.commit_sha
+  FROM source_commit c
+ WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.git_source_id = c.git_source_id AND j.commit_sha = c.commit_sha)
+   AND NOT EXISTS (SELECT 1 FROM git_source s WHERE s.id = c.git_source_id AND s.commit_sha = c.commit_sha)";
+
+/// Remove the commits no job pins any more, from the database and from this host's `store`, and
+/// the blob contents nothing holds any more. With `dry_run`, count them and remove nothing.
+pub(crate) fn prune(client: &mut Client, store: &Path, dry_run: bool) -> Result<Pruned> {
+    let mut pruned = Pruned::default();
+    let mut tx = client.transaction()?;
+    // No job is enqueued meanwhile (one pinned to a commit found unpinned here would lose its tree);
+    // enqueues wait for this transaction, which is short.
+    tx.batch_execute("LOCK TABLE job IN SHARE MODE")?;
+    // And no sync counts on a blob this transaction removes.
+    tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&BLOB_LOCK_CLASS])?;
+    let unpinned: Vec<(Uuid, String)> =
+        tx.query(UNPINNED_SQL, &[])?.iter().map(|row| (row.get(0), row.get(1))).collect();
+    pruned.commits = unpinned.len() as u64;
+    let (ids, shas): (Vec<Uuid>, Vec<String>) = unpinned.into_iter().unzip();
+    tx.execute(
+        "DELETE FROM source_commit WHERE (git_source_id, commit_sha) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))",
+        &[&ids, &shas],
+    )?;
+    let orphans = tx.query_one(
+        "SELECT count(DISTINCT blob), coalesce(sum(length(data)), 0)::bigint FROM source_blob b
+          WHERE NOT EXISTS (SELECT 1 FROM source_file f WHERE f.blob = b.blob)",
+        &[],
+    )?;
+    pruned.blobs = orphans.get::<_, i64>(0) as u64;
+    pruned.bytes = orphans.get::<_, i64>(1) as u64;
+    if !dry_run {
+        tx.execute(
+            "DELETE FROM source_blob b WHERE NOT EXISTS (SELECT 1 FROM source_file f WHERE f.blob = b.blob)",
+            &[],
+        )?;
+    }
+
+    // This host's store: the trees of commits the database no longer pins, whether it just removed
+    // them or they were never stored there (synced by an older wf, or another database's).
+    let local = store::trees(store)?;
+    let (local_ids, local_shas): (Vec<Uuid>, Vec<String>) = local.iter().cloned().unzip();
+    let unpinned_here: Vec<(Uuid, String)> = tx
+        .query(
+            "SELECT l.id, l.sha FROM unnest($1::uuid[], $2::text[]) AS l(id, sha)
+              WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.git_source_id = l.id AND j.commit_sha = l.sha)
+                AND NOT EXISTS (SELECT 1 FROM git_source s WHERE s.id = l.id AND s.commit_sha = l.sha)",
+            &[&local_ids, &local_shas],
+        )?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let removed = store::remove_trees(store, &unpinned_here, dry_run)?;
+    pruned.local_trees = removed.0;
+    pruned.local_blobs = removed.1;
+    if dry_run {
+        tx.rollback()?;
+    } else {
+        tx.commit()?;
+    }
+    Ok(pruned)
+}

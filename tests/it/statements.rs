@@ -1,0 +1,175 @@
+//! The spine's per-job statements, one at a time, against a copy of the migrated template database:
+//! rows put in place by hand, the statement run as the library runs it, the rows checked. No wf
+//! process and no bun: each test takes milliseconds.
+
+use postgres::Client;
+use uuid::Uuid;
+
+use crate::support::harness::TestEnv;
+use wf::queue::CHANNEL_COMPLETED;
+use wf::queue::claim::CLAIM_SQL;
+use wf::queue::complete::COMPLETE_SQL;
+use wf::queue::heartbeat::HEARTBEAT_SQL;
+use wf::queue::reaper::{REQUEUE_SQL, ZOMBIES_SQL};
+
+/// A queued job of tag `default`, with the fewest columns the schema asks for.
+fn queued(db: &mut Client) -> Uuid {
+    let id = Uuid::new_v4();
+    db.execute(
+        "INSERT INTO job (id, app_key, action_key, git_source_id, commit_sha, entrypoint, timeout_s, tag, priority,
+                          input, trigger_kind, scheduled_for)
+         VALUES ($1, 'a', 'b', gen_random_uuid(), 'c', 'e.ts', 60, 'default', 0, '{}', 'manual', now())",
+        &[&id],
+    )
+    .unwrap();
+    db.execute("INSERT INTO job_queue (job_id, tag, priority, scheduled_for) VALUES ($1, 'default', 0, now())", &[&id])
+        .unwrap();
+    id
+}
+
+/// A job running under `claim`, with `restarts` restarts behind it and no ping yet.
+fn running(db: &mut Client, claim: &str, restarts: i32) -> Uuid {
+    let id = queued(db);
+    db.execute(
+        "UPDATE job_queue SET running = true, worker = $2, started_at = now(), restarts = $3 WHERE job_id = $1",
+        &[&id, &claim, &restarts],
+    )
+    .unwrap();
+    id
+}
+
+fn zombies(db: &mut Client, window_s: f64) -> Vec<Uuid> {
+    let mut tx = db.transaction().unwrap();
+    let ids = tx.query(ZOMBIES_SQL, &[&window_s]).unwrap().iter().map(|row| row.get(0)).collect();
+    tx.rollback().unwrap();
+    ids
+}
+
+fn complete(db: &mut Client, job: Uuid, claim: &str) -> u64 {
+    let result = serde_json::json!({"ok": true});
+    db.query(
+        COMPLETE_SQL,
+        &[
+            &vec![job],
+            &vec![claim],
+            &vec!["success"],
+            &vec![Some(&result)],
+            &vec![None::<&serde_json::Value>],
+            &vec![1i32],
+            &vec![job],
+            &vec!["stdout"],
+            &vec!["the last line"],
+            &CHANNEL_COMPLETED,
+        ],
+    )
+    .unwrap()
+    .len() as u64
+}
+
+#[test]
+fn the_claim_takes_the_due_jobs_each_under_its_own_claim_id_and_stamps_their_pings() {
+    let env = TestEnv::new();
+    let mut db = env.db();
+    let (first, second) = (queued(&mut db), queued(&mut db));
+    let rows = db.query(CLAIM_SQL, &[&vec!["default"], &vec!["w#1", "w#2", "w#3"], &60.0f64]).unwrap();
+    let claimed: Vec<(Uuid, String)> = rows.iter().map(|row| (row.get(0), row.get("worker"))).collect();
+    let mut ids: Vec<Uuid> = claimed.iter().map(|(id, _)| *id).collect();
+    ids.sort();
+    let mut due = vec![first, second];
+    due.sort();
+    assert_eq!(ids, due, "both due jobs, and nothing for the third claim id: {claimed:?}");
+    let owners: std::collections::HashSet<_> = claimed.iter().map(|(_, claim)| claim.as_str()).collect();
+    assert_eq!(owners.len(), 2, "one claim id per job: {claimed:?}");
+    let pinged: i64 = db.query_one("SELECT count(*) FROM job_runtime WHERE window_s = 60", &[]).unwrap().get(0);
+    assert_eq!(pinged, 2, "a ping and the worker's window stamped at the claim");
+    let again = db.query(CLAIM_SQL, &[&vec!["default"], &vec!["w#4"], &60.0f64]).unwrap();
+    assert!(again.is_empty(), "a running job is never claimed twice");
+}
+
+#[test]
+fn a_heartbeat_after_a_reap_is_lost() {
+    let env = TestEnv::new();
+    let mut db = env.db();
+    let job = running(&mut db, "w#1", 0);
+    let owned = db.query_opt(HEARTBEAT_SQL, &[&job, &"w#1", &60.0f64]).unwrap();
+    assert!(owned.is_some(), "the owner's heartbeat lands");
+    assert!(db.query_opt(HEARTBEAT_SQL, &[&job, &"w#2", &60.0f64]).unwrap().is_none(), "another claim's does not");
+
+    db.query(REQUEUE_SQL, &[&vec![job]]).unwrap();
+    db.execute("DELETE FROM job_runtime WHERE job_id = $1", &[&job]).unwrap();
+    let late = db.query_opt(HEARTBEAT_SQL, &[&job, &"w#1", &60.0f64]).unwrap();
+    assert!(late.is_none(), "after the reap the job is no longer w#1's");
+    let pings: i64 = db.query_one("SELECT count(*) FROM job_runtime WHERE job_id = $1", &[&job]).unwrap().get(0);
+    assert_eq!(pings, 0, "a lost heartbeat writes no ping");
+}
+
+#[test]
+fn the_completion_gate_skips_a_foreign_claim() {
+    let env = TestEnv::new();
+    let mut db = env.db();
+    let job = running(&mut db, "w#2", 0);
+    assert_eq!(complete(&mut db, job, "w#1"), 0, "w#1 does not own the job");
+    let counts = |db: &mut Client| -> (i64, i64, i64) {
+        let row = db
+            .query_one(
+                "SELECT (SELECT count(*) FROM job_queue WHERE job_id = $1),
+                        (SELECT count(*) FROM job_completed WHERE job_id = $1),
+                        (SELECT count(*) FROM job_logs WHERE job_id = $1)",
+                &[&job],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    assert_eq!(counts(&mut db), (1, 0, 0), "nothing of a foreign completion is written");
+    assert_eq!(complete(&mut db, job, "w#2"), 1);
+    assert_eq!(counts(&mut db), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
+    let worker: String = db.query_one("SELECT worker FROM job_completed WHERE job_id = $1", &[&job]).unwrap().get(0);
+    assert_eq!(worker, "w#2");
+    assert_eq!(complete(&mut db, job, "w#2"), 0, "and only once");
+}
+
+#[test]
+fn a_missing_ping_is_a_zombie_and_a_fresh_one_is_not() {
+    let env = TestEnv::new();
+    let mut db = env.db();
+    let never = running(&mut db, "w#1", 0);
+    let fresh = running(&mut db, "w#2", 0);
+    db.query_opt(HEARTBEAT_SQL, &[&fresh, &"w#2", &3600.0f64]).unwrap();
+    let old = running(&mut db, "w#3", 0);
+    db.query_opt(HEARTBEAT_SQL, &[&old, &"w#3", &0.0f64]).unwrap();
+    db.execute("UPDATE job_runtime SET ping = now() - interval '1 second' WHERE job_id = $1", &[&old]).unwrap();
+    let waiting = queued(&mut db);
+
+    let found = zombies(&mut db, 0.001);
+    assert!(found.contains(&never), "no ping at all: a zombie");
+    assert!(found.contains(&old), "a ping older than the window: a zombie");
+    assert!(!found.contains(&fresh), "never before the claiming worker's own window (an hour)");
+    assert!(!found.contains(&waiting), "a waiting job is no zombie");
+    let within = zombies(&mut db, 3600.0);
+    assert_eq!(within, vec![never], "inside a long window only the job without a ping");
+}
+
+#[test]
+fn backoff_doubles_with_each_restart_up_to_five_minutes() {
+    let env = TestEnv::new();
+    let mut db = env.db();
+    let jobs: Vec<(i32, Uuid)> = (0..10).map(|restarts| (restarts, running(&mut db, "w#1", restarts))).collect();
+    let mut tx = db.transaction().unwrap();
+    let ids: Vec<Uuid> = jobs.iter().map(|(_, id)| *id).collect();
+    tx.query(REQUEUE_SQL, &[&ids]).unwrap();
+    for (restarts, id) in &jobs {
+        // now() is the transaction's: the delays are exact.
+        let row = tx
+            .query_one(
+                "SELECT extract(epoch FROM scheduled_for - now())::float8, restarts, running FROM job_queue
+                  WHERE job_id = $1",
+                &[id],
+            )
+            .unwrap();
+        let delay: f64 = row.get(0);
+        assert_eq!(delay, 2f64.powi(*restarts).min(300.0), "after restart {restarts}");
+        assert_eq!(row.get::<_, i32>(1), restarts + 1);
+        assert!(!row.get::<_, bool>(2), "waiting again");
+    }
+    tx.commit().unwrap();
+}

@@ -1,0 +1,263 @@
+//! Sources in the database: `wf sync` stores a commit's tree with the catalog, in one transaction;
+//! a worker whose store lacks a commit writes it from the database, marker last, before running
+//! it. Here every "host" is a store of its own: the database is all they share.
+
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::checks::reap;
+use crate::support::fixtures::{actions_repo, enqueue, enqueue_batch, path};
+use crate::support::harness::{Process, TestEnv, wait_for};
+
+const MARKER: &str = ".windforce_clone_complete";
+
+/// The test actions, synced by the test's own WF_HOME; returns (source id, commit).
+fn synced(env: &TestEnv) -> (crate::support::harness::GitRepo, String, String) {
+    let repo = actions_repo();
+    env.wf(["source", "add", "tests", &repo.url()]).ok();
+    let doc = env.wf(["sync", "tests", "--json"]).ok().json();
+    let id: uuid::Uuid = env.scalar("SELECT id FROM git_source WHERE name = 'tests'");
+    (repo, id.to_string(), doc["commit_sha"].as_str().unwrap().to_string())
+}
+
+/// A worker of another host: its own WF_HOME and store.
+fn worker_of(env: &TestEnv, host: &Path, name: &str, args: &[&str]) -> Process {
+    let mut all = vec!["work", "--name", name];
+    all.extend_from_slice(args);
+    env.wf(all)
+        .env("WF_HOME", host.join("home"))
+        .env("WF_STORE", host.join("store"))
+        .spawn(&env.dir.path().join(format!("{name}.log")))
+}
+
+/// Wait for a worker to end, and show its log when it ended badly.
+fn ends_well(env: &TestEnv, mut worker: Process, name: &str) {
+    let status = worker.wait().unwrap();
+    let log = std::fs::read_to_string(env.dir.path().join(format!("{name}.log"))).unwrap_or_default();
+    assert!(status.success(), "worker {name} ended with {status}: {log}");
+}
+
+fn host(env: &TestEnv, name: &str) -> PathBuf {
+    let dir = env.dir.path().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn status_of(env: &TestEnv, job: &str) -> String {
+    env.scalar_of("SELECT status FROM job_completed WHERE job_id = $1::text::uuid", &[&job])
+}
+
+#[test]
+fn a_worker_with_an_empty_store_writes_the_commit_from_the_database_and_runs_it() {
+    let env = TestEnv::new();
+    let (_repo, id, commit) = synced(&env);
+    let stored: i32 = env.scalar_of(
+        "SELECT files FROM source_commit WHERE git_source_id = $1::text::uuid AND commit_sha = $2",
+        &[&id, &commit],
+    );
+    let listed: i64 = env.scalar("SELECT count(*) FROM source_file");
+    assert_eq!(i64::from(stored), listed, "the commit's listing is stored with it");
+
+    let job = enqueue(&env, "t/echo", json!({"n": 1}));
+    let other = host(&env, "host2");
+    ends_well(&env, worker_of(&env, &other, "h2", &["--drain"]), "h2");
+    assert_eq!(status_of(&env, &job), "success");
+    let tree = other.join("store").join(&id).join(&commit);
+    assert!(tree.join(MARKER).is_file(), "the other host's store holds the commit, marker written");
+    assert!(tree.join("t/echo.ts").is_file());
+    let written = std::fs::metadata(tree.join("t/echo.ts")).unwrap();
+    assert_eq!(written.mode() & 0o777, 0o444, "read-only like a synced tree");
+}
+
+#[test]
+fn a_changed_file_is_stored_once_and_the_rest_is_linked() {
+    let env = TestEnv::new();
+    let (repo, id, c1) = synced(&env);
+    let blobs_before: i64 = env.scalar("SELECT count(DISTINCT blob) FROM source_blob");
+    repo.file("t/echo.ts", "export function main(input) { return { input, changed: true }; }\n");
+    let c2 = repo.commit("change one file");
+    let run = env.wf(["sync", "tests"]).ok();
+    assert!(run.stderr.contains("1 new blob(s)"), "the sync says what it stored: {}", run.stderr);
+    let blobs_after: i64 = env.scalar("SELECT count(DISTINCT blob) FROM source_blob");
+    assert_eq!(blobs_after, blobs_before + 1, "only the changed file is a new blob");
+
+    // Both commits on another host: the unchanged files are one inode, the changed one is not.
+    let other = host(&env, "host2");
+    let echo1 = enqueue(&env, "t/echo", json!({"n": 1}));
+    env.db().execute("UPDATE job SET commit_sha = $1 WHERE id = $2::text::uuid", &[&c1, &echo1]).unwrap();
+    let echo2 = enqueue(&env, "t/echo", json!({"n": 2}));
+    ends_well(&env, worker_of(&env, &other, "h2", &["--drain"]), "h2");
+    assert_eq!(status_of(&env, &echo1), "success");
+    assert_eq!(status_of(&env, &echo2), "success");
+    let result: serde_json::Value =
+        env.scalar_of("SELECT result FROM job_completed WHERE job_id = $1::text::uuid", &[&echo2]);
+    assert_eq!(result["changed"], true, "the second commit's file ran: {result}");
+    let tree1 = other.join("store").join(&id).join(&c1);
+    let tree2 = other.join("store").join(&id).join(&c2);
+    let inode = |path: PathBuf| std::fs::metadata(path).unwrap().ino();
+    assert_eq!(inode(tree1.join("t/sleep.ts")), inode(tree2.join("t/sleep.ts")), "an unchanged file is linked");
+    assert_ne!(inode(tree1.join("t/echo.ts")), inode(tree2.join("t/echo.ts")), "a changed file is its own");
+}
+
+#[test]
+fn a_failure_storing_the_tree_leaves_the_catalog_and_the_database_as_they_were() {
+    let env = TestEnv::new();
+    let (repo, _id, c1) = synced(&env);
+    repo.file("t/new.ts", "export function main() { return {}; }\n");
+    repo.commit("second");
+    // The database refuses the listing of the new commit, after its blobs went in.
+    env.db()
+        .batch_execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS
+               $$BEGIN RAISE EXCEPTION 'refused by the test'; END$$;
+             CREATE TRIGGER refuse BEFORE INSERT ON source_file FOR EACH STATEMENT EXECUTE FUNCTION refuse();",
+        )
+        .unwrap();
+    let blobs: i64 = env.scalar("SELECT count(*) FROM source_blob");
+    let run = env.wf(["sync", "tests"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("storing commit"), "{}", run.stderr);
+    let catalog: String = env.scalar("SELECT commit_sha FROM git_source WHERE name = 'tests'");
+    assert_eq!(catalog, c1, "the catalog did not move");
+    let commits: i64 = env.scalar("SELECT count(*) FROM source_commit");
+    assert_eq!(commits, 1, "no commit without its listing");
+    assert_eq!(env.scalar::<i64>("SELECT count(*) FROM source_blob"), blobs, "no blob of the failed sync stays");
+
+    env.db().batch_execute("DROP TRIGGER refuse ON source_file").unwrap();
+    env.wf(["sync", "tests"]).ok();
+    assert_eq!(env.scalar::<i64>("SELECT count(*) FROM source_commit"), 2);
+}
+
+#[test]
+fn a_worker_killed_while_writing_a_commit_leaves_no_marker_and_the_next_one_writes_it() {
+    let env = TestEnv::new();
+    let (_repo, id, commit) = synced(&env);
+    let job = enqueue(&env, "t/echo", json!({"n": 1}));
+    let other = host(&env, "host2");
+    let mut crashed = env
+        .wf(["work", "--name", "h2", "--drain", "--heartbeat", "1s"])
+        .env("WF_ZOMBIE_TIMEOUT_S", "3")
+        .env("WF_HOME", other.join("home"))
+        .env("WF_STORE", other.join("store"))
+        .env("WF_FAULT", "sync-before-marker")
+        .spawn(&env.dir.path().join("crashed.log"));
+    let status = crashed.wait().unwrap();
+    let log = std::fs::read_to_string(env.dir.path().join("crashed.log")).unwrap();
+    assert_eq!(status.signal(), Some(6), "the worker aborted before the marker: {log}");
+    let tree = other.join("store").join(&id).join(&commit);
+    assert!(tree.join("t/echo.ts").is_file(), "the tree was in place");
+    assert!(!tree.join(MARKER).exists(), "without its marker");
+    std::fs::write(tree.join("leftover"), "of the crash").unwrap();
+
+    // The worker died holding the job: once its window has passed, the reaper puts it back.
+    wait_for(Duration::from_secs(30), "the reaper to requeue the job", || {
+        (reap(&env, &["--zombie-timeout", "3s"]).0 == 1).then_some(())
+    });
+    // Requeued with a backoff: `--once` waits for it.
+    ends_well(&env, worker_of(&env, &other, "h2b", &["--once"]), "h2b");
+    assert_eq!(status_of(&env, &job), "success");
+    assert!(tree.join(MARKER).is_file(), "the commit was written again, marker last");
+    assert!(!tree.join("leftover").exists(), "from scratch");
+}
+
+#[test]
+fn workers_of_one_host_write_a_commit_once_and_all_run_it() {
+    let env = TestEnv::new();
+    let (_repo, id, commit) = synced(&env);
+    let log = path(&env, "runs.log");
+    let log = log.to_str().unwrap();
+    let inputs: Vec<_> = (0..30).map(|n| json!({"n": n, "log": log})).collect();
+    let jobs = enqueue_batch(&env, "t/echo", &inputs);
+    let other = host(&env, "host2");
+    let workers: Vec<_> =
+        (0..3).map(|i| worker_of(&env, &other, &format!("h2w{i}"), &["--drain", "--concurrency", "2"])).collect();
+    for (i, worker) in workers.into_iter().enumerate() {
+        ends_well(&env, worker, &format!("h2w{i}"));
+    }
+    for job in &jobs {
+        assert_eq!(status_of(&env, job), "success", "job {job}");
+    }
+    let tree = other.join("store").join(&id).join(&commit);
+    assert!(tree.join(MARKER).is_file());
+    let temporaries: Vec<_> = std::fs::read_dir(other.join("store").join(&id))
+        .unwrap()
+        .chain(std::fs::read_dir(other.join("store").join(".blobs")).unwrap())
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|name| name.starts_with(".tmp-"))
+        .collect();
+    assert!(temporaries.is_empty(), "nothing half-written is left: {temporaries:?}");
+}
+
+#[test]
+fn a_blob_changed_in_the_database_is_refused_and_the_job_fails_without_running() {
+    let env = TestEnv::new();
+    let (_repo, id, commit) = synced(&env);
+    env.db()
+        .execute(
+            "UPDATE source_blob SET data = convert_to('export function main() { return {forged: true}; }', 'UTF8')
+              WHERE blob = (SELECT blob FROM source_file WHERE path = 't/echo.ts')",
+            &[],
+        )
+        .unwrap();
+    let job = enqueue(&env, "t/echo", json!({"n": 1}));
+    let other = host(&env, "host2");
+    ends_well(&env, worker_of(&env, &other, "h2", &["--drain"]), "h2");
+    assert_eq!(status_of(&env, &job), "failure");
+    let error: serde_json::Value =
+        env.scalar_of("SELECT error FROM job_completed WHERE job_id = $1::text::uuid", &[&job]);
+    assert_eq!(error["name"], "SourceNotMaterialized", "{error}");
+    assert!(error["message"].as_str().unwrap().contains("are those of blob"), "{error}");
+    assert!(!other.join("store").join(&id).join(&commit).join(MARKER).exists());
+}
+
+#[test]
+fn prune_sources_removes_the_commits_no_job_pins_in_the_database_and_in_the_store() {
+    let env = TestEnv::new();
+    let (repo, id, c1) = synced(&env);
+    let job = enqueue(&env, "t/echo", json!({"n": 1}));
+    ends_well(&env, crate::support::fixtures::worker(&env, "w1", &["--drain"]), "w1");
+    let old_echo: String = env.scalar("SELECT blob FROM source_file WHERE path = 't/echo.ts'");
+    repo.file("t/echo.ts", "export function main(input) { return { input, changed: true }; }\n");
+    let c2 = repo.commit("change one file");
+    env.wf(["sync", "tests"]).ok();
+    let tree1 = env.store().join(&id).join(&c1);
+    let tree2 = env.store().join(&id).join(&c2);
+
+    let kept = env.wf(["prune", "--sources", "--yes", "--json"]).ok().json();
+    assert_eq!(kept["sources"]["commits"], 0, "the first commit is pinned by its job: {kept}");
+    assert!(tree1.join(MARKER).is_file());
+
+    env.wf(["prune", "--older-than", "0s", "--yes"]).ok();
+    assert_eq!(env.scalar_of::<i64>("SELECT count(*) FROM job WHERE id = $1::text::uuid", &[&job]), 0);
+    let dry = env.wf(["prune", "--sources", "--dry-run", "--json"]).ok().json();
+    assert_eq!(dry["sources"]["commits"], 1, "{dry}");
+    assert_eq!(dry["sources"]["blobs"], 1, "only the changed file's old contents go: {dry}");
+    assert_eq!(dry["sources"]["local_trees"], 1, "{dry}");
+    assert_eq!(env.scalar::<i64>("SELECT count(*) FROM source_commit"), 2, "a dry run removes nothing");
+    assert!(tree1.join(MARKER).is_file(), "a dry run removes nothing");
+
+    let pruned = env.wf(["prune", "--sources", "--yes", "--json"]).ok().json();
+    assert_eq!(pruned["sources"]["commits"], 1, "{pruned}");
+    assert_eq!(pruned["sources"]["local_blobs"], 1, "the old contents of the changed file: {pruned}");
+    let left: String = env.scalar("SELECT commit_sha FROM source_commit");
+    assert_eq!(left, c2, "the catalog's commit stays");
+    let old: i64 = env.scalar_of("SELECT count(*) FROM source_blob WHERE blob = $1", &[&old_echo]);
+    assert_eq!(old, 0, "contents no commit holds are gone");
+    assert!(!tree1.exists(), "the unpinned tree left this host's store");
+    assert!(!env.store().join(".blobs").join(&old_echo).exists());
+    assert!(tree2.join(MARKER).is_file());
+
+    // The catalog's commit still runs (its tree checked against its digest), here and on a host
+    // that never had it.
+    let here = enqueue(&env, "t/echo", json!({"n": 2}));
+    ends_well(&env, crate::support::fixtures::worker(&env, "w2", &["--drain"]), "w2");
+    assert_eq!(status_of(&env, &here), "success");
+    let there = enqueue(&env, "t/echo", json!({"n": 3}));
+    let other = host(&env, "host2");
+    ends_well(&env, worker_of(&env, &other, "h2", &["--drain"]), "h2");
+    assert_eq!(status_of(&env, &there), "success");
+}
