@@ -61,19 +61,28 @@ fn kill_all_in(name: &str) {
     }
 }
 
-/// Remove the namespaces of earlier runs whose process is gone (killed before it could clean up),
-/// with whatever still runs in them; deleting a namespace deletes its bridge and veth pairs too.
+/// Whether `name` (a namespace's or a folder's) is of these tests and the process that made it is
+/// gone.
+fn orphaned(name: &str) -> bool {
+    let Some(owner) = name.strip_prefix(PREFIX).and_then(|rest| rest.split('-').next()) else { return false };
+    owner.parse::<u32>().is_ok_and(|owner| !Path::new(&format!("/proc/{owner}")).exists())
+}
+
+/// Remove what earlier runs killed before they could clean up left behind: their namespaces, with
+/// whatever still runs in them (deleting a namespace deletes its bridge and veth pairs too), and
+/// their servers' folders.
 fn remove_stale() {
-    let Ok(entries) = std::fs::read_dir("/run/netns") else { return };
-    for entry in entries.flatten() {
+    for entry in std::fs::read_dir("/run/netns").into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        let Some(owner) = name.strip_prefix(PREFIX).and_then(|rest| rest.split('-').next()) else { continue };
-        let Ok(owner) = owner.parse::<u32>() else { continue };
-        if Path::new(&format!("/proc/{owner}")).exists() {
-            continue;
+        if orphaned(&name) {
+            kill_all_in(&name);
+            let _ = Command::new(ip_binary()).args(["netns", "del", &name]).stderr(Stdio::null()).status();
         }
-        kill_all_in(&name);
-        let _ = Command::new(ip_binary()).args(["netns", "del", &name]).stderr(Stdio::null()).status();
+    }
+    for entry in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
+        if orphaned(&entry.file_name().to_string_lossy()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -108,7 +117,7 @@ struct Server {
 
 impl Server {
     fn start(netns: &str) -> Server {
-        let dir = tempfile::Builder::new().prefix("wf-hosts-pg-").tempdir().unwrap();
+        let dir = tempfile::Builder::new().prefix(&format!("{PREFIX}{}-pg-", std::process::id())).tempdir().unwrap();
         wf::db::embedded::chown_to_postgres(dir.path()).unwrap();
         let data = dir.path().join("data");
         let initdb =
