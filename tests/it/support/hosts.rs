@@ -23,7 +23,8 @@ use serde_json::Value;
 
 use crate::support::harness::{Process, TestEnv, Wf, bun, search_path};
 
-/// The first part of the name of every namespace these tests make; the next is the owner's pid.
+/// The first part of the name of every namespace and server folder these tests make; the next is
+/// the owner's pid.
 const PREFIX: &str = "wfh-";
 /// The run's subnet (private to its namespaces): the bridge is .1, host N is .(10 + N).
 const SUBNET: &str = "10.213.0";
@@ -310,19 +311,21 @@ impl Hosts {
                 let name = format!("h{n}");
                 let dir = env.dir.path().join(&name);
                 std::fs::create_dir(&dir).unwrap();
-                let mut all: Vec<(String, String)> = [
-                    ("HOME", env.dir.path().to_path_buf()),
-                    ("DATABASE_URL", PathBuf::from(&url)),
-                    ("WF_HOME", dir.join("home")),
-                    ("WF_STORE", dir.join("store")),
-                    ("WF_SECRET", PathBuf::from(SECRET)),
-                    ("WF_BUN", bun()),
-                    ("WF_ALLOW_WRITE", env.shared()),
-                ]
-                .into_iter()
-                .map(|(key, value)| (key.to_string(), value.display().to_string()))
-                .collect();
-                all.extend(vars.iter().map(|(key, value)| (key.to_string(), value.to_string())));
+                let text = |path: &Path| path.display().to_string();
+                let own = [
+                    ("HOME", text(env.dir.path())),
+                    ("DATABASE_URL", url.clone()),
+                    ("WF_HOME", text(&dir.join("home"))),
+                    ("WF_STORE", text(&dir.join("store"))),
+                    ("WF_SECRET", SECRET.to_string()),
+                    ("WF_BUN", text(&bun())),
+                    ("WF_ALLOW_WRITE", text(&env.shared())),
+                ];
+                let all = own
+                    .into_iter()
+                    .chain(vars.iter().map(|(key, value)| (*key, value.to_string())))
+                    .map(|(key, value)| (key.to_string(), value))
+                    .collect();
                 Host { name, netns: namespaces.0[n].clone(), dir, vars: all }
             })
             .collect();
