@@ -261,21 +261,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
             .spawn(move || wake::listen(&shared.database, &shared.options.name, &shared.wake, &done, first))
             .context("starting the worker's listener thread")?
     };
-    let mut slots = Vec::new();
-    for index in 0..shared.options.concurrency {
-        let slot_shared = Arc::clone(&shared);
-        let slot =
-            std::thread::Builder::new().name(format!("slot-{index}")).spawn(move || slot::run(&slot_shared, index));
-        match slot {
-            Ok(slot) => slots.push(slot),
-            Err(error) => {
-                // The slots already started stop claiming and end their jobs; then the error.
-                shared.stopping.store(true, Ordering::SeqCst);
-                slots.push(std::thread::spawn(move || Err(anyhow::anyhow!("starting worker slot {index}: {error}"))));
-                break;
-            }
-        }
-    }
+    // The helper threads first: when one cannot start, no slot has a job yet.
     let registry = {
         let (shared, done) = (Arc::clone(&shared), Arc::clone(&done));
         std::thread::Builder::new()
@@ -296,8 +282,23 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         false => None,
     };
 
-    supervise_shutdown(&shared, signals, &slots);
+    let mut slots = Vec::new();
     let mut first_error = None;
+    for index in 0..shared.options.concurrency {
+        let slot_shared = Arc::clone(&shared);
+        let slot =
+            std::thread::Builder::new().name(format!("slot-{index}")).spawn(move || slot::run(&slot_shared, index));
+        match slot {
+            Ok(slot) => slots.push(slot),
+            Err(error) => {
+                // The slots already started stop claiming and end their jobs; then the error.
+                shared.stopping.store(true, Ordering::SeqCst);
+                first_error = Some(anyhow::anyhow!("starting worker slot {index}: {error}"));
+                break;
+            }
+        }
+    }
+    supervise_shutdown(&shared, signals, &slots);
     let mut first_panic = None;
     for slot in slots {
         match slot.join() {
