@@ -270,3 +270,68 @@ mod tests {
         assert!(!is_scp_like("repo"));
     }
 }
+
+/// Blobs larger than this are read from git a piece at a time (when git is on PATH), not whole.
+const STREAM_ABOVE: usize = 8 << 20;
+
+/// The pieces `read_blob` hands over from a streamed blob.
+const PIECE: usize = 1 << 20;
+
+/// Hand the contents of blob `oid` of `repo` to `sink` in order: a large blob (with `git_cli`)
+/// streamed from `git cat-file` in pieces of at most 1 MiB, so that memory does not grow with the
+/// largest file; any other whole, as libgit2 reads it. An empty blob is one empty piece.
+pub(crate) fn read_blob(
+    repo: &Repository,
+    git_cli: Option<&Path>,
+    oid: Oid,
+    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
+    let (size, _) = repo.odb()?.read_header(oid)?;
+    let Some(git) = git_cli.filter(|_| size > STREAM_ABOVE) else {
+        return sink(repo.find_blob(oid)?.content());
+    };
+    use std::io::Read;
+    let mut child = std::process::Command::new(git)
+        .arg("--git-dir")
+        .arg(repo.path())
+        .args(["cat-file", "blob", &oid.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {}", git.display()))?;
+    let mut stdout = child.stdout.take().context("git's stdout")?;
+    let mut piece = vec![0u8; PIECE];
+    let mut read = 0;
+    let streamed = loop {
+        // A whole piece before handing it over (a pipe gives 64 KiB at a time).
+        let mut filled = 0;
+        while filled < PIECE {
+            match stdout.read(&mut piece[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error).context("reading git cat-file's output"),
+            }
+        }
+        if filled == 0 {
+            break Ok(());
+        }
+        read += filled;
+        if let Err(error) = sink(&piece[..filled]) {
+            break Err(error);
+        }
+    };
+    drop(stdout);
+    let output = child.wait_with_output().context("waiting for git cat-file")?;
+    streamed?;
+    if !output.status.success() || read != size {
+        bail!(
+            "git cat-file blob {oid} {}: {} of {size} bytes; {}",
+            output.status,
+            read,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}

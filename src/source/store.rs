@@ -182,8 +182,12 @@ pub(crate) trait BlobSource {
     }
 }
 
-/// The blobs of a git repository, one in memory at a time.
-pub(crate) struct GitBlobs<'a>(pub &'a Repository);
+/// The blobs of a git repository: each whole, one at a time, or a large one streamed with
+/// `git_cli` (see `git::read_blob`).
+pub(crate) struct GitBlobs<'a> {
+    pub repo: &'a Repository,
+    pub git_cli: Option<&'a Path>,
+}
 
 impl BlobSource for GitBlobs<'_> {
     fn verified(&self) -> bool {
@@ -192,7 +196,7 @@ impl BlobSource for GitBlobs<'_> {
 
     fn send(&mut self, blobs: &[Oid], sink: &mut dyn FnMut(Oid, &[u8]) -> Result<()>) -> Result<()> {
         for &oid in blobs {
-            sink(oid, self.0.find_blob(oid)?.content())?;
+            super::git::read_blob(self.repo, self.git_cli, oid, &mut |piece| sink(oid, piece))?;
         }
         Ok(())
     }

@@ -6,7 +6,7 @@
 //! Contents are stored once by git blob id, whatever number of commits and sources hold them, in
 //! chunks of at most `CHUNK` bytes: a commit that changes a few files stores those files, and
 //! neither a sync's upload nor a worker's download holds more than a chunk of a file at a time
-//! (a sync reads each blob whole from git, one at a time).
+//! (a sync streams a large blob from git when git is on PATH; it reads any other whole).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -19,6 +19,7 @@ use postgres::types::{ToSql, Type};
 use postgres::{Client, Transaction};
 use uuid::Uuid;
 
+use super::git;
 use super::store::{self, BlobSource, Materialized, TreeFile};
 
 /// The largest chunk of a blob in one row.
@@ -49,6 +50,7 @@ pub(crate) struct Stored {
 pub(crate) fn store(
     tx: &mut Transaction<'_>,
     repo: &Repository,
+    git_cli: Option<&Path>,
     git_source_id: Uuid,
     commit_sha: &str,
     files: &[TreeFile],
@@ -94,17 +96,19 @@ pub(crate) fn store(
     let mut writer = BinaryCopyInWriter::new(copy, &[Type::TEXT, Type::INT4, Type::BYTEA]);
     let mut done = 0u64;
     for oid in &missing {
-        let blob = repo.find_blob(*oid)?;
         let name = oid.to_string();
-        let content = blob.content();
-        // An empty blob is one empty chunk, so that every stored blob has a chunk 0.
-        let chunks: Vec<&[u8]> = if content.is_empty() { vec![content] } else { content.chunks(CHUNK).collect() };
-        for (n, chunk) in chunks.into_iter().enumerate() {
-            let n = i32::try_from(n)?;
-            writer.write(&[&name, &n, &chunk])?;
-            done += chunk.len() as u64;
-            progress(done, new_bytes);
-        }
+        let mut n = 0i32;
+        git::read_blob(repo, git_cli, *oid, &mut |content| {
+            // An empty blob is one empty chunk, so that every stored blob has a chunk 0.
+            let chunks: Vec<&[u8]> = if content.is_empty() { vec![content] } else { content.chunks(CHUNK).collect() };
+            for chunk in chunks {
+                writer.write(&[&name, &n, &chunk])?;
+                n += 1;
+                done += chunk.len() as u64;
+                progress(done, new_bytes);
+            }
+            Ok(())
+        })?;
     }
     writer.finish()?;
 

@@ -109,15 +109,22 @@ fn sync_locked(
     let (materialized, stored) = std::thread::scope(|scope| {
         let storing = scope.spawn(|| {
             let repo = Repository::open_bare(&mirror)?;
-            stored::store(&mut tx, &repo, source.id, &sha, &files, &digest, &mut |done, total| {
+            stored::store(&mut tx, &repo, places.git, source.id, &sha, &files, &digest, &mut |done, total| {
                 sent.0.store(done, Ordering::Relaxed);
                 sent.1.store(total, Ordering::Relaxed);
             })
         });
-        let materialized =
-            store::materialize(store, source.id, &sha, &files, &digest, &mut GitBlobs(&repo), &mut |done, total| {
+        let materialized = store::materialize(
+            store,
+            source.id,
+            &sha,
+            &files,
+            &digest,
+            &mut GitBlobs { repo: &repo, git_cli: places.git },
+            &mut |done, total| {
                 progress.materializing(&sha, done, total);
-            });
+            },
+        );
         progress.materialized();
         while !storing.is_finished() {
             progress.storing(&sha, sent.0.load(Ordering::Relaxed), sent.1.load(Ordering::Relaxed));

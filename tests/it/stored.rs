@@ -261,3 +261,28 @@ fn prune_sources_removes_the_commits_no_job_pins_in_the_database_and_in_the_stor
     ends_well(&env, worker_of(&env, &other, "h2", &["--drain"]), "h2");
     assert_eq!(status_of(&env, &there), "success");
 }
+
+#[test]
+fn a_large_file_is_stored_in_chunks_and_written_whole_on_another_host() {
+    let env = TestEnv::new();
+    let (repo, id, _) = synced(&env);
+    // Over the size from which a sync streams a blob from git (8 MiB), and not a whole number of
+    // 1 MiB chunks.
+    let large: String = (0..1_500_000).map(|n| format!("{n:013}\n")).collect();
+    assert!(large.len() > 20 << 20);
+    repo.file("t/large.txt", &large);
+    let commit = repo.commit("a large file");
+    env.wf(["sync", "tests"]).ok();
+    let chunks: i64 = env.scalar(
+        "SELECT count(*) FROM source_blob WHERE blob = (SELECT blob FROM source_file WHERE path = 't/large.txt')",
+    );
+    assert_eq!(chunks, (large.len() as i64 + (1 << 20) - 1) >> 20, "1 MiB chunks");
+    assert_eq!(std::fs::read_to_string(env.store().join(&id).join(&commit).join("t/large.txt")).unwrap(), large);
+
+    let job = enqueue(&env, "t/echo", json!({"n": 1}));
+    let other = host(&env, "host2");
+    ends_well(&env, worker_of(&env, &other, "h2", &["--drain"]), "h2");
+    assert_eq!(status_of(&env, &job), "success");
+    let written = std::fs::read_to_string(other.join("store").join(&id).join(&commit).join("t/large.txt")).unwrap();
+    assert!(written == large, "the other host's copy is the file, byte for byte");
+}
