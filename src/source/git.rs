@@ -257,20 +257,6 @@ pub(crate) fn is_strict_ancestor(repo: &Repository, commit: Oid, newer: &str) ->
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::is_scp_like;
-
-    #[test]
-    fn scp_like_urls_are_told_from_paths() {
-        assert!(is_scp_like("git@github.com:owner/repo.git"));
-        assert!(is_scp_like("host:repo"));
-        assert!(!is_scp_like("/srv/repos/a:b"));
-        assert!(!is_scp_like("./repo"));
-        assert!(!is_scp_like("repo"));
-    }
-}
-
 /// Blobs larger than this are read from git a piece at a time (when git is on PATH), not whole.
 const STREAM_ABOVE: usize = 8 << 20;
 
@@ -334,4 +320,18 @@ pub(crate) fn read_blob(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_scp_like;
+
+    #[test]
+    fn scp_like_urls_are_told_from_paths() {
+        assert!(is_scp_like("git@github.com:owner/repo.git"));
+        assert!(is_scp_like("host:repo"));
+        assert!(!is_scp_like("/srv/repos/a:b"));
+        assert!(!is_scp_like("./repo"));
+        assert!(!is_scp_like("repo"));
+    }
 }

@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use git2::{Oid, Repository};
+use git2::Oid;
 use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
@@ -20,7 +20,7 @@ use postgres::{Client, Transaction};
 use uuid::Uuid;
 
 use super::git;
-use super::store::{self, BlobSource, Materialized, TreeFile};
+use super::store::{self, BlobSource, GitBlobs, Materialized, TreeFile};
 
 /// The largest chunk of a blob in one row.
 const CHUNK: usize = 1 << 20;
@@ -49,8 +49,7 @@ pub(crate) struct Stored {
 /// transaction, unless it is there already. `progress` gets (bytes done, bytes total) of new blobs.
 pub(crate) fn store(
     tx: &mut Transaction<'_>,
-    repo: &Repository,
-    git_cli: Option<&Path>,
+    blobs: &GitBlobs<'_>,
     git_source_id: Uuid,
     commit_sha: &str,
     files: &[TreeFile],
@@ -64,7 +63,7 @@ pub(crate) fn store(
     if exists.is_some() {
         return Ok(Stored { already: true, ..Stored::default() });
     }
-    let odb = repo.odb()?;
+    let odb = blobs.repo.odb()?;
     let mut sizes = std::collections::HashMap::new();
     for file in files {
         if let std::collections::hash_map::Entry::Vacant(entry) = sizes.entry(file.blob) {
@@ -98,7 +97,7 @@ pub(crate) fn store(
     for oid in &missing {
         let name = oid.to_string();
         let mut n = 0i32;
-        git::read_blob(repo, git_cli, *oid, &mut |content| {
+        git::read_blob(blobs.repo, blobs.git_cli, *oid, &mut |content| {
             // An empty blob is one empty chunk, so that every stored blob has a chunk 0.
             let chunks: Vec<&[u8]> = if content.is_empty() { vec![content] } else { content.chunks(CHUNK).collect() };
             for chunk in chunks {

@@ -109,10 +109,18 @@ fn sync_locked(
     let (materialized, stored) = std::thread::scope(|scope| {
         let storing = scope.spawn(|| {
             let repo = Repository::open_bare(&mirror)?;
-            stored::store(&mut tx, &repo, places.git, source.id, &sha, &files, &digest, &mut |done, total| {
-                sent.0.store(done, Ordering::Relaxed);
-                sent.1.store(total, Ordering::Relaxed);
-            })
+            stored::store(
+                &mut tx,
+                &GitBlobs { repo: &repo, git_cli: places.git },
+                source.id,
+                &sha,
+                &files,
+                &digest,
+                &mut |done, total| {
+                    sent.0.store(done, Ordering::Relaxed);
+                    sent.1.store(total, Ordering::Relaxed);
+                },
+            )
         });
         let materialized = store::materialize(
             store,
