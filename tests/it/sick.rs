@@ -286,3 +286,46 @@ fn an_outage_is_one_line_and_its_end_one_more() {
     let lines = journal.lines().count();
     assert!(lines <= 10, "five seconds of retries are not a line each: {journal}");
 }
+
+/// A worker that cannot start all its threads (here: a user allowed few processes, as
+/// `RLIMIT_NPROC` counts threads) says which one it could not start and exits 1 once the threads
+/// it started have stopped: no panic, no abort, no job left running.
+#[test]
+fn a_thread_that_cannot_start_ends_the_worker_with_an_error_not_a_panic() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    synced(&env);
+    // A user of its own (no other process counts against its limit), with a copy of wf it can run
+    // and a WF_HOME it owns.
+    let uid = 60_000 + std::process::id() % 5_000;
+    let shared = tempfile::Builder::new().prefix("wf-nproc-").tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = shared.path().join("wf");
+    std::fs::copy(crate::support::harness::wf_binary(), &bin).unwrap();
+    let home = shared.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(uid), Some(uid)).unwrap();
+    let wf = env
+        .wf(["work", "--drain", "--concurrency", "64", "--isolation", "none", "--tag", "quiet"])
+        .env("WF_HOME", &home)
+        .env("HOME", &home);
+    let mut command = std::process::Command::new("setpriv");
+    command
+        .args([format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".to_string()])
+        .args(["prlimit", "--nproc=12"])
+        .arg(&bin)
+        .args(wf.command().get_args())
+        .current_dir(&home);
+    for (key, value) in wf.command().get_envs() {
+        if let Some(value) = value {
+            command.env(key, value);
+        }
+    }
+    let output = command.output().expect("setpriv and prlimit (util-linux) run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error: starting"), "{stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("internal error"), "a panic, not an error: {stderr}");
+    let running: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE running");
+    assert_eq!(running, 0);
+}
