@@ -400,10 +400,11 @@ fn stream_name(stream: Stream) -> &'static str {
 /// this host meets for the first time is written from the database (marker last); a tree changed
 /// since it was written is refused.
 fn prepare(shared: &Shared, job: &Claimed, tree: &std::path::Path) -> anyhow::Result<()> {
-    let mut prepared = shared.prepared.lock().unwrap_or_else(|e| e.into_inner());
-    if prepared.contains(tree) {
+    if shared.prepared.lock().unwrap_or_else(|e| e.into_inner()).contains(tree) {
         return Ok(());
     }
+    // Not under the lock of the prepared set: the other slots' jobs of prepared commits go on while
+    // this one is written (the store's own lock keeps two writers apart).
     if !store::is_materialized(tree) {
         let began = std::time::Instant::now();
         let mut client = shared.database.connect_as(&format!("wf work {} materialize", shared.options.name))?;
@@ -421,7 +422,7 @@ fn prepare(shared: &Shared, job: &Claimed, tree: &std::path::Path) -> anyhow::Re
         }
     }
     store::verify(tree).context("run `wf sync` for its source to repair the store")?;
-    prepared.insert(tree.to_path_buf());
+    shared.prepared.lock().unwrap_or_else(|e| e.into_inner()).insert(tree.to_path_buf());
     Ok(())
 }
 
