@@ -443,7 +443,7 @@ fn a_running_attempts_token_is_current() {
 #[test]
 fn a_commit_neither_in_the_store_nor_in_the_database_is_never_run() {
     let env = TestEnv::new();
-    synced(&env);
+    let _repo = synced(&env);
     let log = path(&env, "runs.log");
     let id = enqueue(&env, "t/echo", json!({"log": log}));
     // As if synced by a wf older than sources in the database, on another host.
@@ -459,6 +459,15 @@ fn a_commit_neither_in_the_store_nor_in_the_database_is_never_run() {
     assert!(!log.exists(), "the action must not have run");
     let trees = std::fs::read_dir(&empty_store).map(|entries| entries.count()).unwrap_or(0);
     assert_eq!(trees, 0, "nothing was written into the store");
+
+    // A sync of the same commit stores it (the upgrade path): then any host runs its jobs.
+    let sync = env.wf(["sync", "tests", "--json"]).ok().json();
+    assert_eq!(sync["changed"], false, "{sync}");
+    assert_eq!(env.scalar::<i64>("SELECT count(*) FROM source_commit"), 1);
+    let again = enqueue(&env, "t/echo", json!({"log": log}));
+    env.wf(["work", "--drain"]).env("WF_STORE", &empty_store).ok();
+    env.wf(["result", &again]).ok();
+    assert!(log.exists(), "the action ran on the host that lacked the commit");
 }
 
 #[test]
