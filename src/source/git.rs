@@ -118,14 +118,9 @@ fn fetch_with_git(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<()> {
     use std::io::Read;
-    let mut child = std::process::Command::new(git)
-        .arg("--git-dir")
-        .arg(mirror)
+    let mut child = git_in(git, mirror)
         .args(["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head", "--", url])
         .args(refspecs)
-        // Never a question on a terminal: a sync runs from cron and scripts too.
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -158,6 +153,14 @@ fn fetch_with_git(
         bail!("git fetch {}: {}", status, said.join("; "));
     }
     Ok(())
+}
+
+/// The git executable, working on the mirror at `mirror`, asking nothing on a terminal.
+fn git_in(git: &Path, mirror: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new(git);
+    // Never a question on a terminal: a sync runs from cron and scripts too.
+    command.arg("--git-dir").arg(mirror).env("GIT_TERMINAL_PROMPT", "0").stdin(std::process::Stdio::null());
+    command
 }
 
 /// `(9000/20000)` in a progress line of git.
@@ -277,11 +280,8 @@ pub(crate) fn read_blob(
         return sink(repo.find_blob(oid)?.content());
     };
     use std::io::Read;
-    let mut child = std::process::Command::new(git)
-        .arg("--git-dir")
-        .arg(repo.path())
+    let mut child = git_in(git, repo.path())
         .args(["cat-file", "blob", &oid.to_string()])
-        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -196,13 +196,18 @@ pub(crate) struct Pruned {
     pub local_blobs: u64,
 }
 
-/// A commit is pinned while a job names it (queued, running, or completed and not pruned yet) or
-/// the catalog is on it.
+/// Of the commits given (two arrays: source ids, commit ids), those no job pins and the catalog is
+/// not on. A job pins its commit while it exists: queued, running, or completed and not pruned.
 const UNPINNED_SQL: &str = "
-SELECT c.git_source_id, c.commit_sha
-  FROM source_commit c
- WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.git_source_id = c.git_source_id AND j.commit_sha = c.commit_sha)
-   AND NOT EXISTS (SELECT 1 FROM git_source s WHERE s.id = c.git_source_id AND s.commit_sha = c.commit_sha)";
+SELECT c.id, c.sha
+  FROM unnest($1::uuid[], $2::text[]) AS c(id, sha)
+ WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.git_source_id = c.id AND j.commit_sha = c.sha)
+   AND NOT EXISTS (SELECT 1 FROM git_source s WHERE s.id = c.id AND s.commit_sha = c.sha)";
+
+fn unpinned(tx: &mut Transaction<'_>, commits: Vec<(Uuid, String)>) -> Result<Vec<(Uuid, String)>> {
+    let (ids, shas): (Vec<Uuid>, Vec<String>) = commits.into_iter().unzip();
+    Ok(tx.query(UNPINNED_SQL, &[&ids, &shas])?.iter().map(|row| (row.get(0), row.get(1))).collect())
+}
 
 /// Remove the commits no job pins any more, from the database and from this host's `store`, and
 /// the blob contents nothing holds any more. With `dry_run`, count them and remove nothing.
@@ -214,10 +219,13 @@ pub(crate) fn prune(client: &mut Client, store: &Path, dry_run: bool) -> Result<
     tx.batch_execute("LOCK TABLE job IN SHARE MODE")?;
     // And no sync counts on a blob this transaction removes.
     tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&BLOB_LOCK_CLASS])?;
-    let unpinned: Vec<(Uuid, String)> =
-        tx.query(UNPINNED_SQL, &[])?.iter().map(|row| (row.get(0), row.get(1))).collect();
-    pruned.commits = unpinned.len() as u64;
-    let (ids, shas): (Vec<Uuid>, Vec<String>) = unpinned.into_iter().unzip();
+    let stored: Vec<(Uuid, String)> = tx
+        .query("SELECT git_source_id, commit_sha FROM source_commit", &[])?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let (ids, shas): (Vec<Uuid>, Vec<String>) = unpinned(&mut tx, stored)?.into_iter().unzip();
+    pruned.commits = ids.len() as u64;
     tx.execute(
         "DELETE FROM source_commit WHERE (git_source_id, commit_sha) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))",
         &[&ids, &shas],
@@ -238,18 +246,7 @@ pub(crate) fn prune(client: &mut Client, store: &Path, dry_run: bool) -> Result<
 
     // This host's store: the trees of commits the database no longer pins, whether it just removed
     // them or they were never stored there (synced by an older wf, or another database's).
-    let local = store::trees(store)?;
-    let (local_ids, local_shas): (Vec<Uuid>, Vec<String>) = local.iter().cloned().unzip();
-    let unpinned_here: Vec<(Uuid, String)> = tx
-        .query(
-            "SELECT l.id, l.sha FROM unnest($1::uuid[], $2::text[]) AS l(id, sha)
-              WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.git_source_id = l.id AND j.commit_sha = l.sha)
-                AND NOT EXISTS (SELECT 1 FROM git_source s WHERE s.id = l.id AND s.commit_sha = l.sha)",
-            &[&local_ids, &local_shas],
-        )?
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+    let unpinned_here = unpinned(&mut tx, store::trees(store)?)?;
     let removed = store::remove_trees(store, &unpinned_here, dry_run)?;
     pruned.local_trees = removed.0;
     pruned.local_blobs = removed.1;

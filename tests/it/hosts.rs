@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use crate::support::checks::{assert_each_succeeded_once, completed, job_processes, stop_worker, uuid, wait_completed};
-use crate::support::fixtures::{actions_repo, path};
+use crate::support::fixtures::{actions_repo, ledger, path};
 use crate::support::harness::{GitRepo, TestEnv, wait_for};
 use crate::support::hosts::{Host, Hosts};
 
@@ -112,18 +112,6 @@ fn jobs_run_on_every_host_exactly_once() {
         );
     }
     assert_eq!(per_host.len(), 3, "only the hosts' workers completed jobs: {per_host:?}");
-}
-
-/// The ledger of a `t/ledger` job: (attempt, unix ms) per line.
-fn ledger(file: &std::path::Path) -> Vec<(i32, i64)> {
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let (attempt, at) = line.split_once(' ')?;
-            Some((attempt.parse().ok()?, at.parse().ok()?))
-        })
-        .collect()
 }
 
 fn unix_ms() -> i64 {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::support::checks::{completed, wait_completed};
-use crate::support::fixtures::{enqueue, executions, path, synced, worker};
+use crate::support::fixtures::{enqueue, executions, ledger, path, synced, worker};
 use crate::support::harness::{Proxy, TestEnv, wait_for};
 
 /// The PostgreSQL backends of worker `name`, stopped with SIGSTOP while idle (a stuck backend,
@@ -58,18 +58,6 @@ impl Drop for Frozen {
             unsafe { libc::kill(*pid, libc::SIGCONT) };
         }
     }
-}
-
-/// The ledger of a `t/ledger` job: (attempt, unix ms) per line.
-fn ledger(file: &std::path::Path) -> Vec<(i32, i64)> {
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let (attempt, at) = line.split_once(' ')?;
-            Some((attempt.parse().ok()?, at.parse().ok()?))
-        })
-        .collect()
 }
 
 fn span(entries: &[(i32, i64)], attempt: i32) -> Option<(i64, i64)> {
@@ -305,25 +293,16 @@ fn a_thread_that_cannot_start_ends_the_worker_with_an_error_not_a_panic() {
     let home = shared.path().join("home");
     std::fs::create_dir(&home).unwrap();
     std::os::unix::fs::chown(&home, Some(uid), Some(uid)).unwrap();
-    let wf = env
+    let user = [format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".to_string()];
+    let run = env
         .wf(["work", "--drain", "--concurrency", "64", "--isolation", "none", "--tag", "quiet"])
         .env("WF_HOME", &home)
-        .env("HOME", &home);
-    let mut command = std::process::Command::new("setpriv");
-    command
-        .args([format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".to_string()])
-        .args(["prlimit", "--nproc=12"])
-        .arg(&bin)
-        .args(wf.command().get_args())
-        .current_dir(&home);
-    for (key, value) in wf.command().get_envs() {
-        if let Some(value) = value {
-            command.env(key, value);
-        }
-    }
-    let output = command.output().expect("setpriv and prlimit (util-linux) run");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+        .env("HOME", &home)
+        .current_dir(&home)
+        .under("setpriv", user.iter().map(String::as_str).chain(["prlimit", "--nproc=12"]), bin.as_os_str())
+        .run();
+    let stderr = &run.stderr;
+    assert_eq!(run.code, 1, "{stderr}");
     assert!(stderr.contains("error: starting"), "{stderr}");
     assert!(!stderr.contains("panicked") && !stderr.contains("internal error"), "a panic, not an error: {stderr}");
     let running: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE running");

@@ -204,6 +204,18 @@ pub(crate) fn enqueue_batch(env: &TestEnv, target: &str, inputs: &[Value]) -> Ve
     run.json()["ids"].as_array().unwrap().iter().map(|id| id.as_str().unwrap().to_string()).collect()
 }
 
+/// The ledger of a `t/ledger` job: (attempt, unix ms) per line.
+pub(crate) fn ledger(file: &Path) -> Vec<(i32, i64)> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (attempt, at) = line.split_once(' ')?;
+            Some((attempt.parse().ok()?, at.parse().ok()?))
+        })
+        .collect()
+}
+
 /// Start `wf work --name NAME ARGS`; its stderr goes to `NAME.log` in the test's folder; killed
 /// when dropped, so a failing test leaves no worker behind.
 pub(crate) fn worker(env: &TestEnv, name: &str, args: &[&str]) -> Process {

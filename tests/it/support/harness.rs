@@ -63,6 +63,19 @@ fn remove_stale_runs() {
     }
 }
 
+/// A connection to `url` once its server, just started, accepts it (within a minute); `server`
+/// names it in the panic otherwise.
+pub(crate) fn connect_when_up(url: &str, server: &str) -> postgres::Client {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match postgres::Client::connect(url, postgres::NoTls) {
+            Ok(client) => return client,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => panic!("{server} did not come up: {e}"),
+        }
+    }
+}
+
 fn start_cluster() -> TestCluster {
     remove_stale_runs();
     let dir = create_run_dir();
@@ -109,14 +122,7 @@ fn start_cluster() -> TestCluster {
     });
     ready_rx.recv().unwrap();
     let cluster = TestCluster { socket_dir: dir.clone(), create_lock: Mutex::new(()) };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut admin = loop {
-        match postgres::Client::connect(&cluster.url("postgres"), postgres::NoTls) {
-            Ok(client) => break client,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => panic!("the test PostgreSQL server did not come up: {e}"),
-        }
-    };
+    let mut admin = connect_when_up(&cluster.url("postgres"), "the test PostgreSQL server");
     admin.batch_execute("CREATE DATABASE wf_template").unwrap();
     let mut template = postgres::Client::connect(&cluster.url("wf_template"), postgres::NoTls).unwrap();
     wf::db::migrate::apply(&mut template).unwrap();
@@ -307,23 +313,37 @@ impl Wf {
     /// The same invocation of a copy of wf at `binary` (where `uid` can reach it), run as that user.
     pub(crate) fn run_as(self, binary: &Path, uid: u32, gid: u32) -> Wf {
         let mut command = Command::new(binary);
-        command.args(self.command.get_args()).env_clear().stdin(Stdio::null()).uid(uid).gid(gid);
-        for (key, value) in self.command.get_envs() {
-            if let Some(value) = value {
-                command.env(key, value);
-            }
-        }
-        if let Some(dir) = self.command.get_current_dir() {
-            command.current_dir(dir);
-        }
-        Wf { command }
+        command.uid(uid).gid(gid);
+        self.onto(command)
     }
 
     /// The same invocation inside network namespace `netns` (`ip netns exec`, which execs it: the
     /// process started is wf itself), for a test's hosts (`support::hosts`).
     pub(crate) fn in_netns(self, ip: &Path, netns: &str) -> Wf {
-        let mut command = Command::new(ip);
-        command.args(["netns", "exec", netns]).arg(self.command.get_program());
+        let program = self.command.get_program().to_owned();
+        self.under(ip, ["netns", "exec", netns], &program)
+    }
+
+    /// The same invocation of `binary` as the last argument of `wrapper WRAPPER_ARGS` (a program
+    /// that sets something up, then execs the rest: setpriv, prlimit, ip netns exec).
+    pub(crate) fn under<I, S>(
+        self,
+        wrapper: impl AsRef<std::ffi::OsStr>,
+        wrapper_args: I,
+        binary: &std::ffi::OsStr,
+    ) -> Wf
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut command = Command::new(wrapper);
+        command.args(wrapper_args).arg(binary);
+        self.onto(command)
+    }
+
+    /// `command` with this invocation's arguments, environment (and nothing else of the test's)
+    /// and folder.
+    fn onto(self, mut command: Command) -> Wf {
         command.args(self.command.get_args()).env_clear().stdin(Stdio::null());
         for (key, value) in self.command.get_envs() {
             if let Some(value) = value {

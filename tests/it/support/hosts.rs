@@ -17,11 +17,10 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, mpsc};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::harness::{Process, TestEnv, Wf, bun, search_path};
+use crate::support::harness::{Process, TestEnv, Wf, bun, connect_when_up, search_path};
 
 /// The first part of the name of every namespace and server folder these tests make; the next is
 /// the owner's pid.
@@ -171,14 +170,7 @@ impl Server {
         });
         let pid = started_rx.recv().expect("the server's thread starts postgres");
         let server = Server { dir, pid, thread: Some(thread) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut admin = loop {
-            match postgres::Client::connect(&server.socket_url("postgres"), postgres::NoTls) {
-                Ok(client) => break client,
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-                Err(e) => panic!("the hosts' PostgreSQL server did not come up: {e}"),
-            }
-        };
+        let mut admin = connect_when_up(&server.socket_url("postgres"), "the hosts' PostgreSQL server");
         admin.batch_execute("CREATE DATABASE wf").unwrap();
         server
     }
