@@ -63,6 +63,33 @@ fn remove_stale_runs() {
     }
 }
 
+/// A test's postmaster for the cluster in `data`, its socket and log in `socket_dir`: run as the
+/// cluster's owner, without durability (a test's data dies with it), killed when the thread that
+/// starts it dies; `settings` are the caller's own `-c` settings.
+pub(crate) fn postmaster(data: &Path, socket_dir: &Path, settings: &[&str]) -> Command {
+    let postgres = wf::db::embedded::pg_bin("postgres", &search_path()).expect("postgres binary");
+    let mut command = Command::new(postgres);
+    command.arg("-D").arg(data).arg("-k").arg(socket_dir);
+    for setting in
+        ["fsync=off", "synchronous_commit=off", "full_page_writes=off", "log_min_messages=fatal"].iter().chain(settings)
+    {
+        command.args(["-c", setting]);
+    }
+    command
+        .current_dir(socket_dir)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(socket_dir.join("postgres.log")).unwrap());
+    wf::db::embedded::run_as_cluster_owner(&mut command).unwrap();
+    // SAFETY: prctl in the forked child before exec; runs after the uid change, so it sticks.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    command
+}
+
 /// A connection to `url` once its server, just started, accepts it (within a minute); `server`
 /// names it in the panic otherwise.
 pub(crate) fn connect_when_up(url: &str, server: &str) -> postgres::Client {
@@ -94,28 +121,8 @@ fn start_cluster() -> TestCluster {
     let (ready_tx, ready_rx) = mpsc::channel();
     let socket_dir = dir.clone();
     std::thread::spawn(move || {
-        let postgres = wf::db::embedded::pg_bin("postgres", &search_path()).expect("postgres binary");
-        let mut command = Command::new(postgres);
-        command
-            .arg("-D")
-            .arg(&data)
-            .arg("-k")
-            .arg(&socket_dir)
-            .args(["-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off"])
-            .args(["-c", "full_page_writes=off", "-c", "max_connections=400"])
-            .args(["-c", "shared_buffers=256MB", "-c", "log_min_messages=fatal"])
-            .current_dir(&socket_dir)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(socket_dir.join("postgres.log")).unwrap());
-        wf::db::embedded::run_as_cluster_owner(&mut command).unwrap();
-        // SAFETY: prctl in the forked child before exec; runs after the uid change, so it sticks.
-        unsafe {
-            command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let mut child: Child = command.spawn().expect("starting postgres");
+        let settings = ["listen_addresses=", "max_connections=400", "shared_buffers=256MB"];
+        let mut child: Child = postmaster(&data, &socket_dir, &settings).spawn().expect("starting postgres");
         ready_tx.send(()).unwrap();
         let status = child.wait();
         panic!("the test PostgreSQL server exited: {status:?}");

@@ -20,7 +20,7 @@ use std::sync::{Mutex, mpsc};
 
 use serde_json::Value;
 
-use crate::support::harness::{Process, TestEnv, Wf, bun, connect_when_up, search_path};
+use crate::support::harness::{Process, TestEnv, Wf, bun, connect_when_up, postmaster, search_path};
 
 /// The first part of the name of every namespace and server folder these tests make; the next is
 /// the owner's pid.
@@ -143,27 +143,8 @@ impl Server {
             // SAFETY: setns on a file descriptor of a network namespace; it moves this thread only.
             let moved = unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) };
             assert_eq!(moved, 0, "moving into the network namespace: {}", std::io::Error::last_os_error());
-            let postgres = wf::db::embedded::pg_bin("postgres", &search_path()).expect("postgres binary");
-            let mut command = Command::new(postgres);
-            command
-                .arg("-D")
-                .arg(&data)
-                .arg("-k")
-                .arg(&socket_dir)
-                .args(["-c", &format!("listen_addresses={SUBNET}.1"), "-c", "port=5432"])
-                .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
-                .args(["-c", "log_min_messages=fatal"])
-                .current_dir(&socket_dir)
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(socket_dir.join("postgres.log")).unwrap());
-            wf::db::embedded::run_as_cluster_owner(&mut command).unwrap();
-            // SAFETY: prctl in the forked child before exec; runs after the uid change, so it sticks.
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(&mut command, || {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    Ok(())
-                });
-            }
+            let listen = format!("listen_addresses={SUBNET}.1");
+            let mut command = postmaster(&data, &socket_dir, &[&listen, "port=5432"]);
             let mut child = command.spawn().expect("starting postgres");
             started_tx.send(child.id() as i32).unwrap();
             let _ = child.wait();
