@@ -12,7 +12,10 @@ const SOURCE: &str = include_str!("wrapper.mjs");
 
 /// Write the wrapper (once: the name is its content hash) and return its path. Workers of different
 /// versions sharing one WF_HOME each find their own wrapper, and none ever sees a half-written one:
-/// it is written beside its final name and renamed into place.
+/// it is written beside its final name and linked into place. Linked, not renamed: a rename by a
+/// second worker starting at the same moment would replace the file the first one has already
+/// opened for its sandbox, and bun would then find `/wf/wrapper.mjs (deleted)`. The first link wins
+/// and the file at the final name never changes.
 pub(super) fn install(wf_home: &Path) -> Result<PathBuf> {
     let digest = Sha256::digest(SOURCE.as_bytes());
     let hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
@@ -28,10 +31,48 @@ pub(super) fn install(wf_home: &Path) -> Result<PathBuf> {
             file.write_all(SOURCE.as_bytes())?;
             file.sync_all()
         })
-        .and_then(|()| fs::rename(&partial, &path));
-    if let Err(error) = written {
-        let _ = fs::remove_file(&partial);
-        return Err(error).with_context(|| format!("writing the action wrapper {}", path.display()));
-    }
+        .and_then(|()| match fs::hard_link(&partial, &path) {
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            linked => linked,
+        });
+    let _ = fs::remove_file(&partial);
+    written.with_context(|| format!("writing the action wrapper {}", path.display()))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::Barrier;
+
+    use super::*;
+
+    /// Workers starting together each open the wrapper they were given; none may find it replaced
+    /// (unlinked) afterwards, which is what a rename into place did.
+    #[test]
+    fn workers_installing_at_once_keep_the_file_each_opened() {
+        for _ in 0..40 {
+            let home = tempfile::tempdir().unwrap();
+            let barrier = Barrier::new(6);
+            let opened: Vec<fs::File> = std::thread::scope(|scope| {
+                let starts: Vec<_> = (0..6)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            barrier.wait();
+                            fs::File::open(install(home.path()).unwrap()).unwrap()
+                        })
+                    })
+                    .collect();
+                starts.into_iter().map(|start| start.join().unwrap()).collect()
+            });
+            let on_disk = fs::metadata(install(home.path()).unwrap()).unwrap();
+            for file in opened {
+                let held = file.metadata().unwrap();
+                assert_eq!((held.nlink(), held.ino()), (1, on_disk.ino()), "a wrapper opened by a worker was replaced");
+            }
+            let left: Vec<_> =
+                fs::read_dir(home.path().join("runner")).unwrap().flatten().map(|e| e.file_name()).collect();
+            assert_eq!(left.len(), 1, "partial files left behind: {left:?}");
+        }
+    }
 }
