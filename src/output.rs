@@ -6,6 +6,7 @@ use anyhow::Result;
 use chrono::{DateTime, Local, SecondsFormat, Utc};
 use comfy_table::{Cell, Color, ContentArrangement, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 use serde::{Serialize, Serializer};
 
 use crate::diag::diag;
@@ -168,34 +169,30 @@ pub(crate) fn confirm(prompt: &str, yes: bool) -> Result<(), CommandError> {
 /// While a prompt waits, SIGINT (the prompt turns Ctrl-C into one) interrupts its read instead of
 /// ending wf; the previous disposition comes back when this is dropped.
 struct InterruptDeclines {
-    previous: libc::sigaction,
+    previous: SigAction,
 }
 
 extern "C" fn ignore_interrupt(_: libc::c_int) {}
 
 impl InterruptDeclines {
     fn install() -> std::io::Result<InterruptDeclines> {
-        // SAFETY: a zeroed sigaction is a valid value (no flags, empty mask); the handler does
-        // nothing, which is async-signal-safe; `previous` is written by the kernel.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = ignore_interrupt as *const () as libc::sighandler_t;
-            let mut previous: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(libc::SIGINT, &action, &mut previous) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(InterruptDeclines { previous })
-        }
+        // Without SA_RESTART, so that the prompt's read returns EINTR.
+        let decline = SigAction::new(SigHandler::Handler(ignore_interrupt), SaFlags::empty(), SigSet::empty());
+        Ok(InterruptDeclines { previous: set_interrupt(&decline)? })
     }
 }
 
 impl Drop for InterruptDeclines {
     fn drop(&mut self) {
-        // SAFETY: restores the disposition sigaction returned in `install`.
-        unsafe {
-            libc::sigaction(libc::SIGINT, &self.previous, std::ptr::null_mut());
-        }
+        let _ = set_interrupt(&self.previous);
     }
+}
+
+/// Set SIGINT's disposition; the one it replaced.
+fn set_interrupt(action: &SigAction) -> std::io::Result<SigAction> {
+    // SAFETY: the dispositions set here are `ignore_interrupt`, which does nothing (so it is
+    // async-signal-safe), and the one `install` found, put back as it was.
+    Ok(unsafe { sigaction(Signal::SIGINT, action) }?)
 }
 
 /// A document as `--json` prints it (see `Output::json`).

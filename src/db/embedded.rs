@@ -441,21 +441,14 @@ struct PostgresUser {
 }
 
 fn postgres_user() -> Result<PostgresUser> {
-    let name = std::ffi::CString::new("postgres").expect("no NUL");
-    // SAFETY: getpwnam returns a pointer into static storage or NULL; it is read at once.
-    let entry = unsafe { libc::getpwnam(name.as_ptr()) };
-    if entry.is_null() {
+    let user = nix::unistd::User::from_name("postgres").context("looking up the `postgres` user")?;
+    let Some(user) = user else {
         bail!(
             "running as root needs a `postgres` user to own the embedded cluster (PostgreSQL refuses \
              root): install the PostgreSQL server package, or run wf as another user"
         );
-    }
-    // SAFETY: entry is non-null and points to a valid passwd record whose pw_dir is a C string.
-    let (uid, gid, home) = unsafe {
-        let home = std::ffi::CStr::from_ptr((*entry).pw_dir);
-        ((*entry).pw_uid, (*entry).pw_gid, PathBuf::from(std::ffi::OsStr::from_bytes(home.to_bytes())))
     };
-    Ok(PostgresUser { uid, gid, home })
+    Ok(PostgresUser { uid: user.uid.as_raw(), gid: user.gid.as_raw(), home: user.dir })
 }
 
 /// Give a folder to the `postgres` user (as root).

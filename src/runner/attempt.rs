@@ -363,21 +363,10 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: only async-signal-safe calls (setpgid, prctl) between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            // Its own process group: a terminal's Ctrl-C reaches the worker, which decides (grace,
-            // requeue); it must not kill the job behind the worker's back.
-            if libc::setpgid(0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The worker dying, even by SIGKILL, stops the job.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    // Its own process group: a terminal's Ctrl-C reaches the worker, which decides (grace, requeue);
+    // it must not kill the job behind the worker's back. The supervisor arms its parent-death
+    // signal itself, first thing.
+    command.process_group(0);
     let mut child = command
         .spawn()
         .with_context(|| format!("starting the action supervisor {} __supervise", spec.wf_exe.display()))?;

@@ -42,6 +42,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use rustix::mount::{self, MountFlags, MountPropagationFlags, UnmountFlags};
 use serde::{Deserialize, Serialize};
 
@@ -277,8 +279,14 @@ fn init(plan: &Plan, command: &[CString], env: &[CString], go: OwnedFd, report: 
     kill_all();
     let text = serde_json::to_string(&outcome).unwrap_or_default();
     let _ = File::from(report).write_all(text.as_bytes());
-    // SAFETY: _exit ends init at once; nothing of the supervisor's state is init's to flush.
-    unsafe { libc::_exit(0) }
+    exit_now(0)
+}
+
+/// End a process forked from the supervisor (init, or bun's child before its exec) at once: what
+/// the supervisor had buffered or registered to run at exit is the supervisor's, not the copy's.
+fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes no pointer and never returns; it runs no handler of this process.
+    unsafe { libc::_exit(code) }
 }
 
 fn prepare(plan: &Plan, go: &OwnedFd) -> Result<()> {
@@ -506,30 +514,23 @@ fn loopback_up() -> io::Result<()> {
 
 /// Fork bun: its own session, the limits, no capability, no_new_privs, nothing but stdio open.
 fn spawn_bun(plan: &Plan, command: &[CString], env: &[CString]) -> Result<i32> {
-    let mut argv: Vec<*const libc::c_char> = command.iter().map(|arg| arg.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let mut envp: Vec<*const libc::c_char> = env.iter().map(|var| var.as_ptr()).collect();
-    envp.push(std::ptr::null());
     // The sandbox user's tasks include init's own: the action may have max_processes besides it.
     let nproc = u64::from(plan.limits.max_processes) + 1;
-    // SAFETY: fork in a single-threaded process; the child only makes syscalls and execs.
+    // SAFETY: fork in a single-threaded process; the child only makes syscalls, execs or exits.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(io::Error::last_os_error()).context("starting bun in the sandbox");
     }
     if pid == 0 {
-        let error = exec_bun(&argv, &envp, nproc);
+        let error = exec_bun(command, env, nproc);
         let _ = writeln!(io::stderr(), "wf: could not start bun in the sandbox: {error}");
-        // SAFETY: leave the forked child at once.
-        unsafe { libc::_exit(127) }
+        exit_now(127)
     }
     Ok(pid)
 }
 
 /// In the forked child: returns only when something failed.
-fn exec_bun(argv: &[*const libc::c_char], envp: &[*const libc::c_char], nproc: u64) -> io::Error {
-    // SAFETY: syscalls on this process's own state, with valid arguments; argv and envp are
-    // NULL-terminated arrays of NUL-terminated strings that outlive execve.
+fn exec_bun(command: &[CString], env: &[CString], nproc: u64) -> io::Error {
     use rustix::process::{Resource, Rlimit};
     let limit =
         |resource, value| rustix::process::setrlimit(resource, Rlimit { current: Some(value), maximum: Some(value) });
@@ -545,31 +546,34 @@ fn exec_bun(argv: &[*const libc::c_char], envp: &[*const libc::c_char], nproc: u
     if let Err(error) = prepared {
         return error.into();
     }
-    // SAFETY: syscalls on this process's own state, with valid arguments; argv and envp are
-    // NULL-terminated arrays of NUL-terminated strings that outlive execve.
-    unsafe {
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-        libc::execve(argv[0], argv.as_ptr(), envp.as_ptr());
+    // bun gets no blocked signal, and no descriptor beyond stdio: one the worker inherited without
+    // close-on-exec would otherwise reach the action.
+    if let Err(error) = SigSet::empty().thread_set_mask() {
+        return error.into();
     }
-    io::Error::last_os_error()
+    // SAFETY: closes descriptors this process owns and never uses again: it execs or exits next.
+    if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) } != 0 {
+        return io::Error::last_os_error();
+    }
+    match nix::unistd::execve(&command[0], command, env) {
+        Err(error) => error.into(),
+        Ok(never) => match never {},
+    }
 }
 
-/// Reap until bun ends or a limit is exceeded.
+/// Reap until bun ends or a limit is exceeded. Init wakes up for each SIGCHLD (blocked, inherited
+/// from the supervisor, so it queues for the signalfd) and at least every LIMITS_PERIOD.
 fn watch(bun: i32, limits: Limits) -> Report {
-    // SAFETY: plain signal-set manipulation on a local set.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGCHLD);
-        set
+    let children = SigSet::from(Signal::SIGCHLD);
+    let exits = match SignalFd::with_flags(&children, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
+        Ok(exits) => exits,
+        Err(error) => return Report::Setup(format!("watching bun: {error}")),
     };
-    let period = libc::timespec { tv_sec: 0, tv_nsec: LIMITS_PERIOD.as_nanos() as libc::c_long };
+    let period = rustix::event::Timespec::try_from(LIMITS_PERIOD).expect("a short period");
     loop {
-        // SAFETY: a valid set (SIGCHLD is blocked, inherited from the supervisor) and timespec.
-        unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &period) };
+        let mut poll = [rustix::event::PollFd::new(&exits, rustix::event::PollFlags::IN)];
+        let _ = rustix::event::poll(&mut poll, Some(&period));
+        while let Ok(Some(_)) = exits.read_signal() {}
         if let Some(status) = reap(bun) {
             return Report::Ended(status);
         }
@@ -593,8 +597,8 @@ fn reap(bun: i32) -> Option<i32> {
 /// SIGKILL everything in the sandbox but init, and reap it all.
 fn kill_all() {
     loop {
-        // SAFETY: kill(-1) from a namespace's init reaches every other process of the namespace.
-        unsafe { libc::kill(-1, libc::SIGKILL) };
+        // kill(-1) from a namespace's init reaches every other process of the namespace.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-1), Signal::SIGKILL);
         if let Err(rustix::io::Errno::CHILD) = rustix::process::wait(rustix::process::WaitOptions::empty()) {
             return;
         }

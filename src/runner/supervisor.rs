@@ -15,13 +15,15 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use serde::{Deserialize, Serialize};
 
 use super::sandbox;
@@ -115,8 +117,10 @@ enum Ending {
 /// 128 + the signal that ended bun or stopped the job, or 127 when bun could not be started.
 pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
     let signals = take_signals()?;
-    // The parent-death signal is only sent if the worker dies after it was armed (in the forked
-    // child, before exec). Had the worker died earlier, we were already adopted by someone else.
+    // The worker dying, even by SIGKILL, stops the job. The parent-death signal is only sent if the
+    // worker dies after it was armed; had it died earlier, we were already adopted by someone else.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+        .context("arming the supervisor's parent-death signal")?;
     if worker_gone(plan) {
         write_status(plan, None, "ProcessError", "stopped: the worker was gone before the action started");
         return Ok(128 + libc::SIGTERM);
@@ -161,14 +165,14 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
         // then reap init, which exits as slowly as the kernel dismantles its namespaces.
         release_output();
         while reap_exited(init).is_none() {
-            wait_signal(&signals, PARENT_CHECK);
+            signals.wait(PARENT_CHECK);
         }
     }
     Ok(exit)
 }
 
 /// Without a sandbox: bun is our child, and we are the child subreaper of everything it starts.
-fn run_plain(plan: &Supervision, signals: &libc::sigset_t) -> Result<Ending> {
+fn run_plain(plan: &Supervision, signals: &Signals) -> Result<Ending> {
     rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
         .context("marking the supervisor child subreaper")?;
     let bun = match spawn(plan) {
@@ -176,11 +180,11 @@ fn run_plain(plan: &Supervision, signals: &libc::sigset_t) -> Result<Ending> {
         Err(error) => return Ok(Ending::NotStarted(format!("could not start {}: {error}", plan.command[0]))),
     };
     let ending = loop {
-        let signal = wait_signal(signals, PARENT_CHECK);
+        let stop = signals.wait(PARENT_CHECK);
         if let Some(status) = reap_exited(bun) {
             break Ending::Finished(status);
         }
-        if STOP_SIGNALS.contains(&signal) {
+        if let Some(signal) = stop {
             break Ending::Stopped(signal);
         }
         if worker_gone(plan) {
@@ -198,20 +202,13 @@ fn run_plain(plan: &Supervision, signals: &libc::sigset_t) -> Result<Ending> {
 /// In a sandbox: init is our only child; killing it kills every process of the attempt. Returns
 /// init's pid when it is still to be reaped: it reported, and every process of the attempt is
 /// dead, but it is still exiting.
-fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &libc::sigset_t) -> (Ending, Option<i32>) {
+fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &Signals) -> (Ending, Option<i32>) {
     let mut init = match sandbox::start(sandbox, &plan.command, &plan.environment()) {
         Ok(init) => init,
         Err(error) => return (Ending::NotStarted(format!("the sandbox could not be set up: {error:#}")), None),
     };
-    let signal_fd = match signal_fd(signals) {
-        Ok(fd) => fd,
-        Err(error) => {
-            kill(init.pid);
-            return (Ending::NotStarted(format!("the supervisor's signals: {error}")), Some(init.pid));
-        }
-    };
     let stopped = loop {
-        match wait_readable(&[signal_fd.as_fd(), init.report_fd()], PARENT_CHECK) {
+        match wait_readable(&[signals.fd.as_fd(), init.report_fd()], PARENT_CHECK) {
             Ok(ready) if ready[1] => match init.read_report() {
                 Ok(false) => continue,
                 Ok(true) | Err(_) => {
@@ -228,7 +225,7 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &libc::si
                             if let Some(status) = reap_exited(init.pid) {
                                 return (Ending::InitDied(status), None);
                             }
-                            wait_signal(signals, PARENT_CHECK);
+                            signals.wait(PARENT_CHECK);
                         },
                     };
                     return (ending, Some(init.pid));
@@ -236,7 +233,7 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &libc::si
             },
             Ok(_) | Err(_) => {}
         }
-        if let Some(signal) = pending_stop(&signal_fd) {
+        if let Some(signal) = signals.pending_stop() {
             break Ending::Stopped(signal);
         }
         if worker_gone(plan) {
@@ -247,37 +244,9 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &libc::si
     // in its namespace before init is reaped.
     kill(init.pid);
     while reap_exited(init.pid).is_none() {
-        wait_signal(signals, PARENT_CHECK);
+        signals.wait(PARENT_CHECK);
     }
     (stopped, None)
-}
-
-/// A descriptor that is readable while one of `signals` (blocked) is pending.
-fn signal_fd(signals: &libc::sigset_t) -> io::Result<OwnedFd> {
-    // SAFETY: a valid signal set; the call returns a new descriptor or -1.
-    let fd = unsafe { libc::signalfd(-1, signals, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor just returned to us, owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Consume the pending signals; the last stop signal among them, if any.
-fn pending_stop(signal_fd: &OwnedFd) -> Option<libc::c_int> {
-    let mut stop = None;
-    // One signalfd_siginfo per signal; its first field is the signal's number.
-    let mut info = [0u8; std::mem::size_of::<libc::signalfd_siginfo>()];
-    while let Ok(read) = rustix::io::read(signal_fd, &mut info) {
-        if read != info.len() {
-            break;
-        }
-        let signal = u32::from_ne_bytes([info[0], info[1], info[2], info[3]]) as libc::c_int;
-        if STOP_SIGNALS.contains(&signal) {
-            stop = Some(signal);
-        }
-    }
-    stop
 }
 
 /// Wait until one of `fds` is readable (or closed), at most `timeout`; which ones are.
@@ -308,32 +277,52 @@ fn worker_gone(plan: &Supervision) -> bool {
     rustix::process::getppid().map(|pid| pid.as_raw_nonzero().get()) != Some(plan.parent)
 }
 
-/// Block the stop signals and SIGCHLD so that they queue up for sigtimedwait instead of running
-/// handlers; their dispositions are reset first because an ignored SIGCHLD inherited from the
-/// worker would make the kernel reap bun behind our back.
-fn take_signals() -> Result<libc::sigset_t> {
-    // SAFETY: plain libc signal-set manipulation on a local set; signal() with SIG_DFL.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in STOP_SIGNALS.into_iter().chain([libc::SIGCHLD]) {
-            libc::signal(signal, libc::SIG_DFL);
-            libc::sigaddset(&mut set, signal);
-        }
-        let result = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        if result != 0 {
-            return Err(io::Error::from_raw_os_error(result)).context("blocking signals in the supervisor");
-        }
-        Ok(set)
-    }
+/// The supervisor's signals (the stop signals and SIGCHLD): blocked, so that they queue up instead
+/// of running handlers, and read from a signalfd.
+struct Signals {
+    fd: SignalFd,
 }
 
-/// The next of our signals, or 0 after `timeout` without one.
-fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> libc::c_int {
-    let timeout = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
-    // SAFETY: a valid set and timespec; the siginfo pointer may be null.
-    let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &timeout) };
-    signal.max(0)
+/// Take the signals. Their dispositions are reset first: an ignored signal is discarded instead of
+/// queued, and the worker's parent may have left some ignored across exec (`nohup` ignores SIGHUP;
+/// an ignored SIGCHLD would even make the kernel reap bun behind our back).
+fn take_signals() -> Result<Signals> {
+    let mut set = SigSet::empty();
+    for number in STOP_SIGNALS.into_iter().chain([libc::SIGCHLD]) {
+        let signal = Signal::try_from(number).context("a signal of the supervisor")?;
+        // SAFETY: SIG_DFL installs no handler, so no code of ours can run in a signal context.
+        unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl) }
+            .context("resetting the supervisor's signals")?;
+        set.add(signal);
+    }
+    set.thread_block().context("blocking signals in the supervisor")?;
+    let fd = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .context("reading the supervisor's signals")?;
+    Ok(Signals { fd })
+}
+
+impl Signals {
+    /// Wait until a signal of ours is pending, at most `timeout`; the stop signal among those
+    /// consumed, if any.
+    fn wait(&self, timeout: Duration) -> Option<libc::c_int> {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let mut poll = [PollFd::new(&self.fd, PollFlags::IN)];
+        let timeout = Timespec::try_from(timeout).unwrap_or(Timespec { tv_sec: 1, tv_nsec: 0 });
+        let _ = rustix::event::poll(&mut poll, Some(&timeout));
+        self.pending_stop()
+    }
+
+    /// Consume the pending signals; the last stop signal among them, if any.
+    fn pending_stop(&self) -> Option<libc::c_int> {
+        let mut stop = None;
+        while let Ok(Some(info)) = self.fd.read_signal() {
+            let signal = info.ssi_signo as libc::c_int;
+            if STOP_SIGNALS.contains(&signal) {
+                stop = Some(signal);
+            }
+        }
+        stop
+    }
 }
 
 /// Start bun in `cwd`, with only the kept environment variables, stdin from /dev/null and our
@@ -341,15 +330,10 @@ fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> libc::c_int {
 fn spawn(plan: &Supervision) -> io::Result<i32> {
     let mut command = Command::new(&plan.command[0]);
     command.args(&plan.command[1..]).current_dir(&plan.cwd).env_clear().envs(plan.environment()).stdin(Stdio::null());
-    // SAFETY: only async-signal-safe calls between fork and exec.
+    // SAFETY: between fork and exec, one async-signal-safe call (pthread_sigmask) that allocates
+    // nothing: bun must not inherit the signals we blocked for ourselves.
     unsafe {
-        command.pre_exec(|| {
-            // bun must not inherit the signals we blocked for ourselves.
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            Ok(())
-        });
+        command.pre_exec(|| Ok(SigSet::empty().thread_set_mask()?));
     }
     let child = command.spawn()?;
     // The Child handle is dropped without waiting: we reap with waitpid(-1), which also collects
