@@ -17,7 +17,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use postgres::{Client, GenericClient};
+use postgres::Client;
 use serde_json::{Value, json};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use uuid::Uuid;
@@ -30,6 +30,7 @@ use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion};
 use crate::queue::enqueue::{self, Request};
 use crate::queue::job::JobStatus;
+use crate::queue::prune;
 use crate::source::{catalog, git_source, manifest, store};
 use crate::worker::{self, Isolation, Local, Options, Until};
 use git2::{ObjectType, Oid};
@@ -160,7 +161,7 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
     let jobs = plan.jobs;
 
     let enqueue_single = enqueue_one_by_one(&mut client, namespace, jobs, progress, interrupt)?;
-    delete_jobs(&mut client, &namespace.tag)?;
+    prune::delete_tag(&mut client, &namespace.tag)?;
 
     progress.begin("enqueue, one batch transaction", u64::from(jobs));
     let enqueue_batch = enqueue_batch(&mut client, namespace, jobs)?;
@@ -169,14 +170,14 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
 
     let claim_complete = claim_and_complete(namespace, jobs, plan.workers, plan.batch, progress, interrupt)?;
     expect_succeeded(&mut client, &namespace.tag, jobs, "claim-to-complete")?;
-    delete_jobs(&mut client, &namespace.tag)?;
+    prune::delete_tag(&mut client, &namespace.tag)?;
     let floor = match plan.floor {
         true => Some(floor(namespace, jobs, plan.workers, progress, interrupt)?),
         false => None,
     };
 
     let pickup = pickup_latency(&mut client, namespace, jobs.min(LATENCY_SAMPLES_MAX), progress, interrupt)?;
-    delete_jobs(&mut client, &namespace.tag)?;
+    prune::delete_tag(&mut client, &namespace.tag)?;
 
     let bun = if let Some(local) = &plan.bun {
         let bun_jobs = jobs.min(BUN_JOBS_MAX);
@@ -184,7 +185,7 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
             let worker = Worker { workers: plan.workers, isolation, local: local.clone() };
             let rate = bun_end_to_end(&mut client, namespace, bun_jobs, worker, name, progress, interrupt)?;
             expect_succeeded(&mut client, &namespace.tag, bun_jobs, name)?;
-            delete_jobs(&mut client, &namespace.tag)?;
+            prune::delete_tag(&mut client, &namespace.tag)?;
             Ok(rate)
         };
         let bare = bare_bun(namespace, &local.bun, bun_jobs, plan.workers, progress, interrupt)?;
@@ -276,10 +277,9 @@ impl Namespace {
     fn remove_all(&self) -> Result<()> {
         let rows = self.database.connect_as(&format!("{} cleanup", self.tag)).and_then(|mut client| {
             let mut tx = client.transaction()?;
-            delete_jobs(&mut tx, &self.tag)?;
+            prune::delete_tag(&mut tx, &self.tag)?;
             tx.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.floor_schema()))?;
-            // The app and action rows go with their source (ON DELETE CASCADE).
-            tx.execute("DELETE FROM git_source WHERE id = $1", &[&self.git_source_id])?;
+            git_source::delete(&mut tx, self.git_source_id)?;
             tx.commit()?;
             Ok(())
         });
@@ -424,22 +424,6 @@ fn floor(
     }
     client.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))?;
     Ok(Rate { jobs: u64::from(jobs), elapsed })
-}
-
-/// Delete every job of `tag` with its queue, heartbeat, completion and log rows. job_queue refers
-/// to job without a cascade, so its rows go first; the statement's CTEs all run before the
-/// foreign keys are checked at its end.
-fn delete_jobs(client: &mut impl GenericClient, tag: &str) -> Result<()> {
-    client
-        .execute(
-            "WITH doomed AS (SELECT id FROM job WHERE tag = $1),
-             runtime AS (DELETE FROM job_runtime WHERE job_id IN (SELECT id FROM doomed)),
-             queued AS (DELETE FROM job_queue WHERE job_id IN (SELECT id FROM doomed))
-             DELETE FROM job WHERE id IN (SELECT id FROM doomed)",
-            &[&tag],
-        )
-        .with_context(|| format!("deleting the jobs of tag {tag}"))?;
-    Ok(())
 }
 
 /// `jobs` calls of the enqueue path, one transaction each.

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use postgres::Client;
+use postgres::{Client, GenericClient};
 
 use super::job::JobStatus;
 
@@ -39,4 +39,21 @@ pub(crate) fn prune_batch(client: &mut Client, cutoff: DateTime<Utc>, status: Op
         &[&cutoff, &status.map(JobStatus::as_str), &BATCH],
     )?;
     Ok(deleted)
+}
+
+/// Delete every job of `tag`, queued, running or completed, with its queue, heartbeat, completion
+/// and log rows: for a tag nothing else uses (the bench's own), never for retention. job_queue refers
+/// to job without a cascade, so its rows go first; the statement's CTEs all run before the
+/// foreign keys are checked at its end.
+pub(crate) fn delete_tag(client: &mut impl GenericClient, tag: &str) -> Result<()> {
+    client
+        .execute(
+            "WITH doomed AS (SELECT id FROM job WHERE tag = $1),
+             runtime AS (DELETE FROM job_runtime WHERE job_id IN (SELECT id FROM doomed)),
+             queued AS (DELETE FROM job_queue WHERE job_id IN (SELECT id FROM doomed))
+             DELETE FROM job WHERE id IN (SELECT id FROM doomed)",
+            &[&tag],
+        )
+        .with_context(|| format!("deleting the jobs of tag {tag}"))?;
+    Ok(())
 }

@@ -97,6 +97,11 @@ pub(crate) fn find(client: &mut impl GenericClient, name: &str) -> Result<GitSou
     }
 }
 
+/// Delete a source's row; its apps and actions go with it (ON DELETE CASCADE). How many rows went.
+pub(crate) fn delete(client: &mut impl GenericClient, id: Uuid) -> Result<u64> {
+    Ok(client.execute("DELETE FROM git_source WHERE id = $1", &[&id])?)
+}
+
 /// Remove a source and its catalog rows (apps and actions cascade), under the source's sync lock so
 /// that no sync of it is half-way, then its mirror. Jobs are not touched: they carry everything they
 /// need pinned on their own rows, and the store keeps the trees that queued jobs may still run.
@@ -109,7 +114,7 @@ pub(crate) fn remove(client: &mut Client, name: &str, home: &Path, progress: &dy
                     (SELECT count(*) FROM action WHERE git_source_id = $1)",
             &[&source.id],
         )?;
-        let deleted = tx.execute("DELETE FROM git_source WHERE id = $1", &[&source.id])?;
+        let deleted = delete(&mut tx, source.id)?;
         if deleted == 0 {
             bail!("source {name} was removed by another process meanwhile");
         }
