@@ -43,9 +43,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
 use rustix::mount::{self, MountFlags, MountPropagationFlags, UnmountFlags};
 use serde::{Deserialize, Serialize};
+
+use super::supervisor::Signals;
 
 /// Where the attempt's things are inside the sandbox.
 pub(crate) const SOURCE: &str = "/wf/source";
@@ -564,16 +565,12 @@ fn exec_bun(command: &[CString], env: &[CString], nproc: u64) -> io::Error {
 /// Reap until bun ends or a limit is exceeded. Init wakes up for each SIGCHLD (blocked, inherited
 /// from the supervisor, so it queues for the signalfd) and at least every LIMITS_PERIOD.
 fn watch(bun: i32, limits: Limits) -> Report {
-    let children = SigSet::from(Signal::SIGCHLD);
-    let exits = match SignalFd::with_flags(&children, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
+    let exits = match Signals::read(&SigSet::from(Signal::SIGCHLD)) {
         Ok(exits) => exits,
         Err(error) => return Report::Setup(format!("watching bun: {error}")),
     };
-    let period = rustix::event::Timespec::try_from(LIMITS_PERIOD).expect("a short period");
     loop {
-        let mut poll = [rustix::event::PollFd::new(&exits, rustix::event::PollFlags::IN)];
-        let _ = rustix::event::poll(&mut poll, Some(&period));
-        while let Ok(Some(_)) = exits.read_signal() {}
+        exits.wait(LIMITS_PERIOD);
         if let Some(status) = reap(bun) {
             return Report::Ended(status);
         }

@@ -208,7 +208,7 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &Signals)
         Err(error) => return (Ending::NotStarted(format!("the sandbox could not be set up: {error:#}")), None),
     };
     let stopped = loop {
-        match wait_readable(&[signals.fd.as_fd(), init.report_fd()], PARENT_CHECK) {
+        match wait_readable([signals.fd.as_fd(), init.report_fd()], PARENT_CHECK) {
             Ok(ready) if ready[1] => match init.read_report() {
                 Ok(false) => continue,
                 Ok(true) | Err(_) => {
@@ -250,9 +250,9 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &Signals)
 }
 
 /// Wait until one of `fds` is readable (or closed), at most `timeout`; which ones are.
-fn wait_readable(fds: &[BorrowedFd<'_>; 2], timeout: Duration) -> io::Result<[bool; 2]> {
+fn wait_readable<const N: usize>(fds: [BorrowedFd<'_>; N], timeout: Duration) -> io::Result<[bool; N]> {
     use rustix::event::{PollFd, PollFlags, Timespec};
-    let mut polls = [PollFd::new(&fds[0], PollFlags::IN), PollFd::new(&fds[1], PollFlags::IN)];
+    let mut polls = fds.map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN));
     let timeout = Timespec::try_from(timeout).unwrap_or(Timespec { tv_sec: 1, tv_nsec: 0 });
     rustix::event::poll(&mut polls, Some(&timeout))?;
     Ok(polls.map(|poll| !poll.revents().is_empty()))
@@ -279,7 +279,7 @@ fn worker_gone(plan: &Supervision) -> bool {
 
 /// The supervisor's signals (the stop signals and SIGCHLD): blocked, so that they queue up instead
 /// of running handlers, and read from a signalfd.
-struct Signals {
+pub(super) struct Signals {
     fd: SignalFd,
 }
 
@@ -296,19 +296,19 @@ fn take_signals() -> Result<Signals> {
         set.add(signal);
     }
     set.thread_block().context("blocking signals in the supervisor")?;
-    let fd = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .context("reading the supervisor's signals")?;
-    Ok(Signals { fd })
+    Signals::read(&set).context("reading the supervisor's signals")
 }
 
 impl Signals {
+    /// Read `set`, whose signals are blocked already (or inherited blocked).
+    pub(super) fn read(set: &SigSet) -> nix::Result<Signals> {
+        Ok(Signals { fd: SignalFd::with_flags(set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)? })
+    }
+
     /// Wait until a signal of ours is pending, at most `timeout`; the stop signal among those
     /// consumed, if any.
-    fn wait(&self, timeout: Duration) -> Option<libc::c_int> {
-        use rustix::event::{PollFd, PollFlags, Timespec};
-        let mut poll = [PollFd::new(&self.fd, PollFlags::IN)];
-        let timeout = Timespec::try_from(timeout).unwrap_or(Timespec { tv_sec: 1, tv_nsec: 0 });
-        let _ = rustix::event::poll(&mut poll, Some(&timeout));
+    pub(super) fn wait(&self, timeout: Duration) -> Option<libc::c_int> {
+        let _ = wait_readable([self.fd.as_fd()], timeout);
         self.pending_stop()
     }
 
