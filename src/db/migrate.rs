@@ -15,6 +15,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (6, "0006_operators.sql", include_str!("../../migrations/0006_operators.sql")),
     (7, "0007_operations.sql", include_str!("../../migrations/0007_operations.sql")),
     (8, "0008_stored_sources.sql", include_str!("../../migrations/0008_stored_sources.sql")),
+    (9, "0009_listing_per_commit.sql", include_str!("../../migrations/0009_listing_per_commit.sql")),
 ];
 
 /// Key of the session advisory lock held while migrating.

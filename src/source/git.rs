@@ -118,8 +118,17 @@ fn fetch_with_git(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<()> {
     use std::io::Read;
-    let mut child = git_in(git, mirror)
-        .args(["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head", "--", url])
+    let mut command = git_in(git, mirror);
+    command.args(["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head"]);
+    if is_local(url) {
+        // The sending side runs on this machine: searching for deltas only shrinks bytes that never
+        // cross a network (half of a small fetch's time: 240 against 120 ms for 200 changed files
+        // of 20,000). Run through a shell by git, hence the quoting.
+        let quoted = format!("'{}'", git.to_string_lossy().replace('\'', r"'\''"));
+        command.arg(format!("--upload-pack={quoted} -c pack.window=0 upload-pack"));
+    }
+    let mut child = command
+        .args(["--", url])
         .args(refspecs)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -214,6 +223,11 @@ fn check_transport(url: &str) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A repository on this machine: a path or a file:// URL.
+fn is_local(url: &str) -> bool {
+    url.starts_with("file://") || !(url.contains("://") || is_scp_like(url))
 }
 
 /// `git@host:owner/repo.git`: a colon before any slash.
@@ -324,7 +338,7 @@ pub(crate) fn read_blob(
 
 #[cfg(test)]
 mod tests {
-    use super::is_scp_like;
+    use super::{is_local, is_scp_like};
 
     #[test]
     fn scp_like_urls_are_told_from_paths() {
@@ -333,5 +347,7 @@ mod tests {
         assert!(!is_scp_like("/srv/repos/a:b"));
         assert!(!is_scp_like("./repo"));
         assert!(!is_scp_like("repo"));
+        assert!(is_local("/srv/repos/a:b") && is_local("file:///srv/repo") && is_local("./repo"));
+        assert!(!is_local("https://example.com/repo.git") && !is_local("git@github.com:owner/repo.git"));
     }
 }

@@ -1,7 +1,8 @@
 //! `wf sync`: source first, catalog after (seed: "marker-last"). In this order, never another:
 //!
 //! 0. take the source's lock (concurrent syncs of one source run one after the other);
-//! 1. fetch into the mirror and resolve commit C; refuse C when it is older than the catalog's;
+//! 1. fetch into the mirror and resolve commit C; refuse C when it is older than the catalog's
+//!    (meanwhile the files of the commit synced last are linked into a draft tree: C shares most);
 //! 2. read and validate windforce.json and every schema from C's tree, all problems at once;
 //! 3. materialize C's tree into this host's store, marker last; meanwhile, in a transaction, store
 //!    C's tree in the database (the blobs it does not hold yet, the listing);
@@ -13,7 +14,10 @@
 //! commit that is not complete in the store.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use git2::{Oid, Repository};
@@ -23,7 +27,7 @@ use super::git::{self, Target};
 use super::git_source::{self, GitSource};
 use super::lock::with_source_lock;
 use super::manifest::{self, Manifest};
-use super::store::{self, GitBlobs, Materialized};
+use super::store::{self, Draft, GitBlobs, Materialized, TreeFile};
 use super::stored::{self, Stored};
 use super::{Progress, catalog, short_sha};
 
@@ -72,91 +76,119 @@ fn sync_locked(
     places: &Places<'_>,
     progress: &dyn Progress,
 ) -> Result<Report> {
-    let store = places.store;
-    // 1. fetch, resolve, no going back.
     let repo = git::open_mirror(&git::mirror_path(places.home, source.id))?;
-    progress.fetching(&source.url, 0, 0);
-    let fetched = git::fetch(&repo, places.git, &source.url, target, source.branch.as_deref(), |received, total| {
-        progress.fetching(&source.url, received, total);
-    });
-    progress.fetched();
-    for reference in fetched? {
-        progress.dropped_ref(&source.name, &reference);
-    }
-    let commit = git::resolve(&repo, target, source.branch.as_deref())?;
-    let sha = commit.to_string();
-    if let Some(current) = &source.commit_sha
-        && git::is_strict_ancestor(&repo, commit, current)
-    {
-        bail!(
-            "commit {} is older than the catalog's commit {} (an ancestor of it) and the catalog never moves \
-             back; to roll back, commit a revert on top and sync that",
-            short_sha(&sha),
-            short_sha(current)
-        );
-    }
-
-    // 2. the manifest and its schemas, from the commit's tree.
-    let manifest = read_manifest(client, &repo, source, commit)?;
-
-    // 3. the tree into the store, marker last, while the tree goes into the database (uncommitted)
-    // beside it: both read the mirror, one writes files and the other sends rows.
-    let files = store::files_of(&repo, commit)?;
-    let digest = store::digest_of(&files);
-    let mut tx = client.transaction()?;
-    let sent = (AtomicU64::new(0), AtomicU64::new(0));
     let mirror = repo.path().to_path_buf();
-    let (materialized, stored) = std::thread::scope(|scope| {
-        let storing = scope.spawn(|| {
+    std::thread::scope(|scope| {
+        // While git fetches, the tree of the commit synced last (if any) is linked into a draft of
+        // the next one: a new commit shares most of its files, so only the rest is left to do
+        // after. Its listing goes to the storing thread too (the blobs the database holds already).
+        let (listed, previous_listing) = mpsc::sync_channel::<Arc<Vec<TreeFile>>>(1);
+        let drafting = scope.spawn(|| {
+            let listed = listed;
+            let previous = source.commit_sha.as_deref().and_then(|sha| Oid::from_str(sha).ok());
             let repo = Repository::open_bare(&mirror)?;
-            stored::store(
-                &mut tx,
-                &GitBlobs { repo: &repo, git_cli: places.git },
-                source.id,
-                &sha,
-                &files,
-                &digest,
-                &mut |done, total| {
-                    sent.0.store(done, Ordering::Relaxed);
-                    sent.1.store(total, Ordering::Relaxed);
-                },
-            )
+            let files = previous.and_then(|commit| store::files_of(&repo, commit).ok()).map(Arc::new);
+            if let Some(files) = &files {
+                let _ = listed.send(Arc::clone(files));
+            }
+            drop(listed);
+            let Some(files) = files else { return Ok(None) };
+            let mut draft = Draft::start(places.store, source.id)?;
+            draft.link_ahead(&files)?;
+            anyhow::Ok(Some(draft))
         });
-        let materialized = store::materialize(
-            store,
-            source.id,
-            &sha,
-            &files,
-            &digest,
-            &mut GitBlobs { repo: &repo, git_cli: places.git },
-            &mut |done, total| {
-                progress.materializing(&sha, done, total);
-            },
-        );
-        progress.materialized();
-        while !storing.is_finished() {
-            progress.storing(&sha, sent.0.load(Ordering::Relaxed), sent.1.load(Ordering::Relaxed));
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        progress.stored();
-        (materialized, storing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-    });
-    let materialized = materialized
-        .with_context(|| format!("materializing commit {sha} into the store; the catalog was not changed"))?;
 
-    // 4. only then the catalog, in the transaction that stored the tree.
-    let stored =
-        stored.with_context(|| format!("storing commit {sha} in the database; the catalog was not changed"))?;
-    catalog::replace(&mut tx, source, source.commit_sha.as_deref(), &sha, &manifest)?;
-    tx.commit().context("committing the catalog")?;
-    Ok(Report {
-        source: source.name.clone(),
-        changed: source.commit_sha.as_deref() != Some(sha.as_str()),
-        previous_commit: source.commit_sha.clone(),
-        commit_sha: sha,
-        materialized,
-        stored,
-        manifest,
+        // 1. fetch, resolve, no going back.
+        progress.fetching(&source.url, 0, 0);
+        let fetched =
+            git::fetch(&repo, places.git, &source.url, target, source.branch.as_deref(), |received, total| {
+                progress.fetching(&source.url, received, total);
+            });
+        progress.fetched();
+        for reference in fetched? {
+            progress.dropped_ref(&source.name, &reference);
+        }
+        let commit = git::resolve(&repo, target, source.branch.as_deref())?;
+        let sha = commit.to_string();
+        if let Some(current) = &source.commit_sha
+            && git::is_strict_ancestor(&repo, commit, current)
+        {
+            bail!(
+                "commit {} is older than the catalog's commit {} (an ancestor of it) and the catalog never \
+                 moves back; to roll back, commit a revert on top and sync that",
+                short_sha(&sha),
+                short_sha(current)
+            );
+        }
+
+        // 2. the manifest and its schemas, from the commit's tree.
+        let manifest = read_manifest(client, &repo, source, commit)?;
+
+        // 3. the tree into the store, marker last, while the tree goes into the database
+        // (uncommitted) beside it: both read the mirror, one writes files and the other sends rows.
+        let files = store::files_of(&repo, commit)?;
+        let digest = store::digest_of(&files);
+        let mut tx = client.transaction()?;
+        let sent = (AtomicU64::new(0), AtomicU64::new(0));
+        // The storing thread drops `finished` when it ends (returning or panicking): the wait below
+        // wakes up at once then.
+        let (finished, storing_ended) = mpsc::channel::<()>();
+        let (materialized, stored) = std::thread::scope(|inner| {
+            let storing = inner.spawn(|| {
+                let _finished = finished;
+                let repo = Repository::open_bare(&mirror)?;
+                let previous_listing = previous_listing;
+                let previous_files = previous_listing.recv().ok();
+                let previous = source.commit_sha.as_deref().zip(previous_files.as_deref().map(Vec::as_slice));
+                stored::store(
+                    &mut tx,
+                    &GitBlobs { repo: &repo, git_cli: places.git },
+                    source.id,
+                    &sha,
+                    &files,
+                    &digest,
+                    previous,
+                    &mut |done, total| {
+                        sent.0.store(done, Ordering::Relaxed);
+                        sent.1.store(total, Ordering::Relaxed);
+                    },
+                )
+            });
+            let draft = drafting.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let materialized = draft.and_then(|draft| {
+                let draft = match draft {
+                    Some(draft) => draft,
+                    None => Draft::start(places.store, source.id)?,
+                };
+                let blobs = &mut GitBlobs { repo: &repo, git_cli: places.git };
+                draft.finish(&sha, &files, &digest, blobs, &mut |done, total| {
+                    progress.materializing(&sha, done, total);
+                })
+            });
+            progress.materialized();
+            while let Err(RecvTimeoutError::Timeout) = storing_ended.recv_timeout(Duration::from_millis(100)) {
+                progress.storing(&sha, sent.0.load(Ordering::Relaxed), sent.1.load(Ordering::Relaxed));
+            }
+            progress.stored();
+            (materialized, storing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        });
+        let materialized = materialized
+            .with_context(|| format!("materializing commit {sha} into the store; the catalog was not changed"))?;
+
+        // 4. only then the catalog, in the transaction that stored the tree.
+        let stored =
+            stored.with_context(|| format!("storing commit {sha} in the database; the catalog was not changed"))?;
+        catalog::replace(&mut tx, source, source.commit_sha.as_deref(), &sha, &manifest)?;
+        tx.commit().context("committing the catalog")?;
+        Ok(Report {
+            source: source.name.clone(),
+            changed: source.commit_sha.as_deref() != Some(sha.as_str()),
+            previous_commit: source.commit_sha.clone(),
+            commit_sha: sha,
+            materialized,
+            stored,
+            manifest,
+        })
     })
 }
 

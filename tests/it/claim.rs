@@ -2,9 +2,11 @@
 //! handful of job_queue rows, whatever the depth of the queue, future jobs of higher priority,
 //! or a queue that 100,000 jobs have churned through.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
-use crate::support::harness::TestEnv;
+use crate::support::harness::{TestEnv, wait_for};
 
 /// Fill the queue with `count` jobs spread over `tags`, straight in SQL.
 fn fill(env: &TestEnv, count: i64, tags: &[&str], priority: &str, due: &str) {
@@ -108,12 +110,25 @@ fn claim_walks_the_index_at_depth() {
     // 100,000 jobs churn through the queue (claimed and completed), leaving dead index entries.
     fill(&env, 100_000, &["t1", "t3"], "50", "now() - interval '1 minute'");
     let mut client = env.db();
-    client
+    let mut churn = client.transaction().unwrap();
+    churn
         .batch_execute(
             "UPDATE job_queue SET running = true, worker = 'churn', started_at = now() WHERE priority = 50;
              DELETE FROM job_queue WHERE priority = 50;",
         )
         .unwrap();
+    let churned: String = churn.query_one("SELECT pg_current_xact_id()::text", &[]).unwrap().get(0);
+    churn.commit().unwrap();
+    // A look marks an entry dead only once its row is dead to every transaction of the cluster (a
+    // snapshot's horizon is cluster-wide): wait for those that began before the churn ended, such as
+    // the other tests' (a long transaction anywhere keeps every look walking the dead entries).
+    wait_for(Duration::from_secs(120), "the transactions older than the churn to end", || {
+        let ended: bool = client
+            .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8", &[&churned])
+            .unwrap()
+            .get(0);
+        ended.then_some(())
+    });
     // The first look after the churn may meet the dead entries; the ones after it must not.
     explain_claim(&env, &["t1", "t3"]);
     assert_index_walk(&explain_claim(&env, &["t1", "t3"]), "after 100k jobs churned through");
@@ -152,7 +167,7 @@ fn claim_walks_the_index_mid_drain() {
 }
 
 /// The window a claim stamps with its ping.
-const WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+const WINDOW: Duration = Duration::from_secs(60);
 
 #[test]
 fn claim_takes_the_best_due_job_across_tags() {

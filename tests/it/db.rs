@@ -57,7 +57,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
              DROP INDEX job_schedule_created_idx;
              CREATE UNIQUE INDEX job_schedule_fire_idx ON job (schedule_name, scheduled_for) WHERE schedule_name IS NOT NULL;
              ALTER TABLE schedule DROP COLUMN no_overlap;
-             DROP TABLE source_file, source_commit, source_blob;
+             DROP TABLE source_commit, source_blob;
              DELETE FROM wf_migration WHERE version > 1;",
         )
         .unwrap();
@@ -65,7 +65,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     assert_eq!(behind.code, 1, "{behind:?}");
     assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
-    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8]));
+    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9]));
     env.wf(["actions"]).ok();
     let indexes: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");
@@ -80,4 +80,84 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     let refused = env.wf(["db", "migrate"]).run();
     assert_eq!(refused.code, 1, "{refused:?}");
     assert!(refused.stderr.contains("upgrade wf"), "{refused:?}");
+}
+
+/// Migration 9 turns the listing rows of each stored commit (schema version 8) into the commit's
+/// three arrays, in bytewise path order, and a worker materializes a commit converted so.
+#[test]
+fn migration_9_moves_each_commits_listing_into_its_row() {
+    let env = TestEnv::new();
+    let repo = crate::support::fixtures::actions_repo();
+    env.wf(["source", "add", "tests", &repo.url()]).ok();
+    env.wf(["sync", "tests"]).ok();
+    let listing = |env: &TestEnv| -> (Vec<String>, Vec<String>, Vec<bool>) {
+        let row = env.db().query_one("SELECT paths, blobs, executables FROM source_commit", &[]).unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    let synced = listing(&env);
+
+    // Back to version 8: the listing as rows, the arrays gone.
+    use sha2::Digest;
+    let sql_8 = include_str!("../../migrations/0008_stored_sources.sql");
+    let mut db = env.db();
+    let mut tx = db.transaction().unwrap();
+    tx.batch_execute(
+        "CREATE TEMP TABLE kept AS SELECT * FROM source_commit;
+         CREATE TEMP TABLE kept_blobs AS SELECT * FROM source_blob;
+         DROP TABLE source_commit, source_blob;
+         DELETE FROM wf_migration WHERE version >= 8;",
+    )
+    .unwrap();
+    tx.batch_execute(sql_8).unwrap();
+    let checksum: String = sha2::Sha256::digest(sql_8.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    tx.execute(
+        "INSERT INTO wf_migration (version, name, checksum) VALUES (8, '0008_stored_sources.sql', $1)",
+        &[&checksum],
+    )
+    .unwrap();
+    tx.batch_execute(
+        "INSERT INTO source_blob SELECT * FROM kept_blobs;
+         INSERT INTO source_commit (git_source_id, commit_sha, digest, files, bytes, stored_at)
+              SELECT git_source_id, commit_sha, digest, files, bytes, stored_at FROM kept;
+         -- In reverse order, so that the migration's ordering is what puts them right.
+         INSERT INTO source_file (git_source_id, commit_sha, path, blob, executable)
+              SELECT k.git_source_id, k.commit_sha, l.path, l.blob, l.executable
+                FROM kept k, unnest(k.paths, k.blobs, k.executables) AS l(path, blob, executable)
+               ORDER BY l.path DESC;",
+    )
+    .unwrap();
+    tx.commit().unwrap();
+
+    let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
+    assert_eq!(migrated["applied"], serde_json::json!([9]));
+    let mut sorted: Vec<(String, String, bool)> = synced
+        .0
+        .iter()
+        .cloned()
+        .zip(synced.1.iter().cloned())
+        .zip(synced.2.iter().copied())
+        .map(|((p, b), x)| (p, b, x))
+        .collect();
+    sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let converted = listing(&env);
+    let converted: Vec<(String, String, bool)> =
+        converted.0.into_iter().zip(converted.1).zip(converted.2).map(|((p, b), x)| (p, b, x)).collect();
+    assert_eq!(converted, sorted, "the same listing, in bytewise path order");
+    assert!(!sorted.is_empty());
+    let tables: i64 = env.scalar("SELECT count(*) FROM pg_tables WHERE tablename = 'source_file'");
+    assert_eq!(tables, 0);
+
+    // A host with an empty store materializes the converted commit and runs a job of it.
+    let job = crate::support::fixtures::enqueue(&env, "t/echo", serde_json::json!({"n": 1}));
+    let other = env.dir.path().join("host2");
+    let status = env
+        .wf(["work", "--drain", "--name", "h2"])
+        .env("WF_HOME", other.join("home"))
+        .env("WF_STORE", other.join("store"))
+        .spawn(&env.dir.path().join("h2.log"))
+        .wait()
+        .unwrap();
+    assert!(status.success(), "{}", std::fs::read_to_string(env.dir.path().join("h2.log")).unwrap_or_default());
+    let done: String = env.scalar_of("SELECT status FROM job_completed WHERE job_id = $1::text::uuid", &[&job]);
+    assert_eq!(done, "success");
 }

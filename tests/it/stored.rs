@@ -51,6 +51,15 @@ fn status_of(env: &TestEnv, job: &str) -> String {
     env.scalar_of("SELECT status FROM job_completed WHERE job_id = $1::text::uuid", &[&job])
 }
 
+/// The blob that the latest stored commit listing `path` lists there.
+fn blob_at(env: &TestEnv, path: &str) -> String {
+    env.scalar_of(
+        "SELECT blobs[array_position(paths, $1)] FROM source_commit WHERE $1 = ANY(paths)
+          ORDER BY stored_at DESC LIMIT 1",
+        &[&path],
+    )
+}
+
 #[test]
 fn a_worker_with_an_empty_store_writes_the_commit_from_the_database_and_runs_it() {
     let env = TestEnv::new();
@@ -59,8 +68,9 @@ fn a_worker_with_an_empty_store_writes_the_commit_from_the_database_and_runs_it(
         "SELECT files FROM source_commit WHERE git_source_id = $1::text::uuid AND commit_sha = $2",
         &[&id, &commit],
     );
-    let listed: i64 = env.scalar("SELECT count(*) FROM source_file");
-    assert_eq!(i64::from(stored), listed, "the commit's listing is stored with it");
+    let listed: Vec<i32> =
+        env.scalar("SELECT ARRAY[cardinality(paths), cardinality(blobs), cardinality(executables)] FROM source_commit");
+    assert_eq!(listed, vec![stored; 3], "the commit's listing is stored with it");
 
     let job = enqueue(&env, "t/echo", json!({"n": 1}));
     let other = host(&env, "host2");
@@ -114,7 +124,7 @@ fn a_failure_storing_the_tree_leaves_the_catalog_and_the_database_as_they_were()
         .batch_execute(
             "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS
                $$BEGIN RAISE EXCEPTION 'refused by the test'; END$$;
-             CREATE TRIGGER refuse BEFORE INSERT ON source_file FOR EACH STATEMENT EXECUTE FUNCTION refuse();",
+             CREATE TRIGGER refuse BEFORE INSERT ON source_commit FOR EACH STATEMENT EXECUTE FUNCTION refuse();",
         )
         .unwrap();
     let blobs: i64 = env.scalar("SELECT count(*) FROM source_blob");
@@ -127,7 +137,7 @@ fn a_failure_storing_the_tree_leaves_the_catalog_and_the_database_as_they_were()
     assert_eq!(commits, 1, "no commit without its listing");
     assert_eq!(env.scalar::<i64>("SELECT count(*) FROM source_blob"), blobs, "no blob of the failed sync stays");
 
-    env.db().batch_execute("DROP TRIGGER refuse ON source_file").unwrap();
+    env.db().batch_execute("DROP TRIGGER refuse ON source_commit").unwrap();
     env.wf(["sync", "tests"]).ok();
     assert_eq!(env.scalar::<i64>("SELECT count(*) FROM source_commit"), 2);
 }
@@ -199,8 +209,8 @@ fn a_blob_changed_in_the_database_is_refused_and_the_job_fails_without_running()
     env.db()
         .execute(
             "UPDATE source_blob SET data = convert_to('export function main() { return {forged: true}; }', 'UTF8')
-              WHERE blob = (SELECT blob FROM source_file WHERE path = 't/echo.ts')",
-            &[],
+              WHERE blob = $1",
+            &[&blob_at(&env, "t/echo.ts")],
         )
         .unwrap();
     let job = enqueue(&env, "t/echo", json!({"n": 1}));
@@ -220,7 +230,7 @@ fn prune_sources_removes_the_commits_no_job_pins_in_the_database_and_in_the_stor
     let (repo, id, c1) = synced(&env);
     let job = enqueue(&env, "t/echo", json!({"n": 1}));
     ends_well(&env, crate::support::fixtures::worker(&env, "w1", &["--drain"]), "w1");
-    let old_echo: String = env.scalar("SELECT blob FROM source_file WHERE path = 't/echo.ts'");
+    let old_echo: String = blob_at(&env, "t/echo.ts");
     repo.file("t/echo.ts", "export function main(input) { return { input, changed: true }; }\n");
     let c2 = repo.commit("change one file");
     env.wf(["sync", "tests"]).ok();
@@ -273,9 +283,8 @@ fn a_large_file_is_stored_in_chunks_and_written_whole_on_another_host() {
     repo.file("t/large.txt", &large);
     let commit = repo.commit("a large file");
     env.wf(["sync", "tests"]).ok();
-    let chunks: i64 = env.scalar(
-        "SELECT count(*) FROM source_blob WHERE blob = (SELECT blob FROM source_file WHERE path = 't/large.txt')",
-    );
+    let chunks: i64 =
+        env.scalar_of("SELECT count(*) FROM source_blob WHERE blob = $1", &[&blob_at(&env, "t/large.txt")]);
     assert_eq!(chunks, (large.len() as i64 + (1 << 20) - 1) >> 20, "1 MiB chunks");
     assert_eq!(std::fs::read_to_string(env.store().join(&id).join(&commit).join("t/large.txt")).unwrap(), large);
 

@@ -250,6 +250,43 @@ fn resync_changes_adds_and_removes_actions_and_keeps_the_old_tree() {
     assert_eq!(again["commit_sha"], c2.as_str());
 }
 
+/// A sync links the files of the commit it synced last into its draft while git fetches, then
+/// changes what differs: whatever changed between the commits (a file changed, removed, made
+/// executable or not, a folder emptied, a file turned into a folder and back), each tree holds
+/// exactly its commit's files, and the older tree is untouched.
+#[test]
+fn a_tree_drafted_from_the_last_commit_holds_exactly_its_own_files() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    repo.file("a/x.txt", "x1\n").file("a/y.txt", "y\n").file("b/c/z.txt", "z\n").file("keep.txt", "k\n");
+    repo.file("f", "a file\n");
+    let c1 = repo.commit("first");
+    let id = add_source(&env, "acme", &repo);
+    sync_json(&env, &["acme"]);
+
+    repo.file("a/x.txt", "x2\n").remove("a/y.txt").remove("b/c/z.txt").remove("f");
+    repo.file("f/g.txt", "now a folder\n").file("new/d/w.txt", "w\n");
+    let executable = |path: &str, on: bool| {
+        let mode = if on { 0o755 } else { 0o644 };
+        std::fs::set_permissions(repo.path().join(path), std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    executable("keep.txt", true);
+    executable("tools/run.sh", false);
+    let c2 = repo.commit("second");
+    assert_eq!(sync_json(&env, &["acme"])["commit_sha"], c2.as_str());
+
+    std::fs::remove_dir_all(repo.path().join("f")).unwrap();
+    repo.file("f", "a file again\n");
+    executable("keep.txt", false);
+    let c3 = repo.commit("third");
+    assert_eq!(sync_json(&env, &["acme"])["commit_sha"], c3.as_str());
+
+    for sha in [&c1, &c2, &c3] {
+        let tree = repo.repo.find_commit(git2::Oid::from_str(sha).unwrap()).unwrap().tree().unwrap();
+        assert_tree_is_exactly(&repo.repo, &tree, &commit_dir(&env, &id, sha));
+    }
+}
+
 #[test]
 fn unwritable_store_leaves_the_catalog_on_the_old_commit() {
     let env = TestEnv::new();
@@ -449,6 +486,45 @@ fn assert_tree_is_complete(repo: &git2::Repository, tree: &git2::Tree, dir: &Pat
         git2::TreeWalkResult::Ok
     })
     .unwrap();
+}
+
+/// `dir` holds exactly the regular files of `tree` (content and executable bit) and the folders
+/// they are in, nothing else but the marker.
+fn assert_tree_is_exactly(repo: &git2::Repository, tree: &git2::Tree, dir: &Path) {
+    let mut wanted = Vec::new();
+    tree.walk(git2::TreeWalkMode::PreOrder, |parent, entry| {
+        let path = format!("{parent}{}", entry.name().unwrap());
+        match (entry.kind(), entry.filemode()) {
+            (Some(git2::ObjectType::Tree), _) => wanted.push(format!("{path}/")),
+            (Some(git2::ObjectType::Blob), mode) if mode != 0o120000 => {
+                let content = String::from_utf8_lossy(repo.find_blob(entry.id()).unwrap().content()).to_string();
+                wanted.push(format!("{path} executable={} {content:?}", mode == 0o100755));
+            }
+            _ => {}
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .unwrap();
+    fn walk(root: &Path, dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let relative = path.strip_prefix(root).unwrap().display().to_string();
+            let meta = path.symlink_metadata().unwrap();
+            if meta.is_dir() {
+                found.push(format!("{relative}/"));
+                walk(root, &path, found);
+            } else if relative != MARKER {
+                let content = std::fs::read_to_string(&path).unwrap();
+                found.push(format!("{relative} executable={} {content:?}", meta.permissions().mode() & 0o111 != 0));
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(dir, dir, &mut found);
+    wanted.sort();
+    found.sort();
+    assert_eq!(found, wanted, "the tree in {}", dir.display());
 }
 
 #[test]
