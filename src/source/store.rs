@@ -23,6 +23,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result, bail};
 use git2::{ObjectType, Oid, Repository, Tree};
@@ -268,10 +269,11 @@ impl Draft {
         self.temp.as_deref().expect("a draft's tree exists until it is finished")
     }
 
-    /// Link every file of `files` whose blob the store holds (the others are left out). Linking is
-    /// system calls more than computing: two threads, each on half of the files, take about half
-    /// the time while git fetches beside them.
-    pub(crate) fn link_ahead(&mut self, files: &[TreeFile]) -> Result<()> {
+    /// Link every file of `files` whose blob the store holds (the others are left out), until
+    /// `enough` is set (the draft is not needed after all: what is linked by then stays recorded).
+    /// Linking is system calls more than computing: two threads, each on half of the files, take
+    /// about half the time while git fetches beside them.
+    pub(crate) fn link_ahead(&mut self, files: &[TreeFile], enough: &AtomicBool) -> Result<()> {
         self.make_folders(files)?;
         let (blobs_dir, temp) = (self.blobs_dir.as_path(), self.temp());
         let (first, second) = files.split_at(files.len() / 2);
@@ -281,7 +283,10 @@ impl Draft {
                     scope.spawn(move || {
                         let mut linker = Linker::new(blobs_dir, temp)?;
                         let mut linked = Vec::with_capacity(half.len());
-                        for file in half {
+                        for (n, file) in half.iter().enumerate() {
+                            if n % 256 == 0 && enough.load(Ordering::Relaxed) {
+                                break;
+                            }
                             if linker.link(file)? {
                                 linked.push(file.clone());
                             }

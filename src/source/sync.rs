@@ -15,7 +15,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
@@ -78,6 +78,8 @@ fn sync_locked(
 ) -> Result<Report> {
     let repo = git::open_mirror(&git::mirror_path(places.home, source.id))?;
     let mirror = repo.path().to_path_buf();
+    // Set when the fetch brings nothing new to materialize (the usual sync from cron).
+    let enough = AtomicBool::new(false);
     std::thread::scope(|scope| {
         // While git fetches, the tree of the commit synced last (if any) is linked into a draft of
         // the next one: a new commit shares most of its files, so only the rest is left to do
@@ -94,7 +96,7 @@ fn sync_locked(
             drop(listed);
             let Some(files) = files else { return Ok(None) };
             let mut draft = Draft::start(places.store, source.id)?;
-            draft.link_ahead(&files)?;
+            draft.link_ahead(&files, &enough)?;
             anyhow::Ok(Some(draft))
         });
 
@@ -110,6 +112,9 @@ fn sync_locked(
         }
         let commit = git::resolve(&repo, target, source.branch.as_deref())?;
         let sha = commit.to_string();
+        if store::is_materialized(&store::commit_dir(places.store, source.id, &sha)) {
+            enough.store(true, Ordering::Relaxed);
+        }
         if let Some(current) = &source.commit_sha
             && git::is_strict_ancestor(&repo, commit, current)
         {
