@@ -219,14 +219,17 @@ pub(crate) fn materialize(
     Draft::start(store, git_source_id)?.finish(commit_sha, files, expected, source, progress)
 }
 
-/// A tree being written into a source's folder of the store, under a temporary name and the store's
-/// lock (every process that writes in a host's store, a sync or a worker, holds it meanwhile, so
-/// nothing else is writing in it, and every temporary file or tree found is debris of a process
-/// that died). A sync starts one while git fetches and links the files of the commit it synced
-/// last (`link_ahead`): a new commit shares most of them, and `finish` then only changes the rest.
-/// Dropped unfinished, the draft removes its tree.
+/// A tree being written into a source's folder of the store under a temporary name. A sync starts
+/// one while git fetches and links the files of the commit it synced last (`link_ahead`): a new
+/// commit shares most of them, and `finish` then only changes the rest. The draft holds a lock on
+/// its own folder for its life (a process that dies lets go of it), and every process that writes
+/// in a host's store (a sync or a worker) holds the store's lock while it starts a draft (clearing
+/// the debris of dead processes: the temporary trees no one holds) and while it finishes one. A
+/// draft does not hold the store's lock while it waits for a fetch, which may be long: workers of
+/// the host go on writing other commits meanwhile. Dropped unfinished, the draft removes its tree.
 pub(crate) struct Draft {
-    _lock: StoreLock,
+    /// The lock on the temporary tree: it is in use.
+    _hold: File,
     git_source_id: Uuid,
     store: PathBuf,
     source_dir: PathBuf,
@@ -239,22 +242,27 @@ pub(crate) struct Draft {
 }
 
 impl Draft {
-    /// Take the store's lock, clear the debris of dead processes and start an empty tree.
+    /// Start an empty tree.
     pub(crate) fn start(store: &Path, git_source_id: Uuid) -> Result<Draft> {
-        fs::create_dir_all(store)
-            .with_context(|| format!("creating {} (is WF_STORE a writable directory?)", store.display()))?;
-        let lock = StoreLock::take(store)?;
         let source_dir = store.join(git_source_id.to_string());
         let blobs_dir = store.join(BLOBS);
-        remove_temporary_trees(&source_dir)?;
-        remove_temporary_trees(&blobs_dir)?;
-        for folder in [&source_dir, &blobs_dir] {
-            fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
+        for folder in [store, &source_dir, &blobs_dir] {
+            fs::create_dir_all(folder)
+                .with_context(|| format!("creating {} (is WF_STORE a writable directory?)", folder.display()))?;
         }
         let temp = source_dir.join(format!("{TEMPORARY_PREFIX}{}", Uuid::new_v4().simple()));
-        fs::create_dir(&temp).with_context(|| format!("creating {}", temp.display()))?;
+        // Made and locked under the store's lock: no cleaning can take it for debris in between.
+        let hold = {
+            let _lock = StoreLock::take(store)?;
+            remove_temporary_trees(&source_dir)?;
+            remove_temporary_trees(&blobs_dir)?;
+            fs::create_dir(&temp).with_context(|| format!("creating {}", temp.display()))?;
+            let hold = File::open(&temp).with_context(|| format!("opening {}", temp.display()))?;
+            hold.lock().with_context(|| format!("locking {}", temp.display()))?;
+            hold
+        };
         Ok(Draft {
-            _lock: lock,
+            _hold: hold,
             git_source_id,
             store: store.to_path_buf(),
             source_dir,
@@ -332,6 +340,7 @@ impl Draft {
         if found != expected {
             bail!("the listing of commit {commit_sha} does not match its digest ({found}, recorded {expected})");
         }
+        let _lock = StoreLock::take(&self.store)?;
         let dir = commit_dir(&self.store, self.git_source_id, commit_sha);
         let mut repaired = None;
         if is_materialized(&dir) {
@@ -707,20 +716,29 @@ impl StoreLock {
     }
 }
 
-/// Every temporary tree of the source can go: the caller holds the source's lock, so each one was
-/// left by a sync that died (of any commit, whether or not it is synced again).
-fn remove_temporary_trees(source_dir: &Path) -> Result<()> {
-    let entries = match fs::read_dir(source_dir) {
+/// Every temporary tree or file in `dir` that no live process holds can go: the caller holds the
+/// store's lock, so each one was left by a process that died (of any commit, whether or not it is
+/// synced again). A draft holds a lock on its tree (see `Draft`) and is left alone.
+fn remove_temporary_trees(dir: &Path) -> Result<()> {
+    let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(error).with_context(|| format!("reading {}", source_dir.display())),
+        Err(error) => return Err(error).with_context(|| format!("reading {}", dir.display())),
     };
     for entry in entries {
-        let entry = entry.with_context(|| format!("reading {}", source_dir.display()))?;
-        if entry.file_name().as_bytes().starts_with(TEMPORARY_PREFIX.as_bytes()) {
-            fs::remove_dir_all(entry.path())
-                .with_context(|| format!("removing the stale temporary tree {}", entry.path().display()))?;
+        let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+        if !entry.file_name().as_bytes().starts_with(TEMPORARY_PREFIX.as_bytes()) {
+            continue;
         }
+        let removed = if entry.file_type()?.is_dir() {
+            if File::open(entry.path()).is_ok_and(|tree| tree.try_lock().is_err()) {
+                continue;
+            }
+            fs::remove_dir_all(entry.path())
+        } else {
+            fs::remove_file(entry.path())
+        };
+        removed.with_context(|| format!("removing the stale temporary {}", entry.path().display()))?;
     }
     Ok(())
 }
@@ -739,4 +757,37 @@ fn write_marker(dir: &Path, marker: &Marker) -> Result<()> {
 
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("syncing {}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::{self, File};
+
+    use super::{TEMPORARY_PREFIX, remove_temporary_trees};
+
+    /// The debris of dead processes goes, a draft in use (its tree locked) stays.
+    #[test]
+    fn cleaning_removes_unlocked_temporary_trees_and_leaves_a_draft_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let in_use = dir.path().join(format!("{TEMPORARY_PREFIX}in-use"));
+        let dead = dir.path().join(format!("{TEMPORARY_PREFIX}dead"));
+        let dead_file = dir.path().join(format!("{TEMPORARY_PREFIX}blob"));
+        let kept = dir.path().join("0123abcd");
+        for tree in [&in_use, &dead, &kept] {
+            fs::create_dir_all(tree.join("a")).unwrap();
+            fs::write(tree.join("a/file"), "x").unwrap();
+        }
+        fs::write(&dead_file, "half a blob").unwrap();
+        let hold = File::open(&in_use).unwrap();
+        hold.lock().unwrap();
+
+        remove_temporary_trees(dir.path()).unwrap();
+        assert!(in_use.join("a/file").is_file(), "a tree still locked is in use");
+        assert!(!dead.exists() && !dead_file.exists(), "unlocked temporary trees and files are debris");
+        assert!(kept.join("a/file").is_file(), "a complete tree is not temporary");
+
+        drop(hold);
+        remove_temporary_trees(dir.path()).unwrap();
+        assert!(!in_use.exists(), "its process gone, the draft is debris too");
+    }
 }
