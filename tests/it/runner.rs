@@ -378,6 +378,41 @@ fn output_lines_arrive_as_events_and_stay_out_of_the_result() {
     assert_eq!(finished.outcome, Outcome::Returned(json!(1)));
 }
 
+/// console formats as Node does: plain strings joined (the wrapper's fast path, without loading
+/// node:util), and format strings, objects and numbers through util.format.
+#[test]
+fn console_formats_strings_format_strings_and_values_as_node_does() {
+    let world = World::new();
+    let finished = world.run(
+        r#"
+        export function main() {
+          console.log("plain", "words");
+          console.log();
+          console.log("%s has %d items", "cart", 3, "extra");
+          console.log("100%");
+          console.log({ a: 1, b: [1, 2] });
+          console.log("value:", 42, null);
+          console.warn("warned", { w: true });
+          return 1;
+        }
+        "#,
+        json!({}),
+    );
+    let lines: Vec<(Stream, &str)> = finished.lines.iter().map(|(stream, text)| (*stream, text.as_str())).collect();
+    assert_eq!(
+        lines,
+        [
+            (Stream::Stdout, "plain words"),
+            (Stream::Stdout, ""),
+            (Stream::Stdout, "cart has 3 items extra"),
+            (Stream::Stdout, "100%"),
+            (Stream::Stdout, "{ a: 1, b: [ 1, 2 ] }"),
+            (Stream::Stdout, "value: 42 null"),
+            (Stream::Stderr, "warned { w: true }"),
+        ]
+    );
+}
+
 #[test]
 fn action_environment_is_the_given_wf_variables_and_path_home_tz_only() {
     for world in World::both() {
