@@ -135,9 +135,10 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
         Origin::RerunOf(job) => (Some(job), None, 0),
         Origin::RetryOf { job, number } => (None, Some(job), number),
     };
-    // Time-ordered ids (UUID version 7: the time in milliseconds first, random bits after): a batch's jobs land
-    // side by side at the right edge of the job and job_queue primary keys instead of on a random
-    // page each, which makes enqueueing into a large table cheaper and keeps the index compact.
+    // Time-ordered ids (UUID version 7: the time in milliseconds first, random bits after): a
+    // batch's jobs land side by side at the right edge of the job and job_queue primary keys
+    // instead of on a random page each, which makes enqueueing into a large table cheaper and
+    // keeps the index compact.
     let ids: Vec<Uuid> = request.inputs.iter().map(|_| Uuid::now_v7()).collect();
     // ON CONFLICT DO NOTHING: a schedule's fire time enqueued already, or a key taken by a
     // concurrent enqueue (which this waits for), inserts nothing and returns nothing.
