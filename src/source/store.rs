@@ -205,18 +205,18 @@ impl BlobSource for GitBlobs<'_> {
     }
 }
 
-/// Make the tree of `commit_sha` (its `files`, whose listing has `expected` for digest) complete
+/// Make the tree of `commit_sha` (its `files`, whose listing has `digest` for digest) complete
 /// in the store, marker last: `Draft::finish` on a new, empty draft.
 pub(crate) fn materialize(
     store: &Path,
     git_source_id: Uuid,
     commit_sha: &str,
     files: &[TreeFile],
-    expected: &str,
+    digest: &str,
     source: &mut dyn BlobSource,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Materialized> {
-    Draft::start(store, git_source_id)?.finish(commit_sha, files, expected, source, progress)
+    Draft::start(store, git_source_id)?.finish(commit_sha, files, digest, source, progress)
 }
 
 /// A tree being written into a source's folder of the store under a temporary name. A sync starts
@@ -282,7 +282,7 @@ impl Draft {
     /// Linking is system calls more than computing: two threads, each on half of the files, take
     /// about half the time while git fetches beside them.
     pub(crate) fn link_ahead(&mut self, files: &[TreeFile], enough: &AtomicBool) -> Result<()> {
-        self.make_folders(files)?;
+        self.make_folders(folders_of(files))?;
         let (blobs_dir, temp) = (self.blobs_dir.as_path(), self.temp());
         let (first, second) = files.split_at(files.len() / 2);
         let halves = std::thread::scope(|scope| {
@@ -310,9 +310,9 @@ impl Draft {
         Ok(())
     }
 
-    /// Make the folders of `files` that the draft does not have yet, parents first.
-    fn make_folders(&mut self, files: &[TreeFile]) -> Result<()> {
-        for folder in folders_of(files) {
+    /// Make the `folders` (see `folders_of`) that the draft does not have yet, parents first.
+    fn make_folders(&mut self, folders: BTreeSet<PathBuf>) -> Result<()> {
+        for folder in folders {
             if !self.folders.contains(&folder) {
                 let path = self.temp().join(&folder);
                 fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
@@ -322,8 +322,8 @@ impl Draft {
         Ok(())
     }
 
-    /// Complete the tree of `commit_sha` (its `files`, whose listing has `expected` for digest),
-    /// rename it into place, write its marker. Blob contents come from `source`, only for the blobs
+    /// Complete the tree of `commit_sha` (its `files`, whose listing has `digest` for digest: the
+    /// caller computed it or checked it), rename it into place, write its marker. Blob contents come from `source`, only for the blobs
     /// the store's content-addressed folder does not hold yet; every file of the tree is a hard link
     /// to it (a copy where the file system refuses the link), so a commit that changes a few files
     /// costs about those files. `progress` gets (done, total) steps: files linked and blobs written
@@ -332,14 +332,10 @@ impl Draft {
         mut self,
         commit_sha: &str,
         files: &[TreeFile],
-        expected: &str,
+        digest: &str,
         source: &mut dyn BlobSource,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Materialized> {
-        let found = digest_of(files);
-        if found != expected {
-            bail!("the listing of commit {commit_sha} does not match its digest ({found}, recorded {expected})");
-        }
         let _lock = StoreLock::take(&self.store)?;
         let dir = commit_dir(&self.store, self.git_source_id, commit_sha);
         let mut repaired = None;
@@ -362,8 +358,9 @@ impl Draft {
             // is written again, and nothing linked ahead is kept.
             self.clear()?;
         }
-        let kept = self.unlink_stale(files)?;
-        self.make_folders(files)?;
+        let folders = folders_of(files);
+        let kept = self.unlink_stale(files, &folders)?;
+        self.make_folders(folders)?;
 
         // Every file whose blob the store holds is linked at once (the rest fail to link, and that
         // is how the missing blobs are found: no listing of the store's blobs, no look-up per
@@ -422,16 +419,16 @@ impl Draft {
             commit: commit_sha.to_string(),
             source: self.git_source_id,
             files: files.len(),
-            digest: Some(found),
+            digest: Some(digest.to_string()),
         };
         write_marker(&dir, &marker)?;
         Ok(Materialized { dir, written: true, files: files.len(), repaired })
     }
 
     /// Unlink every file linked ahead that `files` lists otherwise or not at all, then remove the
-    /// folders left that no file of `files` is in (deepest first: each is empty by then). Returns
-    /// the paths of the files linked ahead that stay.
-    fn unlink_stale<'f>(&mut self, files: &'f [TreeFile]) -> Result<HashSet<&'f [u8]>> {
+    /// folders left that are not `needed` (the folders of `files`; deepest first: each is empty by
+    /// then). Returns the paths of the files linked ahead that stay.
+    fn unlink_stale<'f>(&mut self, files: &'f [TreeFile], needed: &BTreeSet<PathBuf>) -> Result<HashSet<&'f [u8]>> {
         let wanted: HashMap<&[u8], (Oid, bool)> =
             files.iter().map(|file| (file.path.as_os_str().as_bytes(), (file.blob, file.executable))).collect();
         let temp = self.temp().to_path_buf();
@@ -447,8 +444,7 @@ impl Draft {
                 }
             }
         }
-        let needed = folders_of(files);
-        let unneeded: Vec<PathBuf> = self.folders.difference(&needed).cloned().collect();
+        let unneeded: Vec<PathBuf> = self.folders.difference(needed).cloned().collect();
         for folder in unneeded.iter().rev() {
             let path = temp.join(folder);
             fs::remove_dir(&path).with_context(|| format!("removing {}", path.display()))?;

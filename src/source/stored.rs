@@ -181,6 +181,10 @@ pub(crate) fn materialize(
         .zip(executables)
         .map(|((path, blob), executable)| Ok(TreeFile { path: path.into(), blob: Oid::from_str(&blob)?, executable }))
         .collect::<Result<_>>()?;
+    let found = store::digest_of(&files);
+    if found != digest {
+        bail!("the listing of commit {commit_sha} does not match its digest ({found}, recorded {digest})");
+    }
     store::materialize(store, git_source_id, commit_sha, &files, &digest, &mut DatabaseBlobs(client), &mut |_, _| {})
 }
 
