@@ -257,6 +257,7 @@ impl Namespace {
                 tag: namespace.tag.clone(),
                 sandbox: manifest::Sandbox::default(),
                 retries: None,
+                warm: false,
             }],
         };
         catalog::replace(&mut tx, &source, None, &commit_sha, &manifest::Manifest { apps: vec![app] })?;

@@ -59,6 +59,8 @@ pub struct Claimed {
     pub network: Option<bool>,
     pub memory_mb: Option<i32>,
     pub max_processes: Option<i32>,
+    /// Run in the slot's warm runner of its action (`"warm": true` in the manifest).
+    pub warm: bool,
 }
 
 impl Claimed {
@@ -131,7 +133,8 @@ stamped AS (
 )
 SELECT j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoint,
        j.output_schema, j.timeout_s, j.tag, j.input, j.trigger_kind, j.scheduled_for,
-       c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes, c.worker, c.releases, j.no_overlap
+       c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes, c.worker, c.releases, j.no_overlap,
+       j.warm
   FROM claimed c JOIN job j ON j.id = c.job_id";
 
 /// Claim the best due jobs of `tags`, up to as many as there are claim ids (one for each job),
@@ -164,6 +167,7 @@ pub fn claim(session: &mut Session, tags: &[String], claims: &[String], window: 
             claim: row.get(17),
             releases: row.get(18),
             no_overlap: row.get(19),
+            warm: row.get(20),
         })
         .collect();
     // In the order of their claim ids, which is the order of preference.

@@ -103,7 +103,7 @@ pub(crate) struct Enqueued {
 
 /// The pinned columns, as the catalog and a job both hold them.
 const PINNED: &str = "git_source_id, commit_sha, entrypoint, input_schema, output_schema, timeout_s, tag,
-                      network, memory_mb, max_processes, retry_max, retry_backoff_s, retry_max_backoff_s";
+                      network, memory_mb, max_processes, retry_max, retry_backoff_s, retry_max_backoff_s, warm";
 
 /// Enqueue inside the caller's transaction: read the pins (the catalog row, or the job rerun or
 /// retried), validate every input against the input schema, pin the execution metadata onto
@@ -155,10 +155,10 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
                               network, memory_mb, max_processes,
                               retry_max, retry_backoff_s, retry_max_backoff_s,
                               rerun_of, retry_of, retry_number, idempotency_key,
-                              schedule_fire, no_overlap)
+                              schedule_fire, no_overlap, warm)
              SELECT i.id, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, i.input, $11, $14, due.at,
                     $17, $18, $19, $20, $21, $22, $23, $24, $25, $26,
-                    CASE WHEN $14::text IS NOT NULL THEN due.at END, $27
+                    CASE WHEN $14::text IS NOT NULL THEN due.at END, $27, $28
                FROM unnest($15::uuid[], $16::jsonb[]) WITH ORDINALITY AS i(id, input, n), due
               ORDER BY i.n
              {on_conflict}
@@ -198,6 +198,7 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
             &retry_number,
             &request.key,
             &request.schedule.is_some_and(|schedule| schedule.no_overlap),
+            &pins.get::<_, bool>("warm"),
         ],
     )?;
     if let Some(key) = request.key

@@ -2,12 +2,12 @@
 //! result, clean up.
 
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
@@ -81,6 +81,9 @@ pub struct Spec {
     /// A directory for this attempt that does not exist yet, inside a ScratchRoot.
     pub scratch: PathBuf,
     pub isolation: Isolation,
+    /// A warm runner: bun stays and runs one job per `Running::submit`, until stopped or dropped.
+    /// `input` is unused then, and `env` holds only what every job of the runner shares.
+    pub warm: bool,
 }
 
 impl Spec {
@@ -106,6 +109,7 @@ impl Spec {
             env,
             scratch: root.attempt_dir(job_id, attempt),
             isolation: Isolation::Sandbox(SandboxOptions::default()),
+            warm: false,
         }
     }
 }
@@ -120,6 +124,9 @@ pub enum Stream {
 pub enum Event {
     /// One line of the action's output, without its newline, cut at MAX_LINE bytes.
     Line { stream: Stream, text: String },
+    /// A warm runner's job ended, with this code (0: main() returned, 1: it threw), after all of
+    /// its lines; the runner waits for the next `submit`.
+    Settled { code: i32 },
     /// The supervisor exited and both pipes reached their end: no event follows.
     Done,
 }
@@ -153,6 +160,8 @@ struct Supervisor {
     stop_requested: AtomicBool,
     /// Tells the pipe readers to give up on pipes that never close.
     abandon_pipes: AtomicBool,
+    /// A warm runner's current job, as the pipe readers see its end.
+    ends: Option<pump::Ends>,
 }
 
 /// An attempt in progress.
@@ -162,6 +171,12 @@ pub struct Running {
     supervisor: Arc<Supervisor>,
     waiter: Option<JoinHandle<io::Result<ExitStatus>>>,
     scratch: PathBuf,
+    /// A warm runner's requests: one line per job.
+    requests: Option<ChildStdin>,
+    /// Who owns the action's files (the sandbox user), when it is not the worker.
+    owner: Option<sandbox::User>,
+    /// The exit code of the last job a warm runner settled.
+    settled: Option<i32>,
 }
 
 impl Running {
@@ -179,7 +194,7 @@ impl Running {
         };
         prepare_scratch(&paths, &spec.input, owner)
             .with_context(|| format!("preparing the scratch directory {}", spec.scratch.display()))?;
-        match spawn(&spec, &bun, &paths) {
+        match spawn(&spec, &bun, &paths, owner) {
             Ok(running) => Ok(running),
             Err(error) => {
                 let _ = remove_tree(&spec.scratch);
@@ -188,10 +203,61 @@ impl Running {
         }
     }
 
+    /// Give a warm runner its next job: an empty working directory, the input, the job's own
+    /// environment (WF_JOB_ID, WF_TOKEN, ...). Its lines follow as events, then `Event::Settled`
+    /// (read the outcome with `settled_outcome`), or `Event::Done` when bun ended instead.
+    pub fn submit(&mut self, input: &Value, env: &[(String, String)]) -> Result<()> {
+        let paths = Paths::new(&self.scratch);
+        empty_dir(&paths.work).with_context(|| format!("emptying {}", paths.work.display()))?;
+        match fs::remove_file(&paths.result) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => {
+                return Err(error).with_context(|| format!("removing {}", paths.result.display()));
+            }
+            _ => {}
+        }
+        write_input(&paths, input, self.owner)?;
+        let nonce = Uuid::new_v4().simple().to_string();
+        let ends = self.supervisor.ends.as_ref().context("submit is for a warm runner")?;
+        ends.expect(&nonce);
+        self.settled = None;
+        let env: serde_json::Map<String, Value> =
+            env.iter().map(|(key, value)| (key.clone(), Value::String(value.clone()))).collect();
+        let mut line = serde_json::to_vec(&serde_json::json!({ "nonce": nonce, "env": env }))?;
+        line.push(b'\n');
+        let requests = self.requests.as_mut().context("submit is for a warm runner")?;
+        requests.write_all(&line).context("handing the job to the warm runner")?;
+        Ok(())
+    }
+
+    /// Note a warm runner's `Event::Settled`; its job's outcome is then `settled_outcome`.
+    pub fn settle(&mut self, code: i32) {
+        self.settled = Some(code);
+    }
+
+    /// The outcome of the job a warm runner settled (see `settle`), read from its result file.
+    pub fn settled_outcome(&self) -> Option<Outcome> {
+        let code = self.settled?;
+        let outcome = read_result(&Paths::new(&self.scratch).result, code);
+        Some(outcome.unwrap_or_else(|| Outcome::failed("ResultUnreadable", "the warm runner wrote no result")))
+    }
+
     /// Ask the supervisor to kill the whole tree now. Idempotent; harmless after the end.
     pub fn stop(&self) {
         self.supervisor.stop_requested.store(true, Ordering::SeqCst);
         let _ = rustix::process::pidfd_send_signal(&self.supervisor.pidfd, rustix::process::Signal::TERM);
+    }
+
+    /// Whether the supervisor has exited (a warm runner that ended between jobs).
+    pub fn is_over(&self) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let mut poll = [PollFd::new(&self.supervisor.pidfd, PollFlags::IN)];
+        rustix::event::poll(&mut poll, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })).is_ok_and(|ready| ready > 0)
+    }
+
+    /// Stop a warm runner that is not needed any more, and clean up after it.
+    pub fn close(self) {
+        self.stop();
+        let _ = self.finish();
     }
 
     /// The outcome, once the attempt is over: call after `Event::Done` (events still unread are
@@ -221,7 +287,7 @@ impl Running {
         };
         self.waiter = None;
         let code = status.as_ref().and_then(|status| status.code);
-        let outcome = match code.and_then(|code| read_result(&paths.result, code)) {
+        let outcome = match self.settled_outcome().or_else(|| code.and_then(|code| read_result(&paths.result, code))) {
             Some(outcome) => outcome,
             None if self.supervisor.stop_requested.load(Ordering::SeqCst) => Outcome::Stopped,
             None => match status {
@@ -289,16 +355,37 @@ fn prepare_scratch(paths: &Paths, input: &Value, owner: Option<sandbox::User>) -
     builder.create(&paths.work)?;
     builder.create(&paths.io)?;
     builder.create(&paths.root)?;
+    if let Some(user) = owner {
+        for path in [&paths.work, &paths.io] {
+            std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))?;
+        }
+    }
+    write_input(paths, input, owner)
+}
+
+/// The attempt's input file, the action's to read.
+fn write_input(paths: &Paths, input: &Value, owner: Option<sandbox::User>) -> io::Result<()> {
     fs::write(&paths.input, serde_json::to_vec(input)?)?;
     if let Some(user) = owner {
-        for path in [&paths.work, &paths.io, &paths.input] {
-            std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))?;
+        std::os::unix::fs::chown(&paths.input, Some(user.uid), Some(user.gid))?;
+    }
+    Ok(())
+}
+
+/// Remove everything in `dir`, not `dir` itself (a warm runner's working directory stays its cwd).
+fn empty_dir(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if fs::symlink_metadata(&path)?.is_dir() {
+            remove_tree(&path)?;
+        } else {
+            fs::remove_file(&path)?;
         }
     }
     Ok(())
 }
 
-fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
+fn spawn(spec: &Spec, bun: &Path, paths: &Paths, owner: Option<sandbox::User>) -> Result<Running> {
     let utf8 = |path: &Path| {
         path.to_str().map(str::to_string).with_context(|| format!("{} is not valid UTF-8", path.display()))
     };
@@ -311,6 +398,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
         set: Vec::new(),
         command: Vec::new(),
         sandbox: None,
+        requests: spec.warm,
     };
     match &spec.isolation {
         Isolation::Sandbox(options) => {
@@ -324,6 +412,9 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
                 format!("{}/input.json", sandbox::IO),
                 format!("{}/result.json", sandbox::IO),
             ];
+            if spec.warm {
+                plan.command.push("warm".to_string());
+            }
             plan.sandbox = Some(sandbox::Plan {
                 source: spec.source.clone(),
                 wrapper: spec.wrapper.clone(),
@@ -347,6 +438,9 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
                 utf8(&paths.input)?,
                 utf8(&paths.result)?,
             ];
+            if spec.warm {
+                plan.command.push("warm".to_string());
+            }
         }
     }
 
@@ -360,7 +454,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
         .env_clear()
         .envs(env)
         .current_dir(paths.work.parent().expect("work is inside the scratch directory"))
-        .stdin(Stdio::null())
+        .stdin(if spec.warm { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // Its own process group: a terminal's Ctrl-C reaches the worker, which decides (grace, requeue);
@@ -382,8 +476,13 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
             return Err(io::Error::from(error)).context("opening a pidfd for the action supervisor");
         }
     };
-    let supervisor =
-        Arc::new(Supervisor { pidfd, stop_requested: AtomicBool::new(false), abandon_pipes: AtomicBool::new(false) });
+    let supervisor = Arc::new(Supervisor {
+        pidfd,
+        stop_requested: AtomicBool::new(false),
+        abandon_pipes: AtomicBool::new(false),
+        ends: spec.warm.then(pump::Ends::default),
+    });
+    let requests = child.stdin.take();
     let (events_tx, events) = mpsc::sync_channel(EVENT_BUFFER);
     let (closed_tx, closed_rx) = mpsc::channel::<()>();
     let readers = [
@@ -444,7 +543,15 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
             exited.unwrap_or_else(|| child.wait())
         })
         .context("starting the supervisor's waiter thread")?;
-    Ok(Running { events, supervisor, waiter: Some(waiter), scratch: spec.scratch.clone() })
+    Ok(Running {
+        events,
+        supervisor,
+        waiter: Some(waiter),
+        scratch: spec.scratch.clone(),
+        requests,
+        owner,
+        settled: None,
+    })
 }
 
 /// A thread that pumps one of the supervisor's pipes into events and says when it is done.
@@ -459,7 +566,7 @@ fn spawn_reader(
     std::thread::Builder::new()
         .name("wf-action-output".to_string())
         .spawn(move || {
-            pump::pump(pipe, stream, events, &supervisor.abandon_pipes);
+            pump::pump(pipe, stream, events, &supervisor.abandon_pipes, supervisor.ends.as_ref());
             let _ = closed.send(());
         })
         .context("starting an output reader thread")

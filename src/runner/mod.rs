@@ -108,7 +108,7 @@ pub fn probe(root: &ScratchRoot, bun: &str, supervisor: &SupervisorExe, isolatio
     loop {
         match running.events.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
             Ok(Event::Line { text, .. }) => output.push(text),
-            Ok(Event::Done) => break,
+            Ok(Event::Done | Event::Settled { .. }) => break,
             Err(_) => {
                 running.stop();
                 bail!("a trivial action did not finish within {PROBE_PATIENCE:?}");

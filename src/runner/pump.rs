@@ -2,7 +2,8 @@
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::SyncSender;
 
 use super::{Event, Stream};
@@ -15,16 +16,60 @@ pub const MAX_LINE: usize = 64 * 1024;
 /// sends every console line through stdout, so that their order is kept).
 pub(super) const STDERR_MARK: char = '\u{1e}';
 
+/// A line that starts with this byte may be a warm runner's end of a job: `\x1f<nonce> <code>`,
+/// the last line of that job on its stream.
+const END_MARK: char = '\u{1f}';
+
+/// A warm runner's current job, as both readers see it: its nonce, and how many streams have ended
+/// it. The second end sends `Event::Settled`, after every line of the job on either stream.
+#[derive(Default)]
+pub(super) struct Ends {
+    nonce: Mutex<String>,
+    seen: AtomicU8,
+}
+
+impl Ends {
+    /// A new job: nothing before now ends it.
+    pub(super) fn expect(&self, nonce: &str) {
+        *self.nonce.lock().unwrap_or_else(|e| e.into_inner()) = nonce.to_string();
+        self.seen.store(0, Ordering::SeqCst);
+    }
+
+    /// The job's exit code if `line` ends the current job on one stream, and whether it was the
+    /// second stream to end it.
+    fn end(&self, line: &str) -> Option<(i32, bool)> {
+        let (nonce, code) = line.strip_prefix(END_MARK)?.split_once(' ')?;
+        let code = code.parse().ok()?;
+        let current = self.nonce.lock().unwrap_or_else(|e| e.into_inner());
+        if current.is_empty() || *current != nonce {
+            return None;
+        }
+        Some((code, self.seen.fetch_add(1, Ordering::SeqCst) + 1 == 2))
+    }
+}
+
 /// How often a reader blocked on an idle pipe looks at the `abandon` flag.
 const POLL: rustix::event::Timespec = rustix::event::Timespec { tv_sec: 0, tv_nsec: 200_000_000 };
 
 /// Read `pipe` until EOF (or until `abandon` is set) and send each line as an event. Lines are sent
 /// without their newline; invalid UTF-8 is replaced. A gone receiver does not stop the reading: the
-/// pipe is still drained, so the action never blocks on a full pipe.
-pub(super) fn pump(mut pipe: impl Read + AsFd, stream: Stream, events: SyncSender<Event>, abandon: &AtomicBool) {
+/// pipe is still drained, so the action never blocks on a full pipe. `ends`: a warm runner's.
+pub(super) fn pump(
+    mut pipe: impl Read + AsFd,
+    stream: Stream,
+    events: SyncSender<Event>,
+    abandon: &AtomicBool,
+    ends: Option<&Ends>,
+) {
     let mut lines = Lines::default();
     let mut buffer = vec![0u8; 16 * 1024];
     let mut send = |text: String| {
+        if let Some((code, last)) = ends.and_then(|ends| ends.end(&text)) {
+            if last {
+                let _ = events.send(Event::Settled { code });
+            }
+            return;
+        }
         let event = match text.strip_prefix(STDERR_MARK) {
             Some(rest) if stream == Stream::Stdout => Event::Line { stream: Stream::Stderr, text: rest.to_string() },
             _ => Event::Line { stream, text },

@@ -61,6 +61,8 @@ pub(crate) struct Supervision {
     pub command: Vec<String>,
     /// The sandbox to run bun in; None for `--isolation none`.
     pub sandbox: Option<sandbox::Plan>,
+    /// bun reads our stdin (a warm runner's requests); otherwise /dev/null.
+    pub requests: bool,
 }
 
 impl Supervision {
@@ -325,11 +327,15 @@ impl Signals {
     }
 }
 
-/// Start bun in `cwd`, with only the kept environment variables, stdin from /dev/null and our
-/// stdout/stderr (the worker's pipes). Returns its pid; it is reaped by `reap_exited`.
+/// Start bun in `cwd`, with only the kept environment variables, stdin from /dev/null (ours for a
+/// warm runner: its requests) and our stdout/stderr (the worker's pipes). Returns its pid; it is
+/// reaped by `reap_exited`.
 fn spawn(plan: &Supervision) -> io::Result<i32> {
     let mut command = Command::new(&plan.command[0]);
-    command.args(&plan.command[1..]).current_dir(&plan.cwd).env_clear().envs(plan.environment()).stdin(Stdio::null());
+    command.args(&plan.command[1..]).current_dir(&plan.cwd).env_clear().envs(plan.environment());
+    if !plan.requests {
+        command.stdin(Stdio::null());
+    }
     // SAFETY: between fork and exec, one async-signal-safe call (pthread_sigmask) that allocates
     // nothing: bun must not inherit the signals we blocked for ourselves.
     unsafe {

@@ -1,19 +1,27 @@
 // wf's wrapper around one action attempt (SPEC: Action contract), run by the supervisor as
 //
-//   bun run wrapper.mjs <entrypoint> <input.json> <result.json>
+//   bun run wrapper.mjs <entrypoint> <input.json> <result.json> [warm]
 //
 // It imports the entrypoint (an absolute path), awaits main(input) and writes {"ok":true,"result":...} or
 // {"ok":false,"error":{"name","message","stack"}} to the result file, then exits 0 or 1. The result
 // file lives outside the action's cwd and is not stdout, so whatever the action prints stays its log
 // and can never be mistaken for its result.
+//
+// Warm (`"warm": true` in the manifest): bun stays, and runs one job per request line read from
+// stdin, `{"nonce":"...","env":{...}}`, with the input in <input.json> and the result written to
+// <result.json> as above. A job's end is a line `\x1f<nonce> <0|1>` written last to stdout and to
+// stderr: the worker files everything before it under that job. stdin closed: bun exits.
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
 
-const [entrypoint, inputPath, resultPath] = process.argv.slice(2);
+const [entrypoint, inputPath, resultPath, mode] = process.argv.slice(2);
+const warm = mode === "warm";
 
 // Taken before the action is loaded: an action that replaces process.exit must not keep us alive.
 const exit = process.exit.bind(process);
 
-let settled = false;
+// Whether the job running now has its outcome (cold: the only job; warm: the current request's,
+// and true between requests).
+let settled = warm;
 
 // The action's console in the order it wrote: bun buffers what goes to a stdout pipe and writes
 // stderr at once, so over two pipes an error would come before the lines logged ahead of it. Every
@@ -168,7 +176,13 @@ const LINGER_MS = 20;
 
 // The first outcome wins: a stray exception after main() settled does not rewrite the result.
 function settle(outcome) {
-  if (settled) return;
+  if (settled) {
+    if (warm && outcome.ok === false) {
+      // Between jobs, or after this one settled: said in the log of the job that reads it next.
+      process.stderr.write(`wf: an error outside a running job: ${outcome.error.name}: ${outcome.error.message}\n`);
+    }
+    return;
+  }
   settled = true;
   const { ok, body } = encode(outcome);
   try {
@@ -179,6 +193,10 @@ function settle(outcome) {
   } catch (error) {
     process.stderr.write(`wf: could not write the result file ${resultPath}: ${describe(field(error, "message"))}\n`);
     flushThenExit(70);
+    return;
+  }
+  if (warm) {
+    endOfJob(ok ? 0 : 1);
     return;
   }
   // bun usually ends by itself now, with all the output written, and without building the Node
@@ -200,7 +218,49 @@ async function run() {
   return await module.main(input);
 }
 
-run().then(
-  (result) => settle({ ok: true, result: result === undefined ? null : result }),
-  (error) => settle({ ok: false, error: errorObject(error) }),
-);
+function runJob() {
+  return run().then(
+    (result) => settle({ ok: true, result: result === undefined ? null : result }),
+    (error) => settle({ ok: false, error: errorObject(error) }),
+  );
+}
+
+// Warm: the end-of-job line of the current request, on both streams, after everything the job
+// wrote to them. A stream that cannot take it ends bun: the worker then sees the process end.
+let nonce = "";
+let ended = () => {};
+function endOfJob(code) {
+  let pending = 2;
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.write(`\x1f${nonce} ${code}\n`, (error) => {
+      if (error) flushThenExit(70);
+      pending -= 1;
+      if (pending === 0) ended();
+    });
+  }
+}
+
+async function serve() {
+  let previous = [];
+  for await (const line of console) {
+    if (line === "") continue;
+    const request = JSON.parse(line);
+    // The job's own WF_JOB_ID, WF_TOKEN, ...: the last job's are gone.
+    for (const key of previous) delete process.env[key];
+    previous = Object.keys(request.env);
+    Object.assign(process.env, request.env);
+    nonce = request.nonce;
+    settled = false;
+    await new Promise((resolve) => {
+      ended = resolve;
+      runJob();
+    });
+  }
+  flushThenExit(0);
+}
+
+if (warm) {
+  serve();
+} else {
+  runJob();
+}

@@ -84,8 +84,8 @@ pub(crate) fn replace(
                 "INSERT INTO action (app_key, action_key, git_source_id, commit_sha, entrypoint,
                                      input_schema, output_schema, timeout_s, tag,
                                      network, memory_mb, max_processes,
-                                     retry_max, retry_backoff_s, retry_max_backoff_s)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                                     retry_max, retry_backoff_s, retry_max_backoff_s, warm)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
                  ON CONFLICT (app_key, action_key) DO UPDATE SET
                      git_source_id = EXCLUDED.git_source_id, commit_sha = EXCLUDED.commit_sha,
                      entrypoint = EXCLUDED.entrypoint, input_schema = EXCLUDED.input_schema,
@@ -93,7 +93,8 @@ pub(crate) fn replace(
                      tag = EXCLUDED.tag, network = EXCLUDED.network, memory_mb = EXCLUDED.memory_mb,
                      max_processes = EXCLUDED.max_processes, retry_max = EXCLUDED.retry_max,
                      retry_backoff_s = EXCLUDED.retry_backoff_s,
-                     retry_max_backoff_s = EXCLUDED.retry_max_backoff_s, updated_at = now()",
+                     retry_max_backoff_s = EXCLUDED.retry_max_backoff_s, warm = EXCLUDED.warm,
+                     updated_at = now()",
                 &[
                     &app.key,
                     &action.key,
@@ -110,6 +111,7 @@ pub(crate) fn replace(
                     &action.retries.map(|retries| retries.max),
                     &action.retries.map(|retries| retries.backoff_s),
                     &action.retries.map(|retries| retries.max_backoff_s),
+                    &action.warm,
                 ],
             )?;
             action_apps.push(app.key.clone());

@@ -107,6 +107,8 @@ pub(crate) struct Action {
     pub sandbox: Sandbox,
     /// The action's retries, else its app's; None: a failure is final.
     pub retries: Option<Retries>,
+    /// Its jobs run one after another in a bun process kept by the worker's slot.
+    pub warm: bool,
 }
 
 /// Every problem found in a manifest, one line each.
@@ -162,6 +164,7 @@ struct ActionFile {
     memory_mb: Option<i32>,
     max_processes: Option<i32>,
     retries: Option<RetriesFile>,
+    warm: Option<bool>,
 }
 
 /// A schema given inline, or the path of its file in the repository.
@@ -260,6 +263,7 @@ fn manifest(file: ManifestFile, found: &Found) -> Manifest {
                         }
                         .or(app_sandbox),
                         retries: action.retries.as_ref().map(RetriesFile::retries).or(app_retries),
+                        warm: action.warm.unwrap_or(false),
                         key,
                     }
                 })

@@ -1,6 +1,7 @@
 //! One worker slot: claim, run, complete; one job at a time on its own connection, which it lends to
 //! the attempt's heart (heartbeats and logs) while the action runs.
 
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
@@ -31,11 +32,12 @@ const LOG_FLUSH_LINES: usize = 500;
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_LAST: Duration = Duration::from_secs(5);
 
-/// A slot's database connection and the heart it lends it to.
+/// A slot's database connection and the heart it lends it to, and the warm runner it keeps.
 struct Link {
     connection: Connection,
     heart: Heart,
     name: String,
+    warm: Option<Warm>,
 }
 
 impl Link {
@@ -45,7 +47,41 @@ impl Link {
             connection: Connection::new(&shared.database, &name, shared.options.heartbeat),
             heart: Heart::start(&name)?,
             name,
+            warm: None,
         })
+    }
+}
+
+/// A warm runner (`"warm": true`) and what its jobs share: it runs the next job only when that
+/// job's action, commit and sandbox settings are the same.
+struct Warm {
+    key: WarmKey,
+    running: Running,
+}
+
+#[derive(PartialEq)]
+struct WarmKey {
+    app: String,
+    action: String,
+    tree: PathBuf,
+    entrypoint: String,
+    isolation: runner::Isolation,
+}
+
+/// The attempt a job runs as.
+enum Attempt {
+    /// Its own bun, started for it.
+    Cold(Running),
+    /// A job handed to a warm runner.
+    Warm(Warm),
+}
+
+impl Attempt {
+    fn running(&mut self) -> &mut Running {
+        match self {
+            Attempt::Cold(running) => running,
+            Attempt::Warm(warm) => &mut warm.running,
+        }
     }
 }
 
@@ -251,13 +287,18 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         ("WF_ATTEMPT".to_string(), job.attempt().to_string()),
     ];
     env.extend(shared.options.local.inherited_env.iter().cloned());
-    let mut spec =
-        runner::Spec::new(&shared.scratch, &job.id, job.attempt(), tree, &job.entrypoint, job.input.clone(), env);
-    spec.bun = shared.bun.clone();
-    spec.wf_exe = shared.supervisor.path();
-    spec.isolation = isolation_of(&shared.options.isolation, &job);
-    let running = match Running::start(spec) {
-        Ok(running) => running,
+    let started = if job.warm {
+        hand_to_warm(shared, link.warm.take(), &job, tree, env).map(Attempt::Warm)
+    } else {
+        let mut spec =
+            runner::Spec::new(&shared.scratch, &job.id, job.attempt(), tree, &job.entrypoint, job.input.clone(), env);
+        spec.bun = shared.bun.clone();
+        spec.wf_exe = shared.supervisor.path();
+        spec.isolation = isolation_of(&shared.options.isolation, &job);
+        Running::start(spec).map(Attempt::Cold)
+    };
+    let mut attempt = match started {
+        Ok(attempt) => attempt,
         Err(error) => {
             let error = JobError::new("StartError", format!("{error:#}"));
             let ending = (JobStatus::Failure, None, Some(error.to_value()));
@@ -266,18 +307,26 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         }
     };
 
-    let Link { connection, heart, name: link_name } = link;
+    let Link { connection, heart, name: link_name, warm: _ } = link;
     let period = shared.options.heartbeat;
     heart.begin(connection, job.id, &job.claim, job.attempt(), shared.options.zombie_timeout, period, claimed);
     let mut logs = LogBuffer::default();
-    let stop = watch(shared, &job, &running, &heart, &mut logs);
-    let outcome = running.finish();
+    let stop = watch(shared, &job, attempt.running(), &heart, &mut logs);
+    let (outcome, warm) = match attempt {
+        Attempt::Cold(running) => (running.finish(), None),
+        // A warm runner that settled its job unstopped is kept for the next; any other end (a
+        // stop, a crash, a limit) is its end too.
+        Attempt::Warm(warm) => match (&stop, warm.running.settled_outcome()) {
+            (None, Some(outcome)) => (outcome, Some(warm)),
+            _ => (warm.running.finish(), None),
+        },
+    };
     // The heart's call in flight is bounded by the connection's statement timeout (one period);
     // one that takes longer is stuck (a frozen backend): heart and connection are left behind.
     let mut link = match heart.end(period * 2) {
         Ok((connection, unwritten)) => {
             logs.restore(unwritten);
-            Link { connection, heart, name: link_name }
+            Link { connection, heart, name: link_name, warm }
         }
         Err(unwritten) => {
             logs.restore(unwritten);
@@ -286,6 +335,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
                 connection: Connection::new(&shared.database, &link_name, period),
                 heart: Heart::start(&link_name)?,
                 name: link_name,
+                warm,
             }
         }
     };
@@ -319,6 +369,59 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
     Ok(link)
 }
 
+/// Hand a job to the slot's warm runner of its action, started first when the slot has none, one of
+/// another action or commit (which is closed), or one that ended since its last job.
+fn hand_to_warm(
+    shared: &Shared,
+    kept: Option<Warm>,
+    job: &Claimed,
+    tree: PathBuf,
+    env: Vec<(String, String)>,
+) -> Result<Warm> {
+    let key = WarmKey {
+        app: job.app.clone(),
+        action: job.action.clone(),
+        tree,
+        entrypoint: job.entrypoint.clone(),
+        isolation: isolation_of(&shared.options.isolation, job),
+    };
+    match kept {
+        Some(mut warm) if warm.key == key && !warm.running.is_over() => match warm.running.submit(&job.input, &env) {
+            Ok(()) => return Ok(warm),
+            Err(_) => warm.running.close(),
+        },
+        Some(other) => other.running.close(),
+        None => {}
+    }
+    let mut warm = Warm { running: start_warm(shared, &key)?, key };
+    match warm.running.submit(&job.input, &env) {
+        Ok(()) => Ok(warm),
+        Err(error) => {
+            warm.running.close();
+            Err(error)
+        }
+    }
+}
+
+/// A new warm runner for `key`: what every job of it shares is its environment (the worker's
+/// inherited variables, WF_APP, WF_ACTION, WF_COMMIT_SHA); each job brings its own on top.
+fn start_warm(shared: &Shared, key: &WarmKey) -> Result<Running> {
+    let commit = key.tree.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut env = vec![
+        ("WF_APP".to_string(), key.app.clone()),
+        ("WF_ACTION".to_string(), key.action.clone()),
+        ("WF_COMMIT_SHA".to_string(), commit),
+    ];
+    env.extend(shared.options.local.inherited_env.iter().cloned());
+    let mut spec =
+        runner::Spec::new(&shared.scratch, &Uuid::new_v4(), 0, key.tree.clone(), &key.entrypoint, Value::Null, env);
+    spec.bun = shared.bun.clone();
+    spec.wf_exe = shared.supervisor.path();
+    spec.isolation = key.isolation.clone();
+    spec.warm = true;
+    Running::start(spec)
+}
+
 /// The attempt's isolation: the worker's mode, with the sandbox settings the job pinned.
 fn isolation_of(mode: &Isolation, job: &Claimed) -> runner::Isolation {
     match mode {
@@ -342,7 +445,13 @@ fn isolation_of(mode: &Isolation, job: &Claimed) -> runner::Isolation {
 /// While the action runs: pump its output, enforce the timeout and the self-fence, act on what the
 /// heart learned, honour a shutdown. No database call here: the heart makes them. Returns why the
 /// worker stopped the action, if it did; returns once the supervisor is gone.
-fn watch(shared: &Shared, job: &Claimed, running: &Running, heart: &Heart, logs: &mut LogBuffer) -> Option<StopReason> {
+fn watch(
+    shared: &Shared,
+    job: &Claimed,
+    running: &mut Running,
+    heart: &Heart,
+    logs: &mut LogBuffer,
+) -> Option<StopReason> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(u64::try_from(job.timeout_s).unwrap_or(0));
     // The reaper may take the job once its ping is older than the window. The attempt is stopped a
@@ -354,6 +463,10 @@ fn watch(shared: &Shared, job: &Claimed, running: &Running, heart: &Heart, logs:
     loop {
         match running.events.recv_timeout(Duration::from_millis(50)) {
             Ok(Event::Line { stream, text }) => logs.push(stream_name(stream), text),
+            Ok(Event::Settled { code }) => {
+                running.settle(code);
+                return stop;
+            }
             Ok(Event::Done) | Err(RecvTimeoutError::Disconnected) => return stop,
             Err(RecvTimeoutError::Timeout) => {}
         }

@@ -26,6 +26,7 @@ mod statements;
 mod stored;
 mod sync;
 mod waits;
+mod warm;
 mod work;
 
 /// A test file that no `mod` names is never compiled, so its tests never run: every `.rs` file

@@ -103,6 +103,7 @@ fn collect(running: Running) -> Finished {
         match running.events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(Event::Line { stream, text }) => lines.push((stream, text)),
             Ok(Event::Done) => break,
+            Ok(Event::Settled { code }) => panic!("a cold attempt settled as a warm one ({code})"),
             Err(RecvTimeoutError::Timeout) => panic!("the action did not end within 60 s: {lines:?}"),
             Err(RecvTimeoutError::Disconnected) => panic!("events ended without Done"),
         }

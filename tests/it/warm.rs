@@ -1,0 +1,206 @@
+//! Warm actions (`"warm": true`): one bun per action, commit and slot runs the action's jobs one
+//! after another; whatever ends a job abnormally ends the runner, and the next job gets a new one.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::fixtures::{alive, enqueue, path, worker};
+use crate::support::harness::{GitRepo, TestEnv, wait_for};
+
+/// `w/step` does what its input's `mode` says and returns what it knows: which runner it is (an id
+/// drawn when the module loads), how many jobs that runner ran, its job's WF_ variables, and
+/// whether the working directory was empty when the job began.
+fn synced_warm(env: &TestEnv) -> GitRepo {
+    let repo = GitRepo::new();
+    repo.manifest(&json!({
+        "apps": {
+            "w": {
+                "actions": {
+                    "first": {"entrypoint": "w/step.ts", "warm": true},
+                    "step": {"entrypoint": "w/step.ts", "warm": true, "timeout": 3},
+                    "step_long": {"entrypoint": "w/step.ts", "warm": true, "timeout": 600},
+                    "hog": {"entrypoint": "w/step.ts", "warm": true, "memory_mb": 100},
+                    "cold": {"entrypoint": "w/step.ts"}
+                }
+            }
+        }
+    }));
+    repo.file(
+        "w/step.ts",
+        r#"
+import { readdirSync, writeFileSync } from "node:fs";
+const runner = crypto.randomUUID();
+let runs = 0;
+export async function main(input: any) {
+  runs += 1;
+  const empty = readdirSync(".").length === 0;
+  writeFileSync(`left-by-${input.n}`, "x");
+  console.log(`log ${input.n}`);
+  console.error(`error ${input.n}`);
+  process.stderr.write(`raw ${input.n}\n`);
+  if (input.started) writeFileSync(input.started, runner);
+  switch (input.mode) {
+    case "hang": await new Promise(() => setInterval(() => {}, 1000)); break;
+    case "exit": process.exit(3);
+    case "throw": throw new Error(`thrown by ${input.n}`);
+    case "hog": { const kept = []; for (;;) { kept.push(Buffer.alloc(16 << 20, 1)); await Bun.sleep(20); } }
+  }
+  return {
+    runner, runs, empty, n: input.n,
+    job: process.env.WF_JOB_ID, attempt: process.env.WF_ATTEMPT, token: Boolean(process.env.WF_TOKEN),
+    action: process.env.WF_ACTION,
+  };
+}
+"#,
+    );
+    repo.commit("warm actions");
+    env.wf(["source", "add", "warm", &repo.url()]).ok();
+    env.wf(["sync", "warm"]).ok();
+    repo
+}
+
+/// One job's status, result (or error) and log lines.
+fn ended(env: &TestEnv, id: &str) -> (String, Value, Vec<String>) {
+    let row = env
+        .db()
+        .query_one(
+            "SELECT c.status, coalesce(c.result, c.error, 'null'::jsonb) FROM job_completed c WHERE c.job_id = $1::text::uuid",
+            &[&id],
+        )
+        .unwrap();
+    let logs = env
+        .db()
+        .query("SELECT line FROM job_logs WHERE job_id = $1::text::uuid AND stream <> 'wf' ORDER BY id", &[&id])
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect();
+    (row.get(0), row.get(1), logs)
+}
+
+#[test]
+fn a_warm_action_runs_its_jobs_in_one_process_each_with_its_own_input_variables_and_logs() {
+    let env = TestEnv::new();
+    synced_warm(&env);
+    let ids: Vec<String> = (0..6).map(|n| enqueue(&env, "w/first", json!({"n": n}))).collect();
+    let cold = enqueue(&env, "w/cold", json!({"n": 6}));
+    env.wf(["work", "--drain", "--concurrency", "1"]).ok();
+    let mut runners = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        let (status, result, logs) = ended(&env, id);
+        assert_eq!(status, "success", "{result} {logs:?}");
+        assert_eq!(result["n"], n, "{result}");
+        assert_eq!(result["runs"], n + 1, "the jobs ran one after another in one module: {result}");
+        assert_eq!(result["job"], id.as_str(), "each job sees its own WF_JOB_ID: {result}");
+        assert_eq!(
+            (&result["attempt"], &result["token"], &result["action"]),
+            (&json!("1"), &json!(true), &json!("first"))
+        );
+        assert_eq!(result["empty"], true, "each job starts in an empty working directory: {result}");
+        let mut expected = vec![format!("log {n}"), format!("error {n}"), format!("raw {n}")];
+        let mut got = logs.clone();
+        expected.sort();
+        got.sort();
+        assert_eq!(got, expected, "a job's log holds its own lines, all of them, and no other job's");
+        runners.push(result["runner"].clone());
+    }
+    runners.dedup();
+    assert_eq!(runners.len(), 1, "one runner ran every job: {runners:?}");
+    let (status, result, _) = ended(&env, &cold);
+    assert_eq!(
+        (status.as_str(), &result["runs"]),
+        ("success", &json!(1)),
+        "a cold action starts its own bun: {result}"
+    );
+    let left: i64 = env.scalar("SELECT count(*) FROM job_queue");
+    assert_eq!(left, 0);
+}
+
+#[test]
+fn a_timeout_a_crash_or_a_memory_limit_ends_the_runner_and_the_next_job_gets_a_fresh_one() {
+    let env = TestEnv::new();
+    synced_warm(&env);
+    let started = path(&env, "started");
+    let steps = [
+        ("w/step", json!({"n": 0})),
+        ("w/step", json!({"n": 1, "mode": "hang", "started": started})),
+        ("w/step", json!({"n": 2})),
+        ("w/step", json!({"n": 3, "mode": "exit"})),
+        ("w/step", json!({"n": 4})),
+        ("w/step", json!({"n": 5, "mode": "throw"})),
+        ("w/step", json!({"n": 6})),
+        ("w/hog", json!({"n": 7})),
+        ("w/hog", json!({"n": 8, "mode": "hog"})),
+        ("w/hog", json!({"n": 9})),
+    ];
+    let ids: Vec<String> = steps.iter().map(|(target, input)| enqueue(&env, target, input.clone())).collect();
+    let mut w = worker(&env, "w", &["--drain", "--concurrency", "1"]);
+    // While the hanging job runs: its runner's processes, found from outside by the action's name.
+    let hanging_runner = wait_for(Duration::from_secs(30), "the hanging job to start", || {
+        std::fs::read_to_string(&started).ok().filter(|text| !text.is_empty())
+    });
+    let processes = runner_processes("step");
+    assert!(!processes.is_empty(), "the warm runner's processes are found by WF_ACTION");
+    assert!(w.wait().unwrap().success());
+    assert!(processes.iter().all(|&pid| !alive(pid)), "the timed-out runner's processes are gone: {processes:?}");
+
+    let results: Vec<(String, Value, Vec<String>)> = ids.iter().map(|id| ended(&env, id)).collect();
+    let runner = |n: usize| results[n].1["runner"].as_str().unwrap_or_default().to_string();
+    let runs = |n: usize| results[n].1["runs"].as_i64().unwrap_or(-1);
+    assert_eq!((results[0].0.as_str(), runs(0)), ("success", 1));
+    assert_eq!(runner(0), hanging_runner, "the hanging job ran in the first job's runner");
+    assert_eq!(results[1].0, "failure");
+    assert_eq!(results[1].1["name"], "Timeout", "{:?}", results[1]);
+    assert_eq!((results[2].0.as_str(), runs(2)), ("success", 1), "after a timeout, a fresh runner: {:?}", results[2]);
+    assert_ne!(runner(2), runner(0));
+    assert_eq!(results[3].1["name"], "ProcessError", "{:?}", results[3]);
+    assert_eq!((results[4].0.as_str(), runs(4)), ("success", 1), "after a crash, a fresh runner: {:?}", results[4]);
+    assert_ne!(runner(4), runner(2));
+    assert_eq!(results[5].0, "failure");
+    assert_eq!(results[5].1["message"], "thrown by 5", "{:?}", results[5]);
+    assert_eq!((results[6].0.as_str(), runs(6)), ("success", 3), "a throw is the job's end, not the runner's");
+    assert_eq!(runner(6), runner(4));
+    assert_eq!((results[7].0.as_str(), runs(7)), ("success", 1), "another action, another runner");
+    assert_eq!(results[8].1["name"], "MemoryLimit", "{:?}", results[8]);
+    assert_eq!((results[9].0.as_str(), runs(9)), ("success", 1), "after a limit, a fresh runner: {:?}", results[9]);
+    assert_ne!(runner(9), runner(7));
+}
+
+#[test]
+fn a_canceled_warm_job_ends_its_runner_and_is_never_undone() {
+    let env = TestEnv::new();
+    synced_warm(&env);
+    let started = path(&env, "started");
+    let first = enqueue(&env, "w/step_long", json!({"n": 0}));
+    let hanging = enqueue(&env, "w/step_long", json!({"n": 1, "mode": "hang", "started": started}));
+    let after = enqueue(&env, "w/step_long", json!({"n": 2}));
+    let mut w = worker(&env, "w", &["--drain", "--concurrency", "1"]);
+    wait_for(Duration::from_secs(30), "the hanging job to start", || std::fs::read(&started).ok());
+    let processes = runner_processes("step_long");
+    env.wf(["cancel", &hanging, "--yes"]).ok();
+    assert!(w.wait().unwrap().success());
+    assert!(processes.iter().all(|&pid| !alive(pid)), "the canceled runner's processes are gone: {processes:?}");
+    let (status, _, _) = ended(&env, &hanging);
+    assert_eq!(status, "canceled");
+    let (_, first, _) = ended(&env, &first);
+    let (status, after, _) = ended(&env, &after);
+    assert_eq!((status.as_str(), &after["runs"]), ("success", &json!(1)), "a fresh runner after the cancel: {after}");
+    assert_ne!(after["runner"], first["runner"]);
+}
+
+/// The processes of the warm runners of `action` (each test here has its own action names), found
+/// by the WF_ACTION their supervisor, init and bun were started with: a warm runner's job
+/// variables are not in its environment.
+fn runner_processes(action: &str) -> Vec<i32> {
+    let wanted = format!("WF_ACTION={action}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|byte| *byte == 0).any(|item| item == wanted.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
