@@ -35,13 +35,16 @@ use crate::source::{catalog, git_source, manifest, store};
 use crate::worker::{self, Isolation, Local, Options, Until};
 use git2::{ObjectType, Oid};
 
-/// The one action of the bench's app.
+/// The bench's action, and the same action warm (`"warm": true`).
 const ACTION: &str = "noop";
+const WARM_ACTION: &str = "noop_warm";
 const ENTRYPOINT: &str = "noop.ts";
 const NOOP_SOURCE: &str = "export function main(input) { return input; }\n";
 /// Latency samples are paced and `--bun` jobs each start a process: both are capped.
 const LATENCY_SAMPLES_MAX: u32 = 200;
 const BUN_JOBS_MAX: u32 = 200;
+/// Warm jobs start no process: more of them, for a run long enough to measure.
+const WARM_JOBS_MAX: u32 = 5000;
 /// The pause after each latency sample, so the claimer is back to waiting when the next job comes.
 const LATENCY_PACE: Duration = Duration::from_millis(5);
 /// A job not picked up within this long means the claimer is not woken: fail rather than hang.
@@ -108,12 +111,14 @@ pub(crate) struct Report {
     pub floor: Option<Rate>,
 }
 
-/// The end-to-end rate with and without the sandbox, and the bare spawn loop of the same action,
-/// measured one after the other.
+/// The end-to-end rate with and without the sandbox, warm, and the bare spawn loop of the same
+/// action, measured one after the other.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BunRates {
     pub sandbox: Rate,
     pub none: Rate,
+    /// The same action warm, in sandboxes: a bun per slot runs every job.
+    pub warm: Rate,
     /// `bun run` of a minimal runner of the same action, `workers` at a time, nothing of wf around.
     pub bare: Rate,
 }
@@ -181,17 +186,19 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
 
     let bun = if let Some(local) = &plan.bun {
         let bun_jobs = jobs.min(BUN_JOBS_MAX);
-        let mut end_to_end = |isolation: Isolation, name: &str| -> Result<Rate> {
+        let mut end_to_end = |isolation: Isolation, action: &str, jobs: u32, name: &str| -> Result<Rate> {
             let worker = Worker { workers: plan.workers, isolation, local: local.clone() };
-            let rate = bun_end_to_end(&mut client, namespace, bun_jobs, worker, name, progress, interrupt)?;
-            expect_succeeded(&mut client, &namespace.tag, bun_jobs, name)?;
+            let rate = bun_end_to_end(&mut client, namespace, action, jobs, worker, name, progress, interrupt)?;
+            expect_succeeded(&mut client, &namespace.tag, jobs, name)?;
             prune::delete_tag(&mut client, &namespace.tag)?;
             Ok(rate)
         };
+        let sandboxed = || Isolation::Sandbox { allow_write: Vec::new() };
         let bare = bare_bun(namespace, &local.bun, bun_jobs, plan.workers, progress, interrupt)?;
-        let sandbox = end_to_end(Isolation::Sandbox { allow_write: Vec::new() }, "bun end to end")?;
-        let none = end_to_end(Isolation::None, "bun end to end, no sandbox")?;
-        Some(BunRates { sandbox, none, bare })
+        let sandbox = end_to_end(sandboxed(), ACTION, bun_jobs, "bun end to end")?;
+        let none = end_to_end(Isolation::None, ACTION, bun_jobs, "bun end to end, no sandbox")?;
+        let warm = end_to_end(sandboxed(), WARM_ACTION, jobs.min(WARM_JOBS_MAX), "bun end to end, warm")?;
+        Some(BunRates { sandbox, none, warm, bare })
     } else {
         None
     };
@@ -245,20 +252,21 @@ impl Namespace {
             let digest = store::digest_of(&files);
             store::materialize(store, source.id, &commit_sha, &files, &digest, &mut NoopBlob, &mut |_, _| {})?;
         }
+        let action = |key: &str, warm: bool| manifest::Action {
+            key: key.to_string(),
+            entrypoint: ENTRYPOINT.to_string(),
+            input_schema: None,
+            output_schema: None,
+            timeout_s: 60,
+            tag: namespace.tag.clone(),
+            sandbox: manifest::Sandbox::default(),
+            retries: None,
+            warm,
+        };
         let app = manifest::App {
             key: namespace.tag.clone(),
             tag: Some(namespace.tag.clone()),
-            actions: vec![manifest::Action {
-                key: ACTION.to_string(),
-                entrypoint: ENTRYPOINT.to_string(),
-                input_schema: None,
-                output_schema: None,
-                timeout_s: 60,
-                tag: namespace.tag.clone(),
-                sandbox: manifest::Sandbox::default(),
-                retries: None,
-                warm: false,
-            }],
+            actions: vec![action(ACTION, false), action(WARM_ACTION, true)],
         };
         catalog::replace(&mut tx, &source, None, &commit_sha, &manifest::Manifest { apps: vec![app] })?;
         tx.commit().with_context(|| format!("creating the bench's source, app and action {}", namespace.tag))?;
@@ -266,7 +274,11 @@ impl Namespace {
     }
 
     fn request(&self, inputs: Vec<Value>) -> Request<'_> {
-        Request::new(&self.tag, ACTION, inputs)
+        self.request_of(ACTION, inputs)
+    }
+
+    fn request_of<'a>(&'a self, action: &'a str, inputs: Vec<Value>) -> Request<'a> {
+        Request::new(&self.tag, action, inputs)
     }
 
     /// Remove everything the bench made; the first failure is returned after trying the rest.
@@ -720,11 +732,14 @@ fn bare_bun(
     Ok(Rate { jobs: u64::from(jobs), elapsed })
 }
 
-/// `jobs` jobs of the trivial bun action, run by a real worker (claim, supervisor, sandbox, bun,
-/// heartbeat, completion) that stops when they are drained: its whole run, start to stop.
+/// `jobs` jobs of the trivial bun action (`action`: cold or warm), run by a real worker (claim,
+/// supervisor, sandbox, bun, heartbeat, completion) that stops when they are drained: its whole
+/// run, start to stop.
+#[allow(clippy::too_many_arguments)]
 fn bun_end_to_end(
     client: &mut Client,
     namespace: &Namespace,
+    action: &str,
     jobs: u32,
     worker: Worker,
     name: &str,
@@ -732,7 +747,7 @@ fn bun_end_to_end(
     interrupt: &Interrupt,
 ) -> Result<Rate> {
     let mut tx = client.transaction()?;
-    enqueue::enqueue(&mut tx, &namespace.request((0..jobs).map(|n| json!({"n": n})).collect()))?;
+    enqueue::enqueue(&mut tx, &namespace.request_of(action, (0..jobs).map(|n| json!({"n": n})).collect()))?;
     tx.commit()?;
     progress.begin(name, u64::from(jobs));
     let options = Options {

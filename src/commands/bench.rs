@@ -54,6 +54,9 @@ struct BenchDocument<'a> {
     pickup_latency_ms: LatencyDocument,
     bun_end_to_end_per_s: Option<f64>,
     bun_no_sandbox_per_s: Option<f64>,
+    bun_warm_per_s: Option<f64>,
+    bun_warm_jobs: Option<u64>,
+    warm_vs_bare: Option<f64>,
     sandbox_ms_per_attempt: Option<f64>,
     bun_jobs: Option<u64>,
     bare_bun_per_s: Option<f64>,
@@ -86,6 +89,9 @@ impl<'a> From<&'a Report> for BenchDocument<'a> {
             },
             bun_end_to_end_per_s: report.bun.map(|bun| bun.sandbox.per_second()),
             bun_no_sandbox_per_s: report.bun.map(|bun| bun.none.per_second()),
+            bun_warm_per_s: report.bun.map(|bun| bun.warm.per_second()),
+            bun_warm_jobs: report.bun.map(|bun| bun.warm.jobs),
+            warm_vs_bare: report.bun.map(|bun| bun.warm.per_second() / bun.bare.per_second()),
             sandbox_ms_per_attempt: report.bun.map(|bun| millis(bun.sandbox_cost_per_attempt(report.workers))),
             bun_jobs: report.bun.map(|bun| bun.sandbox.jobs),
             bare_bun_per_s: report.bun.map(|bun| bun.bare.per_second()),
@@ -138,16 +144,12 @@ fn rows(report: &Report) -> Vec<Vec<String>> {
     if let Some(bun) = &report.bun {
         rows.push(rate(&format!("bun end to end ({} workers)", report.workers), &bun.sandbox));
         rows.push(rate(&format!("bun end to end, no sandbox ({} workers)", report.workers), &bun.none));
+        rows.push(rate(&format!("bun end to end, warm ({} workers)", report.workers), &bun.warm));
         rows.push(rate(&format!("bare bun loop ({} at a time)", report.workers), &bun.bare));
-        let ratio = bun.sandbox.per_second() / bun.bare.per_second();
-        rows.push(vec![
-            "bun end to end / bare loop".to_string(),
-            "-".into(),
-            "-".into(),
-            format!("{ratio:.2}"),
-            "-".into(),
-            "-".into(),
-        ]);
+        for (name, rate) in [("bun end to end / bare loop", &bun.sandbox), ("warm / bare loop", &bun.warm)] {
+            let ratio = rate.per_second() / bun.bare.per_second();
+            rows.push(vec![name.to_string(), "-".into(), "-".into(), format!("{ratio:.2}"), "-".into(), "-".into()]);
+        }
         let cost = millis(bun.sandbox_cost_per_attempt(report.workers));
         rows.push(vec![
             "sandbox cost per attempt".to_string(),

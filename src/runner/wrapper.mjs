@@ -226,13 +226,15 @@ function runJob() {
 }
 
 // Warm: the end-of-job line of the current request, on both streams, after everything the job
-// wrote to them. A stream that cannot take it ends bun: the worker then sees the process end.
+// wrote to them. A stream that cannot take it ends bun: the worker then sees the process end. The
+// streams' writes and the requests are taken before the action is loaded, which could replace them.
 let nonce = "";
 let ended = () => {};
+let writes = [];
 function endOfJob(code) {
-  let pending = 2;
-  for (const stream of [process.stdout, process.stderr]) {
-    stream.write(`\x1f${nonce} ${code}\n`, (error) => {
+  let pending = writes.length;
+  for (const write of writes) {
+    write(`\x1f${nonce} ${code}\n`, (error) => {
       if (error) flushThenExit(70);
       pending -= 1;
       if (pending === 0) ended();
@@ -241,8 +243,10 @@ function endOfJob(code) {
 }
 
 async function serve() {
+  writes = [process.stdout, process.stderr].map((stream) => stream.write.bind(stream));
+  const requests = { [Symbol.asyncIterator]: console[Symbol.asyncIterator].bind(console) };
   let previous = [];
-  for await (const line of console) {
+  for await (const line of requests) {
     if (line === "") continue;
     const request = JSON.parse(line);
     // The job's own WF_JOB_ID, WF_TOKEN, ...: the last job's are gone.

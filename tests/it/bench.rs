@@ -63,11 +63,19 @@ fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
     let env = TestEnv::new();
     let run = env.wf(["bench", "--bun", "--jobs", "20", "--workers", "2", "--json"]).ok();
     let rates = ["enqueue_single_per_s", "enqueue_batch_per_s", "claim_complete_per_s", "p50", "p99", "tag"];
-    let bun =
-        ["bun_end_to_end_per_s", "bun_no_sandbox_per_s", "sandbox_ms_per_attempt", "bare_bun_per_s", "bun_vs_bare"];
+    let bun = [
+        "bun_end_to_end_per_s",
+        "bun_no_sandbox_per_s",
+        "bun_warm_per_s",
+        "warm_vs_bare",
+        "sandbox_ms_per_attempt",
+        "bare_bun_per_s",
+        "bun_vs_bare",
+    ];
     let expected = r#"{
         "bare_bun_per_s": "<number>", "batch": 1, "bun_end_to_end_per_s": "<number>", "bun_jobs": 20,
         "bun_no_sandbox_per_s": "<number>", "bun_vs_bare": "<number>",
+        "bun_warm_jobs": 20, "bun_warm_per_s": "<number>", "warm_vs_bare": "<number>",
         "claim_complete_per_s": "<number>", "enqueue_batch_per_s": "<number>", "enqueue_single_per_s": "<number>",
         "floor_per_s": null, "jobs": 20, "pickup_latency_ms": {"p50": "<number>", "p99": "<number>", "samples": 20},
         "sandbox_ms_per_attempt": "<number>", "spine_vs_floor": null, "tag": "<text>", "workers": 2}"#;
@@ -78,6 +86,8 @@ fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
     rate(&report, "bun_no_sandbox_per_s");
     rate(&report, "bare_bun_per_s");
     rate(&report, "bun_vs_bare");
+    let warm = rate(&report, "bun_warm_per_s");
+    assert!((rate(&report, "warm_vs_bare") - warm / rate(&report, "bare_bun_per_s")).abs() < 1e-9, "{report}");
     assert!(report["sandbox_ms_per_attempt"].as_f64().is_some_and(|ms| ms >= 0.0), "{report}");
     assert_eq!(report["bun_jobs"], 20, "{report}");
     assert_nothing_left(&env);

@@ -83,13 +83,19 @@ fn ended(env: &TestEnv, id: &str) -> (String, Value, Vec<String>) {
 fn a_warm_action_runs_its_jobs_in_one_process_each_with_its_own_input_variables_and_logs() {
     let env = TestEnv::new();
     synced_warm(&env);
-    let ids: Vec<String> = (0..6).map(|n| enqueue(&env, "w/first", json!({"n": n}))).collect();
-    let cold = enqueue(&env, "w/cold", json!({"n": 6}));
-    env.wf(["work", "--drain", "--concurrency", "1"]).ok();
+    for isolation in ["sandbox", "none"] {
+        one_runner_runs_every_job(&env, isolation);
+    }
+}
+
+fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
+    let ids: Vec<String> = (0..6).map(|n| enqueue(env, "w/first", json!({"n": n}))).collect();
+    let cold = enqueue(env, "w/cold", json!({"n": 6}));
+    env.wf(["work", "--drain", "--concurrency", "1", "--isolation", isolation]).ok();
     let mut runners = Vec::new();
     for (n, id) in ids.iter().enumerate() {
-        let (status, result, logs) = ended(&env, id);
-        assert_eq!(status, "success", "{result} {logs:?}");
+        let (status, result, logs) = ended(env, id);
+        assert_eq!(status, "success", "{isolation}: {result} {logs:?}");
         assert_eq!(result["n"], n, "{result}");
         assert_eq!(result["runs"], n + 1, "the jobs ran one after another in one module: {result}");
         assert_eq!(result["job"], id.as_str(), "each job sees its own WF_JOB_ID: {result}");
@@ -107,6 +113,9 @@ fn a_warm_action_runs_its_jobs_in_one_process_each_with_its_own_input_variables_
     }
     runners.dedup();
     assert_eq!(runners.len(), 1, "one runner ran every job: {runners:?}");
+    wait_for(Duration::from_secs(15), "the idle runner to end with its worker", || {
+        runner_processes("first").is_empty().then_some(())
+    });
     let (status, result, _) = ended(&env, &cold);
     assert_eq!(
         (status.as_str(), &result["runs"]),

@@ -117,6 +117,20 @@ fn contract(page: &mut Roff) {
          imports must be in the repository. With `wf work --isolation none` the action runs as the worker's \
          user on its file system, with a clean environment and no limits.",
     );
+    page.subsection("Warm actions");
+    page.para(
+        "With `\"warm\": true`, each slot of a worker keeps one bun process (in its sandbox) for the action \
+         and its pinned commit, and runs the action's jobs in it one after another: the module is imported \
+         once, and a job costs no process start. What a job leaves in the module (variables, caches, open \
+         connections, timers) and in /tmp is there for the next job of that runner; only jobs of the same \
+         action, commit and sandbox settings share a runner. Each job still gets its own input, its own \
+         `WF_` variables in `process.env`, an emptied working directory, its own logs and result. The \
+         memory and process limits hold for the runner as a whole. A timeout, a cancel, `process.exit`, a \
+         crash or a limit ends the runner with its job; the next job starts a fresh one. A throw only fails \
+         its job. Output written after a job settled (a stray timer) goes to the log of the runner's next \
+         job. A runner's processes carry `WF_APP`, `WF_ACTION` and `WF_COMMIT_SHA` in their environment, \
+         not the variables of the job they run.",
+    );
     page.subsection("Runs more than once");
     page.para(
         "A job runs once on the normal path. It runs again when its worker died (at least once: the reaper \
