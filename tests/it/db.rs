@@ -107,7 +107,7 @@ fn migration_9_moves_each_commits_listing_into_its_row() {
         "CREATE TEMP TABLE kept AS SELECT * FROM source_commit;
          CREATE TEMP TABLE kept_blobs AS SELECT * FROM source_blob;
          DROP TABLE source_commit, source_blob;
-         DELETE FROM wf_migration WHERE version >= 8;",
+         DELETE FROM wf_migration WHERE version IN (8, 9);",
     )
     .unwrap();
     tx.batch_execute(sql_8).unwrap();

@@ -731,6 +731,8 @@ fn bench() {
   "bun_jobs": null,
   "bun_no_sandbox_per_s": null,
   "bun_vs_bare": null,
+  "bun_warm_jobs": null,
+  "bun_warm_per_s": null,
   "claim_complete_per_s": "<number>",
   "enqueue_batch_per_s": "<number>",
   "enqueue_single_per_s": "<number>",
@@ -744,6 +746,7 @@ fn bench() {
   "sandbox_ms_per_attempt": null,
   "spine_vs_floor": null,
   "tag": "<text>",
+  "warm_vs_bare": null,
   "workers": 1
 }"#,
     );
