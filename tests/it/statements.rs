@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::support::harness::TestEnv;
 use wf::queue::CHANNEL_COMPLETED;
 use wf::queue::claim::CLAIM_SQL;
-use wf::queue::complete::COMPLETE_SQL;
+use wf::queue::complete::{COMPLETE_ONE_SQL, COMPLETE_SQL};
 use wf::queue::heartbeat::HEARTBEAT_SQL;
 use wf::queue::reaper::{REQUEUE_SQL, ZOMBIES_SQL};
 
@@ -45,25 +45,27 @@ fn zombies(db: &mut Client, window_s: f64) -> Vec<Uuid> {
     ids
 }
 
-fn complete(db: &mut Client, job: Uuid, claim: &str) -> u64 {
+/// Complete `job` as `claim` with the worker's statement for one job, or the one for a batch.
+fn complete(db: &mut Client, job: Uuid, claim: &str, one: bool) -> u64 {
     let result = serde_json::json!({"ok": true});
-    db.query(
-        COMPLETE_SQL,
-        &[
+    let lines: [&(dyn postgres::types::ToSql + Sync); 4] =
+        [&vec![job], &vec!["stdout"], &vec!["the last line"], &CHANNEL_COMPLETED];
+    let rows = if one {
+        let error = None::<&serde_json::Value>;
+        let params: [&(dyn postgres::types::ToSql + Sync); 6] = [&job, &claim, &"success", &result, &error, &1i32];
+        db.query(COMPLETE_ONE_SQL, &[&params[..], &lines[..]].concat())
+    } else {
+        let params: [&(dyn postgres::types::ToSql + Sync); 6] = [
             &vec![job],
             &vec![claim],
             &vec!["success"],
             &vec![Some(&result)],
             &vec![None::<&serde_json::Value>],
             &vec![1i32],
-            &vec![job],
-            &vec!["stdout"],
-            &vec!["the last line"],
-            &CHANNEL_COMPLETED,
-        ],
-    )
-    .unwrap()
-    .len() as u64
+        ];
+        db.query(COMPLETE_SQL, &[&params[..], &lines[..]].concat())
+    };
+    rows.unwrap().len() as u64
 }
 
 #[test]
@@ -107,8 +109,14 @@ fn a_heartbeat_after_a_reap_is_lost() {
 fn the_completion_gate_skips_a_foreign_claim() {
     let env = TestEnv::new();
     let mut db = env.db();
-    let job = running(&mut db, "w#2", 0);
-    assert_eq!(complete(&mut db, job, "w#1"), 0, "w#1 does not own the job");
+    for one in [true, false] {
+        completion_gate(&mut db, one);
+    }
+}
+
+fn completion_gate(db: &mut Client, one: bool) {
+    let job = running(db, "w#2", 0);
+    assert_eq!(complete(db, job, "w#1", one), 0, "w#1 does not own the job");
     let counts = |db: &mut Client| -> (i64, i64, i64) {
         let row = db
             .query_one(
@@ -120,12 +128,13 @@ fn the_completion_gate_skips_a_foreign_claim() {
             .unwrap();
         (row.get(0), row.get(1), row.get(2))
     };
-    assert_eq!(counts(&mut db), (1, 0, 0), "nothing of a foreign completion is written");
-    assert_eq!(complete(&mut db, job, "w#2"), 1);
-    assert_eq!(counts(&mut db), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
-    let worker: String = db.query_one("SELECT worker FROM job_completed WHERE job_id = $1", &[&job]).unwrap().get(0);
-    assert_eq!(worker, "w#2");
-    assert_eq!(complete(&mut db, job, "w#2"), 0, "and only once");
+    assert_eq!(counts(db), (1, 0, 0), "nothing of a foreign completion is written");
+    assert_eq!(complete(db, job, "w#2", one), 1);
+    assert_eq!(counts(db), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
+    let row = db.query_one("SELECT worker, status, result FROM job_completed WHERE job_id = $1", &[&job]).unwrap();
+    let recorded: (String, String, serde_json::Value) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(recorded, ("w#2".to_string(), "success".to_string(), serde_json::json!({"ok": true})));
+    assert_eq!(complete(db, job, "w#2", one), 0, "and only once");
 }
 
 #[test]
