@@ -116,7 +116,7 @@ fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
     wait_for(Duration::from_secs(15), "the idle runner to end with its worker", || {
         runner_processes("first").is_empty().then_some(())
     });
-    let (status, result, _) = ended(&env, &cold);
+    let (status, result, _) = ended(env, &cold);
     assert_eq!(
         (status.as_str(), &result["runs"]),
         ("success", &json!(1)),
