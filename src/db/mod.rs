@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::{Client, GenericClient, NoTls};
 
-pub use session::Session;
+pub use session::{PLANNER, Session};
 
 /// Where the database is. Cheap to clone: workers open one connection per slot from it.
 #[derive(Debug, Clone)]

@@ -22,7 +22,8 @@
 //!           Index Cond: tag = p.tag AND priority = p.priority AND scheduled_for <= now()
 //! ```
 
-use std::time::Duration;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -95,9 +96,9 @@ priorities AS (
              ORDER BY q.scheduled_for
              LIMIT 1) IS NULL
 ),
--- At most $2's cardinality jobs, and never more than 64 (CLAIM_BATCH_MAX): the planner plans a
--- prepared statement once for any $2, and a LIMIT it cannot see would be taken for a tenth of the
--- queue (hash joins over whole tables); this one it can.
+-- At most $2's cardinality jobs, and never more than 64 (CLAIM_BATCH_MAX). A worker runs the
+-- statement with the batch's size written into this LIMIT and the fetch's (`claim_sql`): a plan
+-- made once for any $2 would take a LIMIT it cannot see for a tenth of the queue.
 peek AS (
     SELECT r.job_id, r.n
       FROM (SELECT c.job_id, row_number() OVER (ORDER BY p.priority DESC, c.scheduled_for) AS n
@@ -137,13 +138,42 @@ SELECT j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoin
        j.warm
   FROM claimed c JOIN job j ON j.id = c.job_id";
 
+/// `CLAIM_SQL` for at most `k` jobs, with `k` written into both limits: a generic plan (a
+/// worker's, see `db::Session`) sees them. Otherwise it takes `cardinality($2)` for a tenth of the
+/// queue (a sort of every due job of the tag), and the batch for 64 jobs (a hash join over the
+/// whole queue to update them).
+pub fn claim_sql(k: usize) -> &'static str {
+    static BY_LIMIT: LazyLock<Vec<String>> = LazyLock::new(|| {
+        (1..=CLAIM_BATCH_MAX)
+            .map(|k| {
+                CLAIM_SQL.replace(FETCH_LIMIT, &format!("LIMIT {k}\n")).replace(BATCH_LIMIT, &format!("LIMIT {k}\n),"))
+            })
+            .collect()
+    });
+    &BY_LIMIT[k.clamp(1, CLAIM_BATCH_MAX) - 1]
+}
+
+/// A claim slower than this is planned anew (a claim takes well under a millisecond on a deep queue).
+const REPLAN_AFTER: Duration = Duration::from_millis(10);
+
+/// The limits `claim_sql` writes in: the locking fetch's, and the batch's.
+const FETCH_LIMIT: &str = "LIMIT cardinality($2::text[])\n";
+const BATCH_LIMIT: &str = "LIMIT 64\n),";
+
 /// Claim the best due jobs of `tags`, up to as many as there are claim ids (one for each job),
 /// best first: a worker with k free slots claims up to k jobs in one statement. A batch takes from
 /// the best priority of each tag that has due jobs; the next claim goes down when it is used up. `window` is the claiming
 /// worker's zombie window.
 pub fn claim(session: &mut Session, tags: &[String], claims: &[String], window: Duration) -> Result<Vec<Claimed>> {
     let claims = &claims[..claims.len().min(CLAIM_BATCH_MAX)];
-    let rows = session.query(CLAIM_SQL, &[&tags, &claims, &window.as_secs_f64()])?;
+    let sql = claim_sql(claims.len());
+    let began = Instant::now();
+    let rows = session.query(sql, &[&tags, &claims, &window.as_secs_f64()])?;
+    // A plan made while the queue was nearly empty scans it once it is deep, until the next ANALYZE:
+    // a slow claim has the next one planned anew, for the queue as it is then.
+    if began.elapsed() > REPLAN_AFTER {
+        session.forget(sql);
+    }
     let mut claimed: Vec<Claimed> = rows
         .iter()
         .map(|row| Claimed {
@@ -190,3 +220,20 @@ SELECT extract(epoch FROM min(n.scheduled_for) - now())::float8
         WHERE q.tag = s.tag AND NOT q.running AND q.canceled_by IS NULL
         ORDER BY q.scheduled_for
         LIMIT 1) n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_claim_statement_has_its_limits_written_in() {
+        assert_eq!((CLAIM_SQL.matches(FETCH_LIMIT).count(), CLAIM_SQL.matches(BATCH_LIMIT).count()), (1, 1));
+        for k in [1, 2, 63] {
+            let sql = claim_sql(k);
+            let written = sql.matches(&format!("LIMIT {k}\n")).count();
+            assert!(!sql.contains(FETCH_LIMIT) && !sql.contains(BATCH_LIMIT) && written == 2, "{sql}");
+        }
+        assert_eq!(claim_sql(0), claim_sql(1));
+        assert_eq!(claim_sql(1000), claim_sql(64));
+    }
+}

@@ -33,24 +33,19 @@ fn fill(env: &TestEnv, count: i64, tags: &[&str], priority: &str, due: &str) {
     env.db().batch_execute("ANALYZE job_queue").unwrap();
 }
 
-/// EXPLAIN ANALYZE one claim (rolled back) and return the plan.
+/// EXPLAIN ANALYZE one claim of one job (rolled back), as a worker runs it.
 fn explain_claim(env: &TestEnv, tags: &[&str]) -> Value {
-    let mut client = env.db();
-    let mut tx = client.transaction().unwrap();
-    let tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
-    let sql = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", wf::queue::claim::CLAIM_SQL);
-    let plan: Value = tx.query_one(&sql, &[&tags, &vec!["explain#1"], &60.0f64]).unwrap().get(0);
-    tx.rollback().unwrap();
-    plan
+    explain_generic_claim(env, tags, 1)
 }
 
-/// EXPLAIN ANALYZE one claim of `k` jobs (rolled back) as a prepared statement's generic plan: the
-/// plan a worker's connection uses after a few claims, made without knowing the parameters.
+/// EXPLAIN ANALYZE one claim of `k` jobs (rolled back) as a worker's connection runs it: prepared,
+/// with a generic plan (see `wf::db::Session`), made without knowing the parameters.
 fn explain_generic_claim(env: &TestEnv, tags: &[&str], k: usize) -> Value {
     let mut client = env.db();
     let mut tx = client.transaction().unwrap();
-    tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan").unwrap();
-    tx.batch_execute(&format!("PREPARE claim(text[], text[], float8) AS {}", wf::queue::claim::CLAIM_SQL)).unwrap();
+    tx.batch_execute(&format!("SET LOCAL {}", wf::db::PLANNER.join("; SET LOCAL "))).unwrap();
+    let sql = wf::queue::claim::claim_sql(k);
+    tx.batch_execute(&format!("PREPARE claim(text[], text[], float8) AS {sql}")).unwrap();
     // EXPLAIN EXECUTE takes its parameters as literals: the test's own tag and claim names.
     let claims: Vec<String> = (0..k).map(|n| format!("explain-{n}")).collect();
     let execute = format!("EXECUTE claim('{{{}}}', '{{{}}}', 60)", tags.join(","), claims.join(","));
@@ -144,6 +139,38 @@ fn claim_walks_the_index_with_one_deep_tag_after_analyze() {
     // As a worker's connection runs it after a few claims: prepared once, for any batch size.
     assert_index_walk(&explain_generic_claim(&env, &["default"], 1), "the generic plan, one job");
     assert_index_walk(&explain_generic_claim(&env, &["default"], 8), "the generic plan, eight jobs");
+}
+
+/// A worker's plan is made once, from the statistics of the moment: here, of a queue of 5,000 jobs.
+/// With its planner settings (`wf::db::PLANNER`) that plan still walks the index once the queue
+/// holds 200,000 more that no ANALYZE has seen.
+#[test]
+fn a_claim_planned_for_a_shallow_queue_walks_the_index_once_the_queue_is_deep() {
+    let env = TestEnv::new();
+    fill(&env, 5_000, &["default"], "0", "now() - interval '1 minute'");
+    let mut client = env.db();
+    // No autovacuum: its ANALYZE would have the plan made again, for the deep queue.
+    client.batch_execute("ALTER TABLE job_queue SET (autovacuum_enabled = false)").unwrap();
+    client.batch_execute(&format!("SET {}", wf::db::PLANNER.join("; SET "))).unwrap();
+    let sql = wf::queue::claim::claim_sql(1);
+    client.batch_execute(&format!("PREPARE claim(text[], text[], float8) AS {sql}")).unwrap();
+    let execute = "EXECUTE claim('{default}', '{explain-0}', 60)";
+    assert_eq!(client.query(execute, &[]).unwrap().len(), 1, "a claim of the shallow queue");
+    env.db()
+        .batch_execute(
+            "WITH new AS (SELECT gen_random_uuid() AS id, now() - interval '1 hour' + n * interval '1 ms' AS due
+                            FROM generate_series(1, 200000) AS n),
+                  jobs AS (INSERT INTO job (id, app_key, action_key, git_source_id, commit_sha, entrypoint,
+                                            timeout_s, tag, priority, input, trigger_kind, scheduled_for)
+                           SELECT id, 'a', 'b', gen_random_uuid(), 'c', 'e.ts', 60, 'default', 0, '{}', 'manual', due
+                             FROM new)
+             INSERT INTO job_queue (job_id, tag, priority, scheduled_for) SELECT id, 'default', 0, due FROM new",
+        )
+        .unwrap();
+    let mut tx = client.transaction().unwrap();
+    let plan: Value = tx.query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {execute}"), &[]).unwrap().get(0);
+    tx.rollback().unwrap();
+    assert_index_walk(&plan, "planned for 5,000 jobs, run on 205,000 never analyzed");
 }
 
 /// While a queue drains, claimed jobs leave dead index entries at the head of the range each claim
