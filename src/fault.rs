@@ -2,7 +2,8 @@
 //! that point the way a crash or a lost network answer would. Never set in production.
 //!
 //! Points: `sync-before-marker` (sync aborts after the tree is in place, before its marker),
-//! `complete-lost-ack` (a worker's first completion commits but is treated as unacknowledged) and
+//! `complete-lost-ack` (a worker's completions commit but are treated as unacknowledged: a
+//! completion alone the first time it is sent, every completion committed with the next claim) and
 //! `panic` (the command panics before it starts, as a bug would).
 //!
 //! A process-wide switch rather than a value passed down: the points sit deep inside the store and

@@ -63,6 +63,21 @@ impl Session {
         Ok(statement)
     }
 
+    /// Run `work` in a transaction: committed when it returns Ok, rolled back otherwise.
+    pub fn in_transaction<T>(&mut self, work: impl FnOnce(&mut Session) -> Result<T>) -> Result<T> {
+        self.client.batch_execute("BEGIN")?;
+        match work(self) {
+            Ok(value) => {
+                self.client.batch_execute("COMMIT")?;
+                Ok(value)
+            }
+            Err(error) => {
+                let _ = self.client.batch_execute("ROLLBACK");
+                Err(error)
+            }
+        }
+    }
+
     /// Prepare `sql` anew at its next call, planned for the tables as they are then.
     pub fn forget(&mut self, sql: &'static str) {
         self.prepared.remove(sql);

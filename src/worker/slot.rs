@@ -116,10 +116,31 @@ impl Trouble {
     }
 }
 
+/// A fresh claim id: the worker's id and 12 random hex digits.
+fn new_claim(shared: &Shared) -> String {
+    format!("{}.{}", shared.worker_id, &Uuid::new_v4().simple().to_string()[..12])
+}
+
+/// Claim ids for a claim: one for this slot and one for each slot waiting idle, each with its job
+/// taken from the budget; empty when the budget is spent.
+fn reserve_claims(shared: &Shared) -> Vec<String> {
+    let mut claims = Vec::new();
+    if !shared.reserve() {
+        return claims;
+    }
+    claims.push(new_claim(shared));
+    for _ in 0..shared.idle.load(Ordering::SeqCst) {
+        if !shared.reserve() {
+            break;
+        }
+        claims.push(new_claim(shared));
+    }
+    claims
+}
+
 pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
     let mut link = Link::new(shared, index)?;
     let mut trouble = Trouble::default();
-    let new_claim = || format!("{}.{}", shared.worker_id, &Uuid::new_v4().simple().to_string()[..12]);
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
             release_handed(shared, &mut link.connection);
@@ -130,16 +151,10 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
             link = run_job(shared, link, handed.job, handed.claimed_at)?;
             continue;
         }
-        if !shared.reserve() {
-            return Ok(());
-        }
         // One claim for this slot, and one for each slot waiting idle: up to k jobs in one statement.
-        let mut claims = vec![new_claim()];
-        for _ in 0..shared.idle.load(Ordering::SeqCst) {
-            if !shared.reserve() {
-                break;
-            }
-            claims.push(new_claim());
+        let claims = reserve_claims(shared);
+        if claims.is_empty() {
+            return Ok(());
         }
         // Read before the look: a job enqueued between the look and the wait moves it.
         let epoch = shared.wake.epoch();
@@ -365,7 +380,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         (_, Outcome::Failed { name, message }) => failure(JobError::new(&name, message)),
         (None, Outcome::Stopped) => failure(JobError::new("ProcessError", "the action's process was stopped")),
     };
-    record(shared, &mut link.connection, &job, claimed, (status, result, error), logs);
+    record_and_claim(shared, &mut link.connection, &job, claimed, (status, result, error), logs);
     Ok(link)
 }
 
@@ -586,14 +601,18 @@ fn record(
     connection: &mut Connection,
     job: &Claimed,
     claimed: Instant,
-    (status, result, error): Ending,
-    mut logs: LogBuffer,
+    ending: Ending,
+    logs: LogBuffer,
 ) {
-    let name = &shared.options.name;
+    record_completion(shared, connection, job, claimed, completion(job, ending, logs), false);
+}
+
+/// The completion of an attempt that ended so; a failure's error also at the end of its logs.
+fn completion(job: &Claimed, (status, result, error): Ending, mut logs: LogBuffer) -> Completion {
     if let Some(error) = &error {
         log_error(&mut logs, error);
     }
-    let mut completion = Completion {
+    Completion {
         job_id: job.id,
         claim: job.claim.clone(),
         attempt: job.attempt(),
@@ -601,10 +620,87 @@ fn record(
         result,
         error,
         logs: logs.take(),
-    };
+    }
+}
+
+/// Complete a success or a cancel and claim the slot's next jobs in one transaction, so that one
+/// commit does both; the jobs claimed are handed to the slots (this one takes the first when it
+/// looks next). When there is nothing to claim for (the budget is spent, the worker is stopping)
+/// or the job failed (its completion commits with its retry), the job is completed alone. Anything
+/// but a clean commit leaves the completion to `record_completion`, which tells whether a commit
+/// whose answer was lost landed; the jobs such a commit may have claimed are never run by this
+/// worker: the reaper recovers them after the window, as it does those of a worker that died.
+fn record_and_claim(
+    shared: &Shared,
+    connection: &mut Connection,
+    job: &Claimed,
+    claimed: Instant,
+    ending: Ending,
+    logs: LogBuffer,
+) {
+    let completion = completion(job, ending, logs);
+    let alone = matches!(completion.status, JobStatus::Failure) || shared.stopping.load(Ordering::SeqCst);
+    let claims = if alone { Vec::new() } else { reserve_claims(shared) };
+    if claims.is_empty() {
+        return record_completion(shared, connection, job, claimed, completion, false);
+    }
+    let claimed_at = Instant::now();
+    let (tags, window) = (&shared.options.tags, shared.options.zombie_timeout);
+    let both = connection.client().and_then(|session| {
+        session.in_transaction(|session| {
+            let recorded = complete::complete(session, &completion)?;
+            Ok((recorded, claim::claim(session, tags, &claims, window)?))
+        })
+    });
+    match both {
+        Ok((recorded, jobs)) if !crate::fault::at("complete-lost-ack") => {
+            for _ in jobs.len()..claims.len() {
+                shared.unreserve();
+            }
+            match recorded {
+                Recorded::Completed => finished(shared, job, completion.status, claimed),
+                Recorded::Fenced => {
+                    diag!(
+                        "worker {}: job {} is no longer ours (reaped?): completion skipped",
+                        shared.options.name,
+                        job.id
+                    );
+                    shared.fenced.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            let more = jobs.len() > 1;
+            if shared.hand(jobs.into_iter(), claimed_at) && more {
+                shared.wake.bump();
+            }
+        }
+        answer => {
+            for _ in 0..claims.len() {
+                shared.unreserve();
+            }
+            // The commit landed but its answer is lost (a fault injected as such), or the call
+            // failed where it may have committed: the completion is retried alone, and finds out.
+            match answer {
+                Ok(_) => connection.reset(),
+                Err(error) => connection.reset_if_lost(&error),
+            }
+            record_completion(shared, connection, job, claimed, completion, true);
+        }
+    }
+}
+
+/// Record `completion`, retrying as `record` says. `unsure`: an earlier call may have committed it.
+fn record_completion(
+    shared: &Shared,
+    connection: &mut Connection,
+    job: &Claimed,
+    claimed: Instant,
+    mut completion: Completion,
+    unsure: bool,
+) {
+    let name = &shared.options.name;
     let give_up = Instant::now() + shared.options.zombie_timeout;
     let mut trouble = Trouble::default();
-    let mut retried = false;
+    let mut retried = unsure;
     let mut rewritten = false;
     loop {
         let attempt = connection.client().and_then(|client| match completion.status {

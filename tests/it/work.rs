@@ -186,6 +186,40 @@ fn a_completion_whose_acknowledgement_was_lost_is_recorded_once() {
     assert_eq!(executions(&log).len(), 1);
 }
 
+/// With a job queued behind it, a success commits together with the slot's next claim. When that
+/// commit's answer is lost, the completion is still recorded once, and the job the commit claimed is
+/// never run by this worker (it does not know it has it): a reaper puts it back once its window has
+/// passed, and it runs once.
+#[test]
+fn a_completion_and_claim_whose_acknowledgement_was_lost_lose_no_job_and_run_none_twice() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let ids = enqueue_batch(&env, "t/echo", &[json!({"log": log}), json!({"log": log})]);
+    let run = env
+        .wf(["work", "--drain", "--concurrency", "1", "--heartbeat", "1s", "--no-reap", "--json"])
+        .env("WF_FAULT", "complete-lost-ack")
+        .ok();
+    let summary = run.json();
+    assert_eq!((&summary["succeeded"], &summary["fenced"]), (&json!(1), &json!(0)), "{run:?}");
+    assert_eq!(executions(&log).len(), 1, "the job claimed by the unacknowledged commit did not run");
+    let orphan: String = env.scalar("SELECT job_id::text FROM job_queue WHERE running");
+    assert!(ids.contains(&orphan), "the second job is held by the lost claim");
+    wait_for(Duration::from_secs(30), "the lost claim's window to pass", || {
+        let reaped = env.wf(["reap", "--json", "--zombie-timeout", "3s"]).ok().json();
+        (reaped["requeued"] == 1).then_some(())
+    });
+    // Put back with a restart's backoff: --once waits until it is due.
+    env.wf(["work", "--once", "--heartbeat", "1s", "--no-reap"]).ok();
+    let mut runs: Vec<String> = executions(&log).into_iter().map(|(id, _)| id).collect();
+    runs.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(runs, expected, "each job ran exactly once");
+    let completions: i64 = env.scalar("SELECT count(*) FROM job_completed WHERE status = 'success'");
+    assert_eq!(completions, 2);
+}
+
 #[test]
 fn a_job_that_finishes_before_its_worker_sees_the_cancel_keeps_its_outcome_and_the_request() {
     let env = TestEnv::new();
