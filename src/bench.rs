@@ -474,7 +474,7 @@ fn enqueue_batch(client: &mut Client, namespace: &Namespace, jobs: u32) -> Resul
 }
 
 /// `workers` threads, one connection each, claim and complete (no-op, success) until no job is
-/// left. A claim finds nothing only when every remaining job is held by another claimer, which
+/// left, each completion in one transaction with the next claim, as a worker's slot does. A claim finds nothing only when every remaining job is held by another claimer, which
 /// completes it; `expect_succeeded` checks afterwards that every job was done.
 fn claim_and_complete(
     namespace: &Namespace,
@@ -498,16 +498,22 @@ fn claim_and_complete(
                 let done = &done;
                 scope.spawn(move || -> Result<()> {
                     let tags = [namespace.tag.clone()];
-                    for n in 0u64.. {
-                        interrupt.check()?;
-                        let claims: Vec<String> =
-                            (0..batch).map(|k| format!("{}:{worker}#{n}.{k}", namespace.tag)).collect();
-                        let jobs = claim::claim(client, &tags, &claims, CLAIM_WINDOW)?;
+                    let claims = |n: u64| -> Vec<String> {
+                        (0..batch).map(|k| format!("{}:{worker}#{n}.{k}", namespace.tag)).collect()
+                    };
+                    // As a worker's slot: each completion commits with the next claim.
+                    let mut jobs = claim::claim(client, &tags, &claims(0), CLAIM_WINDOW)?;
+                    for n in 1u64.. {
                         if jobs.is_empty() {
                             return Ok(());
                         }
-                        complete_noop(client, &jobs)?;
-                        progress.done(done.fetch_add(jobs.len() as u64, Ordering::SeqCst) + jobs.len() as u64);
+                        interrupt.check()?;
+                        let finished = jobs.len() as u64;
+                        jobs = client.in_transaction(|client| {
+                            complete_noop(client, &jobs)?;
+                            claim::claim(client, &tags, &claims(n), CLAIM_WINDOW)
+                        })?;
+                        progress.done(done.fetch_add(finished, Ordering::SeqCst) + finished);
                     }
                     Ok(())
                 })
