@@ -16,8 +16,9 @@ pub const MAX_LINE: usize = 64 * 1024;
 /// sends every console line through stdout, so that their order is kept).
 pub(super) const STDERR_MARK: char = '\u{1e}';
 
-/// A line that starts with this byte may be a warm runner's end of a job: `\x1f<nonce> <code>`,
-/// the last line of that job on its stream.
+/// A line that ends with this byte and what follows may be a warm runner's end of a job:
+/// `\x1f<nonce> <code>`, the last line of that job on its stream (after what the job wrote without
+/// a newline at its end, if anything).
 const END_MARK: char = '\u{1f}';
 
 /// A warm runner's current job, as both readers see it: its nonce, and how many streams have ended
@@ -35,16 +36,17 @@ impl Ends {
         self.seen.store(0, Ordering::SeqCst);
     }
 
-    /// The job's exit code if `line` ends the current job on one stream, and whether it was the
-    /// second stream to end it.
-    fn end(&self, line: &str) -> Option<(i32, bool)> {
-        let (nonce, code) = line.strip_prefix(END_MARK)?.split_once(' ')?;
+    /// If `line` ends the current job on one stream: what the job wrote on that line before the
+    /// end, the job's exit code, and whether this was the second stream to end it.
+    fn end<'a>(&self, line: &'a str) -> Option<(&'a str, i32, bool)> {
+        let at = line.rfind(END_MARK)?;
+        let (nonce, code) = line[at + END_MARK.len_utf8()..].split_once(' ')?;
         let code = code.parse().ok()?;
         let current = self.nonce.lock().unwrap_or_else(|e| e.into_inner());
         if current.is_empty() || *current != nonce {
             return None;
         }
-        Some((code, self.seen.fetch_add(1, Ordering::SeqCst) + 1 == 2))
+        Some((&line[..at], code, self.seen.fetch_add(1, Ordering::SeqCst) + 1 == 2))
     }
 }
 
@@ -63,18 +65,22 @@ pub(super) fn pump(
 ) {
     let mut lines = Lines::default();
     let mut buffer = vec![0u8; 16 * 1024];
-    let mut send = |text: String| {
-        if let Some((code, last)) = ends.and_then(|ends| ends.end(&text)) {
+    let line = |text: String| match text.strip_prefix(STDERR_MARK) {
+        Some(rest) if stream == Stream::Stdout => Event::Line { stream: Stream::Stderr, text: rest.to_string() },
+        _ => Event::Line { stream, text },
+    };
+    let mut send = |text: String| match ends.and_then(|ends| ends.end(&text)) {
+        Some((before, code, last)) => {
+            if !before.is_empty() {
+                let _ = events.send(line(before.to_string()));
+            }
             if last {
                 let _ = events.send(Event::Settled { code });
             }
-            return;
         }
-        let event = match text.strip_prefix(STDERR_MARK) {
-            Some(rest) if stream == Stream::Stdout => Event::Line { stream: Stream::Stderr, text: rest.to_string() },
-            _ => Event::Line { stream, text },
-        };
-        let _ = events.send(event);
+        None => {
+            let _ = events.send(line(text));
+        }
     };
     while !abandon.load(Ordering::SeqCst) {
         if !readable(pipe.as_fd()) {
@@ -185,6 +191,19 @@ mod tests {
         let out = split(&[text.as_bytes()]);
         assert!(out.len() > 1 && out.iter().all(|piece| piece.len() <= MAX_LINE && !piece.contains('\u{fffd}')));
         assert_eq!(out.concat(), text);
+    }
+
+    #[test]
+    fn a_job_ends_on_its_own_nonce_once_per_stream_after_what_it_left_unfinished() {
+        let ends = Ends::default();
+        assert_eq!(ends.end("\u{1f}n1 0"), None, "before any job");
+        ends.expect("n1");
+        assert_eq!(ends.end("\u{1f}n0 0"), None, "another job's end is a line like any other");
+        assert_eq!(ends.end("\u{1f}n1 x"), None);
+        assert_eq!(ends.end("\u{1f}n1 1"), Some(("", 1, false)), "the first stream");
+        assert_eq!(ends.end("partial\u{1f}n1 1"), Some(("partial", 1, true)), "the second");
+        ends.expect("n2");
+        assert_eq!(ends.end("\u{1f}n2 0"), Some(("", 0, false)), "a new job counts anew");
     }
 
     #[test]

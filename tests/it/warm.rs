@@ -39,6 +39,7 @@ export async function main(input: any) {
   console.log(`log ${input.n}`);
   console.error(`error ${input.n}`);
   process.stderr.write(`raw ${input.n}\n`);
+  process.stdout.write(`unfinished ${input.n}`);
   if (input.started) writeFileSync(input.started, runner);
   switch (input.mode) {
     case "hang": await new Promise(() => setInterval(() => {}, 1000)); break;
@@ -104,7 +105,8 @@ fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
             (&json!("1"), &json!(true), &json!("first"))
         );
         assert_eq!(result["empty"], true, "each job starts in an empty working directory: {result}");
-        let mut expected = vec![format!("log {n}"), format!("error {n}"), format!("raw {n}")];
+        let mut expected =
+            vec![format!("log {n}"), format!("error {n}"), format!("raw {n}"), format!("unfinished {n}")];
         let mut got = logs.clone();
         expected.sort();
         got.sort();
