@@ -322,13 +322,14 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         }
     };
 
-    let Link { connection, heart, name: link_name, warm: _ } = link;
+    // A warm job took the slot's runner; a cold one leaves it waiting for its action's next job.
+    let Link { connection, heart, name: link_name, warm: idle } = link;
     let period = shared.options.heartbeat;
     heart.begin(connection, job.id, &job.claim, job.attempt(), shared.options.zombie_timeout, period, claimed);
     let mut logs = LogBuffer::default();
     let stop = watch(shared, &job, attempt.running(), &heart, &mut logs);
     let (outcome, warm) = match attempt {
-        Attempt::Cold(running) => (running.finish(), None),
+        Attempt::Cold(running) => (running.finish(), idle),
         // A warm runner that settled its job unstopped is kept for the next; any other end (a
         // stop, a crash, a limit) is its end too.
         Attempt::Warm(warm) => match (&stop, warm.running.settled_outcome()) {

@@ -90,8 +90,10 @@ fn a_warm_action_runs_its_jobs_in_one_process_each_with_its_own_input_variables_
 }
 
 fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
-    let ids: Vec<String> = (0..6).map(|n| enqueue(env, "w/first", json!({"n": n}))).collect();
+    // A cold job in between: the runner waits for its action's next job meanwhile.
+    let mut ids: Vec<String> = (0..3).map(|n| enqueue(env, "w/first", json!({"n": n}))).collect();
     let cold = enqueue(env, "w/cold", json!({"n": 6}));
+    ids.extend((3..6).map(|n| enqueue(env, "w/first", json!({"n": n}))));
     env.wf(["work", "--drain", "--concurrency", "1", "--isolation", isolation]).ok();
     let mut runners = Vec::new();
     for (n, id) in ids.iter().enumerate() {
