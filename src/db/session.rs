@@ -20,9 +20,11 @@ use postgres::{Client, Row, Statement};
 /// How a session's statements are planned: one generic plan each, and one that walks indexes. A
 /// generic plan cannot know which tag a claim is for nor how many jobs it holds, and on a queue of a
 /// few thousand jobs in one tag it took bitmap scans and sorts of the whole tag (2.8 ms a claim)
-/// over the index walk (0.2 ms); every statement of a session has an index to walk.
-pub const PLANNER: [&str; 3] =
-    ["plan_cache_mode = force_generic_plan", "enable_seqscan = off", "enable_bitmapscan = off"];
+/// over the index walk (0.2 ms); every statement of a session has an index to walk. And no JIT: with
+/// sequential scans off, a plan that could not avoid one would be costed as enormous, and PostgreSQL
+/// would compile it with LLVM at every call; a statement of a few index probes never gains from it.
+pub const PLANNER: [&str; 4] =
+    ["plan_cache_mode = force_generic_plan", "enable_seqscan = off", "enable_bitmapscan = off", "jit = off"];
 
 /// How long a prepared statement's plan is kept.
 const PLAN_LIFETIME: Duration = Duration::from_secs(60);
