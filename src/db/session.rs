@@ -56,17 +56,25 @@ impl Session {
         {
             return Ok(statement.clone());
         }
-        if !self.generic {
-            self.client.batch_execute(&format!("SET {}", PLANNER.join("; SET ")))?;
-            self.generic = true;
-        }
+        self.configure()?;
         let statement = self.client.prepare(sql)?;
         self.prepared.insert(sql, (statement.clone(), Instant::now()));
         Ok(statement)
     }
 
+    /// Set the connection's planner settings, once, outside any transaction (a setting made in a
+    /// transaction that rolls back is undone).
+    fn configure(&mut self) -> Result<()> {
+        if !self.generic {
+            self.client.batch_execute(&format!("SET {}", PLANNER.join("; SET ")))?;
+            self.generic = true;
+        }
+        Ok(())
+    }
+
     /// Run `work` in a transaction: committed when it returns Ok, rolled back otherwise.
     pub fn in_transaction<T>(&mut self, work: impl FnOnce(&mut Session) -> Result<T>) -> Result<T> {
+        self.configure()?;
         self.client.batch_execute("BEGIN")?;
         match work(self) {
             Ok(value) => {
