@@ -218,10 +218,13 @@ async function run() {
   return await module.main(input);
 }
 
+// A job's main() may settle after its job was ended by an uncaught error: it must not settle the
+// job running then (warm), so it counts only while its own request is the current one.
 function runJob() {
+  const own = nonce;
   return run().then(
-    (result) => settle({ ok: true, result: result === undefined ? null : result }),
-    (error) => settle({ ok: false, error: errorObject(error) }),
+    (result) => own === nonce && settle({ ok: true, result: result === undefined ? null : result }),
+    (error) => own === nonce && settle({ ok: false, error: errorObject(error) }),
   );
 }
 

@@ -45,6 +45,12 @@ export async function main(input: any) {
     case "hang": await new Promise(() => setInterval(() => {}, 1000)); break;
     case "exit": process.exit(3);
     case "throw": throw new Error(`thrown by ${input.n}`);
+    case "late": {
+      setTimeout(() => { throw new Error(`uncaught in ${input.n}`); }, 10);
+      await Bun.sleep(300);
+      return { late: input.n };
+    }
+    case "wait": await Bun.sleep(1000); break;
     case "hog": { const kept = []; for (;;) { kept.push(Buffer.alloc(16 << 20, 1)); await Bun.sleep(20); } }
   }
   return {
@@ -146,6 +152,8 @@ fn a_timeout_a_crash_or_a_memory_limit_ends_the_runner_and_the_next_job_gets_a_f
         ("w/hog", json!({"n": 7})),
         ("w/hog", json!({"n": 8, "mode": "hog"})),
         ("w/hog", json!({"n": 9})),
+        ("w/step", json!({"n": 10, "mode": "late"})),
+        ("w/step", json!({"n": 11, "mode": "wait"})),
     ];
     let ids: Vec<String> = steps.iter().map(|(target, input)| enqueue(&env, target, input.clone())).collect();
     let mut w = worker(&env, "w", &["--drain", "--concurrency", "1"]);
@@ -174,6 +182,14 @@ fn a_timeout_a_crash_or_a_memory_limit_ends_the_runner_and_the_next_job_gets_a_f
     assert_eq!(results[5].1["message"], "thrown by 5", "{:?}", results[5]);
     assert_eq!((results[6].0.as_str(), runs(6)), ("success", 3), "a throw is the job's end, not the runner's");
     assert_eq!(runner(6), runner(4));
+    let (late, waited) = (&results[10], &results[11]);
+    assert_eq!((late.0.as_str(), &late.1["message"]), ("failure", &json!("uncaught in 10")), "{late:?}");
+    assert_eq!(
+        (waited.0.as_str(), &waited.1["n"]),
+        ("success", &json!(11)),
+        "a late main() of the job before is not this job's result: {waited:?}"
+    );
+    assert_eq!(runs(11), 2, "an uncaught error fails its job, not the runner (a fresh one after the hog's)");
     assert_eq!((results[7].0.as_str(), runs(7)), ("success", 1), "another action, another runner");
     assert_eq!(results[8].1["name"], "MemoryLimit", "{:?}", results[8]);
     assert_eq!((results[9].0.as_str(), runs(9)), ("success", 1), "after a limit, a fresh runner: {:?}", results[9]);

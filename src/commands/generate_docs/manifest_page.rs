@@ -128,7 +128,8 @@ fn contract(page: &mut Roff) {
          memory and process limits hold for the runner as a whole. A timeout, a cancel, `process.exit`, a \
          crash or a limit ends the runner with its job; the next job starts a fresh one. A throw only fails \
          its job. Output written after a job settled (a stray timer) goes to the log of the runner's next \
-         job. A runner's processes carry `WF_APP`, `WF_ACTION` and `WF_COMMIT_SHA` in their environment, \
+         job; an uncaught error (a timer's that throws) fails the job running at that moment, and a \
+         `main` that settles after its job was ended so is ignored. A runner's processes carry `WF_APP`, `WF_ACTION` and `WF_COMMIT_SHA` in their environment, \
          not the variables of the job they run. The sandbox keeps a runner from everything else, not the \
          jobs of one warm action from each other: make an action warm only when its jobs may trust each \
          other.",
