@@ -332,9 +332,9 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         Attempt::Cold(running) => (running.finish(), idle),
         // A warm runner that settled its job unstopped is kept for the next; any other end (a
         // stop, a crash, a limit) is its end too.
-        Attempt::Warm(warm) => match (&stop, warm.running.settled_outcome()) {
-            (None, Some(outcome)) => (outcome, Some(warm)),
-            _ => (warm.running.finish(), None),
+        Attempt::Warm(warm) => match stop.is_none().then(|| warm.running.settled_outcome()).flatten() {
+            Some(outcome) => (outcome, Some(warm)),
+            None => (warm.running.finish(), None),
         },
     };
     // The heart's call in flight is bounded by the connection's statement timeout (one period);
@@ -409,7 +409,7 @@ fn hand_to_warm(
         Some(other) => other.running.close(),
         None => {}
     }
-    let mut warm = Warm { running: start_warm(shared, &key)?, key };
+    let mut warm = Warm { running: start_warm(shared, &key, &job.commit_sha)?, key };
     match warm.running.submit(&job.input, &env) {
         Ok(()) => Ok(warm),
         Err(error) => {
@@ -421,12 +421,11 @@ fn hand_to_warm(
 
 /// A new warm runner for `key`: what every job of it shares is its environment (the worker's
 /// inherited variables, WF_APP, WF_ACTION, WF_COMMIT_SHA); each job brings its own on top.
-fn start_warm(shared: &Shared, key: &WarmKey) -> Result<Running> {
-    let commit = key.tree.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+fn start_warm(shared: &Shared, key: &WarmKey, commit_sha: &str) -> Result<Running> {
     let mut env = vec![
         ("WF_APP".to_string(), key.app.clone()),
         ("WF_ACTION".to_string(), key.action.clone()),
-        ("WF_COMMIT_SHA".to_string(), commit),
+        ("WF_COMMIT_SHA".to_string(), commit_sha.to_string()),
     ];
     env.extend(shared.options.local.inherited_env.iter().cloned());
     let mut spec =
@@ -660,14 +659,7 @@ fn record_and_claim(
             }
             match recorded {
                 Recorded::Completed => finished(shared, job, completion.status, claimed),
-                Recorded::Fenced => {
-                    diag!(
-                        "worker {}: job {} is no longer ours (reaped?): completion skipped",
-                        shared.options.name,
-                        job.id
-                    );
-                    shared.fenced.fetch_add(1, Ordering::SeqCst);
-                }
+                Recorded::Fenced => completion_skipped(shared, job),
             }
             let more = jobs.len() > 1;
             if shared.hand(jobs.into_iter(), claimed_at) && more {
@@ -734,9 +726,7 @@ fn record_completion(
                 if ours {
                     break finished(shared, job, completion.status, claimed);
                 }
-                diag!("worker {name}: job {} is no longer ours (reaped?): completion skipped", job.id);
-                shared.fenced.fetch_add(1, Ordering::SeqCst);
-                break;
+                break completion_skipped(shared, job);
             }
             Err(error) if classify(&error) == Failure::Data && !rewritten => {
                 rewritten = true;
@@ -774,6 +764,12 @@ fn log_error(logs: &mut LogBuffer, error: &Value) {
     for line in stack {
         logs.push("wf", line.to_string());
     }
+}
+
+/// A completion the gate refused: the job is no longer this claim's.
+fn completion_skipped(shared: &Shared, job: &Claimed) {
+    diag!("worker {}: job {} is no longer ours (reaped?): completion skipped", shared.options.name, job.id);
+    shared.fenced.fetch_add(1, Ordering::SeqCst);
 }
 
 /// A completion recorded: counted and journaled.
