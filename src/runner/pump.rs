@@ -37,8 +37,8 @@ impl Ends {
     }
 
     /// If `line` ends the current job on one stream: what the job wrote on that line before the
-    /// end, the job's exit code, and whether this was the second stream to end it.
-    fn end<'a>(&self, line: &'a str) -> Option<(&'a str, i32, bool)> {
+    /// end, and the job's exit code.
+    fn end<'a>(&self, line: &'a str) -> Option<(&'a str, i32)> {
         let at = line.rfind(END_MARK)?;
         let (nonce, code) = line[at + END_MARK.len_utf8()..].split_once(' ')?;
         let code = code.parse().ok()?;
@@ -46,7 +46,12 @@ impl Ends {
         if current.is_empty() || *current != nonce {
             return None;
         }
-        Some((&line[..at], code, self.seen.fetch_add(1, Ordering::SeqCst) + 1 == 2))
+        Some((&line[..at], code))
+    }
+
+    /// One stream has sent all of the job's lines: whether it was the second.
+    fn ended(&self) -> bool {
+        self.seen.fetch_add(1, Ordering::SeqCst) + 1 == 2
     }
 }
 
@@ -69,12 +74,14 @@ pub(super) fn pump(
         Some(rest) if stream == Stream::Stdout => Event::Line { stream: Stream::Stderr, text: rest.to_string() },
         _ => Event::Line { stream, text },
     };
-    let mut send = |text: String| match ends.and_then(|ends| ends.end(&text)) {
-        Some((before, code, last)) => {
+    let mut send = |text: String| match ends.and_then(|ends| ends.end(&text).map(|end| (ends, end))) {
+        Some((ends, (before, code))) => {
+            // The stream's last line is sent before it counts as ended: the other stream's end
+            // must not overtake it.
             if !before.is_empty() {
                 let _ = events.send(line(before.to_string()));
             }
-            if last {
+            if ends.ended() {
                 let _ = events.send(Event::Settled { code });
             }
         }
@@ -200,10 +207,13 @@ mod tests {
         ends.expect("n1");
         assert_eq!(ends.end("\u{1f}n0 0"), None, "another job's end is a line like any other");
         assert_eq!(ends.end("\u{1f}n1 x"), None);
-        assert_eq!(ends.end("\u{1f}n1 1"), Some(("", 1, false)), "the first stream");
-        assert_eq!(ends.end("partial\u{1f}n1 1"), Some(("partial", 1, true)), "the second");
+        assert_eq!(ends.end("\u{1f}n1 1"), Some(("", 1)));
+        assert!(!ends.ended(), "the first stream");
+        assert_eq!(ends.end("partial\u{1f}n1 1"), Some(("partial", 1)));
+        assert!(ends.ended(), "the second");
         ends.expect("n2");
-        assert_eq!(ends.end("\u{1f}n2 0"), Some(("", 0, false)), "a new job counts anew");
+        assert_eq!(ends.end("\u{1f}n2 0"), Some(("", 0)));
+        assert!(!ends.ended(), "a new job counts anew");
     }
 
     #[test]
