@@ -368,6 +368,12 @@ fn kill_tree() -> usize {
     loop {
         // bun, if still to be reaped, is no longer of interest: its status is not wanted here.
         reap_exited(0);
+        // The common end: bun exited and left nothing running. A living descendant would have a
+        // chain of living parents up to a child of ours (an orphan is reparented to us, the
+        // subreaper), so without a child there is none, and /proc need not be read.
+        if !has_children() {
+            return 0;
+        }
         let descendants = match descendants_of(me) {
             Ok(descendants) => descendants,
             Err(error) => {
@@ -387,6 +393,13 @@ fn kill_tree() -> usize {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Whether this process has a child, running or exited and not yet reaped.
+fn has_children() -> bool {
+    use rustix::process::{WaitId, WaitIdOptions};
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    !matches!(rustix::process::waitid(WaitId::All, options), Err(rustix::io::Errno::CHILD))
 }
 
 /// Every process whose chain of parents leads to `root`, zombies included.
