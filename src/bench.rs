@@ -31,6 +31,7 @@ use crate::queue::complete::{self, Completion, Recorded};
 use crate::queue::enqueue::{self, Request};
 use crate::queue::job::JobStatus;
 use crate::queue::prune;
+use crate::runner::supervisor;
 use crate::source::{catalog, git_source, manifest, store};
 use crate::worker::{self, Isolation, Local, Options, Until};
 use git2::{ObjectType, Oid};
@@ -51,6 +52,8 @@ const LATENCY_PACE: Duration = Duration::from_millis(5);
 const PICKUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The window the bench's claimers claim with (they complete at once: never reaped).
 const CLAIM_WINDOW: Duration = Duration::from_secs(60);
+/// How long a bun measurement waits for the processes it started to be waited for (see `BunRun`).
+const CHILDREN_WAITED: Duration = Duration::from_secs(5);
 /// How long the idle claimer waits before looking again (a lost notification costs at most this).
 const IDLE_POLL: Duration = Duration::from_millis(250);
 
@@ -115,21 +118,68 @@ pub(crate) struct Report {
 /// action, measured one after the other.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BunRates {
-    pub sandbox: Rate,
-    pub none: Rate,
+    pub sandbox: BunRun,
+    pub none: BunRun,
     /// The same action warm, in sandboxes: a bun per slot runs every job.
-    pub warm: Rate,
+    pub warm: BunRun,
     /// `bun run` of a minimal runner of the same action, `workers` at a time, nothing of wf around.
-    pub bare: Rate,
+    pub bare: BunRun,
 }
 
 impl BunRates {
     /// What a sandbox adds to one attempt: the difference in time per job, times the attempts
     /// that ran at once.
     pub(crate) fn sandbox_cost_per_attempt(&self, workers: u32) -> Duration {
-        let per_job = |rate: &Rate| rate.elapsed.as_secs_f64() / rate.jobs.max(1) as f64;
+        let per_job = |run: &BunRun| run.rate.elapsed.as_secs_f64() / run.rate.jobs.max(1) as f64;
         Duration::from_secs_f64(((per_job(&self.sandbox) - per_job(&self.none)) * f64::from(workers)).max(0.0))
     }
+}
+
+/// One measurement with bun: its rate, and the processor time it took on this host.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BunRun {
+    pub rate: Rate,
+    /// User and system time of the bench process (the worker runs in it) and of every process it
+    /// started (supervisors, sandboxes, bun), from start to end; the database server's is not in it.
+    pub cpu: Duration,
+}
+
+impl BunRun {
+    /// Processor time per job. When it, times the jobs run at once, exceeds the time per job, the
+    /// host's processors were the limit, not waiting.
+    pub(crate) fn cpu_per_job(&self) -> Duration {
+        self.cpu / u32::try_from(self.rate.jobs.max(1)).unwrap_or(u32::MAX)
+    }
+
+    /// Measure `run`, and the processor time of this process and its children meanwhile.
+    fn measure(run: impl FnOnce() -> Result<Rate>) -> Result<BunRun> {
+        let before = cpu_used();
+        let rate = run()?;
+        // A child's time is counted once it is waited for: a supervisor may still be waited for
+        // in the background.
+        let waited = Instant::now() + CHILDREN_WAITED;
+        while supervisor::has_children() && Instant::now() < waited {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(BunRun { rate, cpu: cpu_used().saturating_sub(before) })
+    }
+}
+
+/// User and system time of this process and of its children that were waited for (with theirs).
+fn cpu_used() -> Duration {
+    let of = |who| {
+        // SAFETY: rusage is plain integers, for which all zeroes is a value.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage writes one rusage into the value it is given, nothing else.
+        if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+            return Duration::ZERO;
+        }
+        let time = |t: libc::timeval| {
+            Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_usec).unwrap_or(0) * 1000)
+        };
+        time(usage.ru_utime) + time(usage.ru_stime)
+    };
+    of(libc::RUSAGE_SELF) + of(libc::RUSAGE_CHILDREN)
 }
 
 /// Where a bench run is, for a progress display. Called from several threads at once.
@@ -186,15 +236,17 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
 
     let bun = if let Some(local) = &plan.bun {
         let bun_jobs = jobs.min(BUN_JOBS_MAX);
-        let mut end_to_end = |isolation: Isolation, action: &str, jobs: u32, name: &str| -> Result<Rate> {
+        let mut end_to_end = |isolation: Isolation, action: &str, jobs: u32, name: &str| -> Result<BunRun> {
             let worker = Worker { workers: plan.workers, isolation, local: local.clone() };
-            let rate = bun_end_to_end(&mut client, namespace, action, jobs, worker, name, progress, interrupt)?;
+            let run = BunRun::measure(|| {
+                bun_end_to_end(&mut client, namespace, action, jobs, worker, name, progress, interrupt)
+            })?;
             expect_succeeded(&mut client, &namespace.tag, jobs, name)?;
             prune::delete_tag(&mut client, &namespace.tag)?;
-            Ok(rate)
+            Ok(run)
         };
         let sandboxed = || Isolation::Sandbox { allow_write: Vec::new() };
-        let bare = bare_bun(namespace, &local.bun, bun_jobs, plan.workers, progress, interrupt)?;
+        let bare = BunRun::measure(|| bare_bun(namespace, &local.bun, bun_jobs, plan.workers, progress, interrupt))?;
         let sandbox = end_to_end(sandboxed(), ACTION, bun_jobs, "bun end to end")?;
         let none = end_to_end(Isolation::None, ACTION, bun_jobs, "bun end to end, no sandbox")?;
         let warm = end_to_end(sandboxed(), WARM_ACTION, jobs.min(WARM_JOBS_MAX), "bun end to end, warm")?;

@@ -7,7 +7,7 @@ use indicatif::ProgressBar;
 use serde::Serialize;
 
 use super::{CommandResult, Ctx};
-use crate::bench::{self, Plan, Progress, Rate, Report};
+use crate::bench::{self, BunRun, Plan, Progress, Rate, Report};
 use crate::cli::BenchArgs;
 use crate::error::Exit;
 use crate::output::Output;
@@ -35,7 +35,8 @@ pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> CommandResult {
     if ctx.out.json {
         ctx.out.json(&BenchDocument::from(&report))?;
     } else {
-        ctx.out.table(&["measurement", "jobs", "seconds", "jobs/s", "p50 ms", "p99 ms"], rows(&report))?;
+        ctx.out
+            .table(&["measurement", "jobs", "seconds", "jobs/s", "p50 ms", "p99 ms", "cpu ms/job"], rows(&report))?;
     }
     Ok(Exit::Ok)
 }
@@ -61,6 +62,14 @@ struct BenchDocument<'a> {
     bun_jobs: Option<u64>,
     bare_bun_per_s: Option<f64>,
     bun_vs_bare: Option<f64>,
+    /// Processor time per job on this host (wf, the supervisors, sandboxes and bun; not the
+    /// database server), in milliseconds, for each bun measurement.
+    bun_cpu_ms_per_job: Option<f64>,
+    bun_no_sandbox_cpu_ms_per_job: Option<f64>,
+    bun_warm_cpu_ms_per_job: Option<f64>,
+    bare_bun_cpu_ms_per_job: Option<f64>,
+    /// The host's processors, against which the CPU per job tells whether they were the limit.
+    cpus: usize,
     floor_per_s: Option<f64>,
     spine_vs_floor: Option<f64>,
 }
@@ -87,15 +96,20 @@ impl<'a> From<&'a Report> for BenchDocument<'a> {
                 p99: millis(report.pickup.p99),
                 samples: report.pickup.samples,
             },
-            bun_end_to_end_per_s: report.bun.map(|bun| bun.sandbox.per_second()),
-            bun_no_sandbox_per_s: report.bun.map(|bun| bun.none.per_second()),
-            bun_warm_per_s: report.bun.map(|bun| bun.warm.per_second()),
-            bun_warm_jobs: report.bun.map(|bun| bun.warm.jobs),
-            warm_vs_bare: report.bun.map(|bun| bun.warm.per_second() / bun.bare.per_second()),
+            bun_end_to_end_per_s: report.bun.map(|bun| bun.sandbox.rate.per_second()),
+            bun_no_sandbox_per_s: report.bun.map(|bun| bun.none.rate.per_second()),
+            bun_warm_per_s: report.bun.map(|bun| bun.warm.rate.per_second()),
+            bun_warm_jobs: report.bun.map(|bun| bun.warm.rate.jobs),
+            warm_vs_bare: report.bun.map(|bun| bun.warm.rate.per_second() / bun.bare.rate.per_second()),
             sandbox_ms_per_attempt: report.bun.map(|bun| millis(bun.sandbox_cost_per_attempt(report.workers))),
-            bun_jobs: report.bun.map(|bun| bun.sandbox.jobs),
-            bare_bun_per_s: report.bun.map(|bun| bun.bare.per_second()),
-            bun_vs_bare: report.bun.map(|bun| bun.sandbox.per_second() / bun.bare.per_second()),
+            bun_jobs: report.bun.map(|bun| bun.sandbox.rate.jobs),
+            bare_bun_per_s: report.bun.map(|bun| bun.bare.rate.per_second()),
+            bun_vs_bare: report.bun.map(|bun| bun.sandbox.rate.per_second() / bun.bare.rate.per_second()),
+            bun_cpu_ms_per_job: report.bun.map(|bun| millis(bun.sandbox.cpu_per_job())),
+            bun_no_sandbox_cpu_ms_per_job: report.bun.map(|bun| millis(bun.none.cpu_per_job())),
+            bun_warm_cpu_ms_per_job: report.bun.map(|bun| millis(bun.warm.cpu_per_job())),
+            bare_bun_cpu_ms_per_job: report.bun.map(|bun| millis(bun.bare.cpu_per_job())),
+            cpus: std::thread::available_parallelism().map_or(1, usize::from),
             floor_per_s: report.floor.map(|floor| floor.per_second()),
             spine_vs_floor: report.floor.map(|floor| report.claim_complete.per_second() / floor.per_second()),
         }
@@ -103,16 +117,20 @@ impl<'a> From<&'a Report> for BenchDocument<'a> {
 }
 
 fn rows(report: &Report) -> Vec<Vec<String>> {
+    let dash = || "-".to_string();
     let rate = |name: &str, rate: &Rate| {
         vec![
             name.to_string(),
             rate.jobs.to_string(),
             format!("{:.3}", rate.elapsed.as_secs_f64()),
             format!("{:.0}", rate.per_second()),
-            "-".to_string(),
-            "-".to_string(),
+            dash(),
+            dash(),
+            dash(),
         ]
     };
+    let ratio =
+        |name: &str, ratio: f64| vec![name.to_string(), dash(), dash(), format!("{ratio:.2}"), dash(), dash(), dash()];
     let mut rows = vec![
         rate("enqueue, a transaction each", &report.enqueue_single),
         rate("enqueue, one batch transaction", &report.enqueue_batch),
@@ -123,41 +141,39 @@ fn rows(report: &Report) -> Vec<Vec<String>> {
         vec![
             "pickup latency (idle claimer)".to_string(),
             report.pickup.samples.to_string(),
-            "-".to_string(),
-            "-".to_string(),
+            dash(),
+            dash(),
             format!("{:.2}", millis(report.pickup.p50)),
             format!("{:.2}", millis(report.pickup.p99)),
+            dash(),
         ],
     ];
     if let Some(floor) = &report.floor {
         rows.push(rate(&format!("floor: the seed's statements ({} workers)", report.workers), floor));
-        let ratio = report.claim_complete.per_second() / floor.per_second();
-        rows.push(vec![
-            "claim + complete / floor".to_string(),
-            "-".into(),
-            "-".into(),
-            format!("{ratio:.2}"),
-            "-".into(),
-            "-".into(),
-        ]);
+        rows.push(ratio("claim + complete / floor", report.claim_complete.per_second() / floor.per_second()));
     }
     if let Some(bun) = &report.bun {
-        rows.push(rate(&format!("bun end to end ({} workers)", report.workers), &bun.sandbox));
-        rows.push(rate(&format!("bun end to end, no sandbox ({} workers)", report.workers), &bun.none));
-        rows.push(rate(&format!("bun end to end, warm ({} workers)", report.workers), &bun.warm));
-        rows.push(rate(&format!("bare bun loop ({} at a time)", report.workers), &bun.bare));
-        for (name, rate) in [("bun end to end / bare loop", &bun.sandbox), ("warm / bare loop", &bun.warm)] {
-            let ratio = rate.per_second() / bun.bare.per_second();
-            rows.push(vec![name.to_string(), "-".into(), "-".into(), format!("{ratio:.2}"), "-".into(), "-".into()]);
+        let run = |name: String, run: &BunRun| {
+            let mut row = rate(&name, &run.rate);
+            row[6] = format!("{:.2}", millis(run.cpu_per_job()));
+            row
+        };
+        rows.push(run(format!("bun end to end ({} workers)", report.workers), &bun.sandbox));
+        rows.push(run(format!("bun end to end, no sandbox ({} workers)", report.workers), &bun.none));
+        rows.push(run(format!("bun end to end, warm ({} workers)", report.workers), &bun.warm));
+        rows.push(run(format!("bare bun loop ({} at a time)", report.workers), &bun.bare));
+        for (name, run) in [("bun end to end / bare loop", &bun.sandbox), ("warm / bare loop", &bun.warm)] {
+            rows.push(ratio(name, run.rate.per_second() / bun.bare.rate.per_second()));
         }
         let cost = millis(bun.sandbox_cost_per_attempt(report.workers));
         rows.push(vec![
             "sandbox cost per attempt".to_string(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
+            dash(),
+            dash(),
+            dash(),
             format!("{cost:.2}"),
-            "-".into(),
+            dash(),
+            dash(),
         ]);
     }
     rows

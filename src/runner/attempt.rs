@@ -32,6 +32,9 @@ const EVENT_BUFFER: usize = 4096;
 /// still holds them; the attempt must still end.
 const PIPE_GRACE: Duration = Duration::from_secs(5);
 
+/// How long a warm runner whose requests ended may take to exit by itself (`Running::close`).
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
 /// The largest result recorded; a larger one completes the job as failure (`ResultTooLarge`).
 pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
 /// What the result file may hold beyond the result: the wrapper's `{"ok":true,"result":...}`.
@@ -254,9 +257,22 @@ impl Running {
         rustix::event::poll(&mut poll, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })).is_ok_and(|ready| ready > 0)
     }
 
-    /// Stop a warm runner that is not needed any more, and clean up after it.
-    pub fn close(self) {
-        self.stop();
+    /// End a warm runner that is not needed any more, and clean up after it. Its requests end
+    /// first, on which the wrapper lets bun exit by itself; one that has not ended within
+    /// `CLOSE_GRACE` (or whose job is still running) is stopped.
+    pub fn close(mut self) {
+        self.requests = None;
+        let deadline = Instant::now() + CLOSE_GRACE;
+        loop {
+            match self.events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Event::Done) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.stop();
+                    break;
+                }
+            }
+        }
         let _ = self.finish();
     }
 

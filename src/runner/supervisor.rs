@@ -396,7 +396,7 @@ fn kill_tree() -> usize {
 }
 
 /// Whether this process has a child, running or exited and not yet reaped.
-fn has_children() -> bool {
+pub(crate) fn has_children() -> bool {
     use rustix::process::{WaitId, WaitIdOptions};
     let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
     !matches!(rustix::process::waitid(WaitId::All, options), Err(rustix::io::Errno::CHILD))

@@ -50,6 +50,13 @@ impl Link {
             warm: None,
         })
     }
+
+    /// The slot is done: its warm runner, if any, ends (see `Running::close`).
+    fn end(self) {
+        if let Some(warm) = self.warm {
+            warm.running.close();
+        }
+    }
 }
 
 /// A warm runner (`"warm": true`) and what its jobs share: it runs the next job only when that
@@ -144,6 +151,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
             release_handed(shared, &mut link.connection);
+            link.end();
             return Ok(());
         }
         // A job another slot claimed for this one (its budget already taken).
@@ -154,6 +162,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
         // One claim for this slot, and one for each slot waiting idle: up to k jobs in one statement.
         let claims = reserve_claims(shared);
         if claims.is_empty() {
+            link.end();
             return Ok(());
         }
         // Read before the look: a job enqueued between the look and the wait moves it.
@@ -183,6 +192,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
                 Ok(next) => {
                     trouble.recovered(shared);
                     if shared.options.until == Until::Drained && next.is_none_or(|s| s > 0.0) {
+                        link.end();
                         return Ok(());
                     }
                     if next.is_some_and(|s| s <= 0.0) {
@@ -205,6 +215,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
             Err(error) => trouble.failed(shared, &mut link.connection, &error, "claiming"),
         }
         if shared.budget_spent() && shared.nothing_handed() {
+            link.end();
             return Ok(());
         }
     }

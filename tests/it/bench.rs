@@ -71,11 +71,18 @@ fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
         "sandbox_ms_per_attempt",
         "bare_bun_per_s",
         "bun_vs_bare",
+        "bun_cpu_ms_per_job",
+        "bun_no_sandbox_cpu_ms_per_job",
+        "bun_warm_cpu_ms_per_job",
+        "bare_bun_cpu_ms_per_job",
+        "cpus",
     ];
     let expected = r#"{
-        "bare_bun_per_s": "<number>", "batch": 1, "bun_end_to_end_per_s": "<number>", "bun_jobs": 20,
-        "bun_no_sandbox_per_s": "<number>", "bun_vs_bare": "<number>",
-        "bun_warm_jobs": 20, "bun_warm_per_s": "<number>", "warm_vs_bare": "<number>",
+        "bare_bun_cpu_ms_per_job": "<number>", "bare_bun_per_s": "<number>", "batch": 1,
+        "bun_cpu_ms_per_job": "<number>", "bun_end_to_end_per_s": "<number>", "bun_jobs": 20,
+        "bun_no_sandbox_cpu_ms_per_job": "<number>", "bun_no_sandbox_per_s": "<number>", "bun_vs_bare": "<number>",
+        "bun_warm_cpu_ms_per_job": "<number>", "bun_warm_jobs": 20, "bun_warm_per_s": "<number>",
+        "warm_vs_bare": "<number>", "cpus": "<number>",
         "claim_complete_per_s": "<number>", "enqueue_batch_per_s": "<number>", "enqueue_single_per_s": "<number>",
         "floor_per_s": null, "jobs": 20, "pickup_latency_ms": {"p50": "<number>", "p99": "<number>", "samples": 20},
         "sandbox_ms_per_attempt": "<number>", "spine_vs_floor": null, "tag": "<text>", "workers": 2}"#;
@@ -89,6 +96,14 @@ fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
     let warm = rate(&report, "bun_warm_per_s");
     assert!((rate(&report, "warm_vs_bare") - warm / rate(&report, "bare_bun_per_s")).abs() < 1e-9, "{report}");
     assert!(report["sandbox_ms_per_attempt"].as_f64().is_some_and(|ms| ms >= 0.0), "{report}");
+    // Every measurement started bun: each took processor time, the bench's own and its children's
+    // (a warm runner's is counted once it ended with its worker).
+    for cpu in
+        ["bun_cpu_ms_per_job", "bun_no_sandbox_cpu_ms_per_job", "bun_warm_cpu_ms_per_job", "bare_bun_cpu_ms_per_job"]
+    {
+        rate(&report, cpu);
+    }
+    assert!(report["cpus"].as_u64().is_some_and(|cpus| cpus >= 1), "{report}");
     assert_eq!(report["bun_jobs"], 20, "{report}");
     assert_nothing_left(&env);
 }

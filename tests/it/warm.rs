@@ -41,6 +41,7 @@ export async function main(input: any) {
   process.stderr.write(`raw ${input.n}\n`);
   process.stdout.write(`unfinished ${input.n}`);
   if (input.started) writeFileSync(input.started, runner);
+  if (input.on_exit) process.once("exit", (code) => writeFileSync(input.on_exit, `exit ${code}`));
   switch (input.mode) {
     case "hang": await new Promise(() => setInterval(() => {}, 1000)); break;
     case "exit": process.exit(3);
@@ -99,7 +100,12 @@ fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
     // A cold job in between: the runner waits for its action's next job meanwhile.
     let mut ids: Vec<String> = (0..3).map(|n| enqueue(env, "w/first", json!({"n": n}))).collect();
     let cold = enqueue(env, "w/cold", json!({"n": 6}));
-    ids.extend((3..6).map(|n| enqueue(env, "w/first", json!({"n": n}))));
+    ids.extend((3..5).map(|n| enqueue(env, "w/first", json!({"n": n}))));
+    // Without a sandbox the action can leave a note outside: how its runner ended.
+    let on_exit = path(env, "runner-exit");
+    let _ = std::fs::remove_file(&on_exit);
+    let note = (isolation == "none").then(|| on_exit.to_str().unwrap());
+    ids.push(enqueue(env, "w/first", json!({"n": 5, "on_exit": note})));
     env.wf(["work", "--drain", "--concurrency", "1", "--isolation", isolation]).ok();
     let mut runners = Vec::new();
     for (n, id) in ids.iter().enumerate() {
@@ -126,6 +132,10 @@ fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
     wait_for(Duration::from_secs(15), "the idle runner to end with its worker", || {
         runner_processes("first").is_empty().then_some(())
     });
+    if isolation == "none" {
+        // Its requests ended and bun exited by itself, its exit handlers run: not killed.
+        assert_eq!(std::fs::read_to_string(&on_exit).ok().as_deref(), Some("exit 0"), "how the runner ended");
+    }
     let (status, result, _) = ended(env, &cold);
     assert_eq!(
         (status.as_str(), &result["runs"]),
