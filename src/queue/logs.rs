@@ -96,7 +96,9 @@ pub(crate) fn columns(lines: &[LogLine]) -> (Vec<&str>, Vec<&str>) {
     lines.iter().map(|line| (line.stream, line.line.as_str())).unzip()
 }
 
-const APPEND_SQL: &str = "
+/// The append of lines to a running attempt's logs, fenced by its claim. Parameters: job id, claim
+/// id, attempt, streams, lines.
+pub const APPEND_SQL: &str = "
 INSERT INTO job_logs (job_id, attempt, stream, line)
 SELECT $1, $3, l.stream, l.line
   FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS l(stream, line, n)

@@ -16,8 +16,8 @@ pub(crate) fn skip_if_overlapping(session: &mut Session, job_id: Uuid, claim: &s
 }
 
 /// Driven by the running rows (few, by their partial index, materialized so that a schedule's long
-/// history is never walked), each looked up in `job` by its key.
-const SKIP_SQL: &str = "
+/// history is never walked), each looked up in `job` by its key. Parameters: job id, claim id.
+pub const SKIP_SQL: &str = "
 WITH running AS MATERIALIZED (
     SELECT job_id FROM job_queue WHERE running AND job_id <> $1
 ),

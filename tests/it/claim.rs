@@ -7,31 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::harness::{TestEnv, wait_for};
-
-/// Fill the queue with `count` jobs spread over `tags`, straight in SQL.
-fn fill(env: &TestEnv, count: i64, tags: &[&str], priority: &str, due: &str) {
-    let tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
-    env.db()
-        .execute(
-            &format!(
-                "WITH new AS (
-                     SELECT gen_random_uuid() AS id, ($2::text[])[1 + n % array_length($2::text[], 1)] AS tag,
-                            {priority} AS priority, {due} AS due
-                       FROM generate_series(1, $1::bigint) AS n
-                 ), jobs AS (
-                     INSERT INTO job (id, app_key, action_key, git_source_id, commit_sha, entrypoint,
-                                      timeout_s, tag, priority, input, trigger_kind, scheduled_for)
-                     SELECT id, 'a', 'b', gen_random_uuid(), 'c', 'e.ts', 60, tag, priority, '{{}}', 'manual', due
-                       FROM new
-                 )
-                 INSERT INTO job_queue (job_id, tag, priority, scheduled_for)
-                 SELECT id, tag, priority, due FROM new"
-            ),
-            &[&count, &tags],
-        )
-        .unwrap();
-    env.db().batch_execute("ANALYZE job_queue").unwrap();
-}
+use crate::support::plans::{fill, nodes};
 
 /// EXPLAIN ANALYZE one claim of one job (rolled back), as a worker runs it.
 fn explain_claim(env: &TestEnv, tags: &[&str]) -> Value {
@@ -52,17 +28,6 @@ fn explain_generic_claim(env: &TestEnv, tags: &[&str], k: usize) -> Value {
     let plan: Value = tx.query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {execute}"), &[]).unwrap().get(0);
     tx.rollback().unwrap();
     plan
-}
-
-/// Every plan node, depth first.
-fn nodes(plan: &Value) -> Vec<&Value> {
-    let mut all = vec![plan];
-    if let Some(children) = plan.get("Plans").and_then(Value::as_array) {
-        for child in children {
-            all.extend(nodes(child));
-        }
-    }
-    all
 }
 
 /// The claim must not scan or sort the queue: no sequential scan, no node over job_queue that

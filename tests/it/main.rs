@@ -8,6 +8,7 @@ mod cancel;
 mod claim;
 mod crash;
 mod db;
+mod depth;
 mod docs;
 mod documents;
 mod embedded;

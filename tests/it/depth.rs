@@ -1,0 +1,222 @@
+//! Every per-job statement besides the claim (claim.rs has it) stays an index lookup on a deep
+//! queue: the completion of one job and of several, the heartbeat, the log append, the no-overlap
+//! check, and the reaper's look for zombies and its requeue. Each runs as a worker's connection
+//! runs it (prepared, with a generic plan and the worker's planner settings) under EXPLAIN ANALYZE,
+//! on 200,000 due jobs in one tag: at rest after ANALYZE, and mid-drain (5,000 more jobs claimed
+//! and completed, their dead index entries not vacuumed yet). No node may scan a table of the
+//! queue, and each statement touches a bounded number of buffers, whatever the depth.
+//!
+//! The looks over the running rows (the reaper's, the no-overlap check) walk the partial index of
+//! running rows, and the reaper's the runtime rows' key too: each completed job leaves a dead entry
+//! there, which the next look visits once (in proportion, checked) and marks, and later looks skip.
+//! A worker's reaper looks every few seconds, so mid-drain the test takes one pass before the rest.
+
+use std::time::Duration;
+
+use postgres::Client;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::support::harness::TestEnv;
+use crate::support::plans::{fill, nodes};
+use wf::db::Session;
+use wf::queue::CHANNEL_COMPLETED;
+use wf::queue::claim;
+use wf::queue::complete::{COMPLETE_ONE_SQL, COMPLETE_SQL};
+use wf::queue::heartbeat::HEARTBEAT_SQL;
+use wf::queue::logs::APPEND_SQL;
+use wf::queue::overlap::SKIP_SQL;
+use wf::queue::reaper::{REQUEUE_SQL, ZOMBIES_SQL};
+
+const DEPTH: i64 = 200_000;
+/// The jobs claimed and completed for the queue mid-drain.
+const DRAINED: usize = 5_000;
+/// The jobs left running while the statements are explained.
+const RUNNING: usize = 10;
+/// The window of the test's claims.
+const WINDOW: Duration = Duration::from_secs(60);
+/// What one statement may touch, however deep the queue: a few index pages and rows per table it
+/// writes or reads. A scan of any of the queue's tables at this depth touches thousands.
+const BUFFERS_MAX: i64 = 200;
+/// The tables that grow with the queue and its history.
+const DEEP_TABLES: [&str; 5] = ["job", "job_queue", "job_runtime", "job_logs", "job_completed"];
+
+/// A job claimed by the test, as a worker holds it.
+struct Held {
+    id: Uuid,
+    claim: String,
+}
+
+/// Claim `count` jobs one by one with the worker's claim.
+fn claim_jobs(session: &mut Session, count: usize, prefix: &str) -> Vec<Held> {
+    let tags = vec!["default".to_string()];
+    (0..count)
+        .map(|n| {
+            let claim = format!("{prefix}#{n}");
+            let job = claim::claim(session, &tags, std::slice::from_ref(&claim), WINDOW).unwrap().pop().unwrap();
+            Held { id: job.id, claim }
+        })
+        .collect()
+}
+
+/// Complete a held job as success with the worker's statement.
+fn complete(client: &mut Client, job: &Held) {
+    let result = serde_json::json!({"ok": true});
+    let (ids, streams, lines) = (vec![job.id], vec!["stdout"], vec!["done"]);
+    let done = client
+        .query(
+            COMPLETE_ONE_SQL,
+            &[
+                &job.id,
+                &job.claim,
+                &"success",
+                &result,
+                &None::<Value>,
+                &1i32,
+                &ids,
+                &streams,
+                &lines,
+                &CHANNEL_COMPLETED,
+            ],
+        )
+        .unwrap();
+    assert_eq!(done.len(), 1, "the completion of {} landed", job.id);
+}
+
+/// EXPLAIN ANALYZE `sql`, prepared with these parameter types and run with these literal
+/// arguments, as a worker's connection runs it; rolled back.
+fn explain(env: &TestEnv, sql: &str, types: &str, arguments: &str) -> Value {
+    let mut client = env.db();
+    let mut tx = client.transaction().unwrap();
+    tx.batch_execute(&format!("SET LOCAL {}", wf::db::PLANNER.join("; SET LOCAL "))).unwrap();
+    tx.batch_execute(&format!("PREPARE statement({types}) AS {sql}")).unwrap();
+    let plan: Value = tx
+        .query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE statement({arguments})"), &[])
+        .unwrap()
+        .get(0);
+    tx.rollback().unwrap();
+    plan
+}
+
+/// The shared buffers a plan node touched itself. A node's counts include its children's, except
+/// those of a data-modifying CTE no other node reads (PostgreSQL runs it after the rest): summed
+/// over every node, these count each buffer touch once.
+fn own_buffers(node: &Value) -> i64 {
+    let buffers = |node: &Value| {
+        node["Shared Hit Blocks"].as_i64().unwrap_or(0) + node["Shared Read Blocks"].as_i64().unwrap_or(0)
+    };
+    let children = node.get("Plans").and_then(Value::as_array).map_or(0, |children| children.iter().map(buffers).sum());
+    (buffers(node) - children).max(0)
+}
+
+/// The shared buffers a whole statement touched.
+fn total_buffers(plan: &Value) -> i64 {
+    nodes(&plan[0]["Plan"]).into_iter().map(own_buffers).sum()
+}
+
+/// No sequential scan of a deep table, a bounded number of buffers, and `rows` rows out.
+fn assert_bounded(plan: &Value, what: &str, rows: i64) {
+    let root = &plan[0]["Plan"];
+    let text = serde_json::to_string_pretty(root).unwrap();
+    for node in nodes(root) {
+        let relation = node.get("Relation Name").and_then(Value::as_str).unwrap_or_default();
+        let kind = node["Node Type"].as_str().unwrap_or_default();
+        assert!(
+            !(kind == "Seq Scan" && DEEP_TABLES.contains(&relation)),
+            "{what}: a sequential scan of {relation}:\n{text}"
+        );
+    }
+    let buffers = total_buffers(plan);
+    assert!(buffers <= BUFFERS_MAX, "{what}: {buffers} buffers:\n{text}");
+    assert_eq!(root["Actual Rows"].as_i64(), Some(rows), "{what}: rows out:\n{text}");
+}
+
+/// Every statement, on jobs the test holds (each explained run is rolled back: the jobs stay as
+/// they are for the next).
+fn assert_statements_bounded(env: &TestEnv, held: &[Held], when: &str) {
+    let (one, two) = (&held[0], &held[1]);
+    let what = |statement: &str| format!("{statement}, {when}");
+
+    let heartbeat = explain(env, HEARTBEAT_SQL, "uuid, text, float8", &format!("'{}', '{}', 60", one.id, one.claim));
+    assert_bounded(&heartbeat, &what("the heartbeat"), 1);
+
+    let append = explain(
+        env,
+        APPEND_SQL,
+        "uuid, text, int, text[], text[]",
+        &format!("'{}', '{}', 1, '{{stdout,stderr}}', '{{one,two}}'", one.id, one.claim),
+    );
+    assert_bounded(&append, &what("the log append"), 0);
+
+    let completion = explain(
+        env,
+        COMPLETE_ONE_SQL,
+        "uuid, text, text, jsonb, jsonb, int, uuid[], text[], text[], text",
+        &format!(
+            "'{id}', '{claim}', 'success', '{{\"ok\": true}}', NULL, 1, '{{{id}}}', '{{stdout}}', '{{last}}', '{CHANNEL_COMPLETED}'",
+            id = one.id,
+            claim = one.claim
+        ),
+    );
+    assert_bounded(&completion, &what("the completion of one job"), 1);
+
+    let completions = explain(
+        env,
+        COMPLETE_SQL,
+        "uuid[], text[], text[], jsonb[], jsonb[], int[], uuid[], text[], text[], text",
+        &format!(
+            "'{{{a},{b}}}', '{{{ca},{cb}}}', '{{success,failure}}', '{{\"{{}}\",NULL}}', '{{NULL,\"{{}}\"}}', \
+             '{{1,1}}', '{{{a}}}', '{{stdout}}', '{{last}}', '{CHANNEL_COMPLETED}'",
+            a = one.id,
+            b = two.id,
+            ca = one.claim,
+            cb = two.claim
+        ),
+    );
+    assert_bounded(&completions, &what("the completion of two jobs"), 2);
+
+    // The job has no schedule: nothing to skip, but the running rows are looked at.
+    let skip = explain(env, SKIP_SQL, "uuid, text", &format!("'{}', '{}'", one.id, one.claim));
+    assert_bounded(&skip, &what("the no-overlap check"), 0);
+
+    // Old pings under a window of 0 s make every held job a zombie (a ping older than the server's
+    // start counts from the start): each is looked at and locked.
+    let ids: Vec<Uuid> = held.iter().map(|job| job.id).collect();
+    env.db()
+        .execute(
+            "UPDATE job_runtime SET ping = now() - interval '1 hour', window_s = 0 WHERE job_id = ANY($1)",
+            &[&ids],
+        )
+        .unwrap();
+    let zombies = explain(env, ZOMBIES_SQL, "float8", "0");
+    assert_bounded(&zombies, &what("the reaper's look"), held.len() as i64);
+
+    let requeue = explain(env, REQUEUE_SQL, "uuid[]", &format!("'{{{},{}}}'", one.id, two.id));
+    assert_bounded(&requeue, &what("the reaper's requeue"), 2);
+}
+
+#[test]
+fn every_per_job_statement_stays_bounded_on_a_deep_queue_at_rest_and_mid_drain() {
+    let env = TestEnv::new();
+    fill(&env, DEPTH, &["default"], "0", "now() - interval '1 hour' + n * interval '1 ms'");
+    let mut session = Session::new(env.db());
+    let held = claim_jobs(&mut session, RUNNING, "held");
+    env.db().batch_execute("ANALYZE").unwrap();
+    assert_statements_bounded(&env, &held, "at rest: 200,000 due jobs after ANALYZE");
+
+    // Mid-drain: 5,000 more jobs through claim and completion, nothing vacuumed; then the ANALYZE
+    // autovacuum would run on a queue in this state.
+    let mut db = env.db();
+    db.batch_execute("ALTER TABLE job_queue SET (autovacuum_enabled = false)").unwrap();
+    for job in claim_jobs(&mut session, DRAINED, "drained") {
+        complete(&mut db, &job);
+    }
+    // A reaper pass, as a worker's reaper makes one every few seconds: its look over the running
+    // rows visits the dead index entries the completed jobs left once, in proportion to them, and
+    // marks them, so that every later look skips them.
+    let pass = total_buffers(&explain(&env, ZOMBIES_SQL, "float8", "60"));
+    assert!(pass <= BUFFERS_MAX + 2 * DRAINED as i64, "the first reaper pass after the drain: {pass} buffers");
+    assert_statements_bounded(&env, &held, "mid-drain, before ANALYZE");
+    db.batch_execute("ANALYZE").unwrap();
+    assert_statements_bounded(&env, &held, "mid-drain, after ANALYZE");
+}

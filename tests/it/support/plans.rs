@@ -1,0 +1,42 @@
+//! Deep queues and the plans of statements run on them: a queue filled straight in SQL, and the
+//! nodes of an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON).
+
+use serde_json::Value;
+
+use crate::support::harness::TestEnv;
+
+/// Fill the queue with `count` jobs spread over `tags`, straight in SQL, then ANALYZE it.
+pub(crate) fn fill(env: &TestEnv, count: i64, tags: &[&str], priority: &str, due: &str) {
+    let tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
+    env.db()
+        .execute(
+            &format!(
+                "WITH new AS (
+                     SELECT gen_random_uuid() AS id, ($2::text[])[1 + n % array_length($2::text[], 1)] AS tag,
+                            {priority} AS priority, {due} AS due
+                       FROM generate_series(1, $1::bigint) AS n
+                 ), jobs AS (
+                     INSERT INTO job (id, app_key, action_key, git_source_id, commit_sha, entrypoint,
+                                      timeout_s, tag, priority, input, trigger_kind, scheduled_for)
+                     SELECT id, 'a', 'b', gen_random_uuid(), 'c', 'e.ts', 60, tag, priority, '{{}}', 'manual', due
+                       FROM new
+                 )
+                 INSERT INTO job_queue (job_id, tag, priority, scheduled_for)
+                 SELECT id, tag, priority, due FROM new"
+            ),
+            &[&count, &tags],
+        )
+        .unwrap();
+    env.db().batch_execute("ANALYZE job_queue").unwrap();
+}
+
+/// Every plan node, depth first.
+pub(crate) fn nodes(plan: &Value) -> Vec<&Value> {
+    let mut all = vec![plan];
+    if let Some(children) = plan.get("Plans").and_then(Value::as_array) {
+        for child in children {
+            all.extend(nodes(child));
+        }
+    }
+    all
+}
