@@ -107,11 +107,15 @@ pub(crate) struct Report {
     pub enqueue_batch: Rate,
     /// Claim, then complete as success at once, across `workers` connections.
     pub claim_complete: Rate,
+    /// The database server's processor time during `claim_complete`, when it runs on this host.
+    pub claim_complete_db_cpu: Option<Duration>,
     pub pickup: Latency,
     /// A real worker running a trivial bun action (with `--bun`), in sandboxes, and without.
     pub bun: Option<BunRates>,
     /// The seed's minimal claim and completion, prepared, over `workers` connections (`--floor`).
     pub floor: Option<Rate>,
+    /// The database server's processor time during `floor`, when it runs on this host.
+    pub floor_db_cpu: Option<Duration>,
 }
 
 /// The end-to-end rate with and without the sandbox, warm, and the bare spawn loop of the same
@@ -142,26 +146,34 @@ pub(crate) struct BunRun {
     /// User and system time of the bench process (the worker runs in it) and of every process it
     /// started (supervisors, sandboxes, bun), from start to end; the database server's is not in it.
     pub cpu: Duration,
+    /// The database server's, when it runs on this host (see `Server`).
+    pub db_cpu: Option<Duration>,
 }
 
 impl BunRun {
     /// Processor time per job. When it, times the jobs run at once, exceeds the time per job, the
     /// host's processors were the limit, not waiting.
     pub(crate) fn cpu_per_job(&self) -> Duration {
-        self.cpu / u32::try_from(self.rate.jobs.max(1)).unwrap_or(u32::MAX)
+        per_job(self.cpu, self.rate.jobs)
     }
 
-    /// Measure `run`, and the processor time of this process and its children meanwhile.
-    fn measure(run: impl FnOnce() -> Result<Rate>) -> Result<BunRun> {
+    /// The database server's processor time per job, when it runs on this host.
+    pub(crate) fn db_cpu_per_job(&self) -> Option<Duration> {
+        self.db_cpu.map(|cpu| per_job(cpu, self.rate.jobs))
+    }
+
+    /// Measure `run`, and the processor time of this process and its children meanwhile, and of
+    /// the database `server`'s processes.
+    fn measure(server: Option<Server>, run: impl FnOnce() -> Result<Rate>) -> Result<BunRun> {
         let before = cpu_used();
-        let rate = run()?;
+        let (rate, db_cpu) = Server::measure(server, run)?;
         // A child's time is counted once it is waited for: a supervisor may still be waited for
         // in the background.
         let waited = Instant::now() + CHILDREN_WAITED;
         while supervisor::has_children() && Instant::now() < waited {
             std::thread::sleep(Duration::from_millis(5));
         }
-        Ok(BunRun { rate, cpu: cpu_used().saturating_sub(before) })
+        Ok(BunRun { rate, cpu: cpu_used().saturating_sub(before), db_cpu })
     }
 }
 
@@ -180,6 +192,56 @@ fn cpu_used() -> Duration {
         time(usage.ru_utime) + time(usage.ru_stime)
     };
     of(libc::RUSAGE_SELF) + of(libc::RUSAGE_CHILDREN)
+}
+
+/// The database server, when it runs on this host and its processes can be read: the processor
+/// time of all of them (the postmaster, its backends and background processes, and those that
+/// ended) can then be measured around a measurement. Other work on the server counts too.
+#[derive(Debug, Clone, Copy)]
+struct Server {
+    postmaster: i32,
+}
+
+impl Server {
+    /// The server of `client`'s backend, found as the parent of the backend's process.
+    fn find(client: &mut Client) -> Option<Server> {
+        let backend: i32 = client.query_one("SELECT pg_backend_pid()", &[]).ok()?.get(0);
+        let postmaster: i32 = supervisor::stat_fields(backend)?.get(1)?.parse().ok()?;
+        let name = fs::read_to_string(format!("/proc/{postmaster}/comm")).ok()?;
+        matches!(name.trim(), "postgres" | "postmaster").then_some(Server { postmaster })
+    }
+
+    /// User and system time of the postmaster and of every process it started, ended or not.
+    fn cpu(&self) -> Option<Duration> {
+        let ticks = |fields: &[String], from: usize, to: usize| -> u64 {
+            fields[from..=to].iter().filter_map(|field| field.parse::<u64>().ok()).sum()
+        };
+        let own = supervisor::stat_fields(self.postmaster)?;
+        let mut total = ticks(own.get(..15)?, 11, 14);
+        for entry in fs::read_dir("/proc").ok()?.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
+            match supervisor::stat_fields(pid) {
+                Some(fields) if fields.len() > 12 && fields[1] == self.postmaster.to_string() => {
+                    total += ticks(&fields, 11, 12);
+                }
+                _ => {}
+            }
+        }
+        Some(Duration::from_secs_f64(total as f64 / rustix::param::clock_ticks_per_second() as f64))
+    }
+
+    /// Run `run`, and the server's processor time meanwhile (None without a server of this host).
+    fn measure<T>(server: Option<Server>, run: impl FnOnce() -> Result<T>) -> Result<(T, Option<Duration>)> {
+        let before = server.and_then(|server| server.cpu());
+        let value = run()?;
+        let after = server.and_then(|server| server.cpu());
+        Ok((value, before.zip(after).map(|(before, after)| after.saturating_sub(before))))
+    }
+}
+
+/// Processor time per job.
+pub(crate) fn per_job(cpu: Duration, jobs: u64) -> Duration {
+    cpu / u32::try_from(jobs.max(1)).unwrap_or(u32::MAX)
 }
 
 /// Where a bench run is, for a progress display. Called from several threads at once.
@@ -223,12 +285,17 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
     progress.done(u64::from(jobs));
     interrupt.check()?;
 
-    let claim_complete = claim_and_complete(namespace, jobs, plan.workers, plan.batch, progress, interrupt)?;
+    let server = Server::find(&mut client);
+    let (claim_complete, claim_complete_db_cpu) =
+        Server::measure(server, || claim_and_complete(namespace, jobs, plan.workers, plan.batch, progress, interrupt))?;
     expect_succeeded(&mut client, &namespace.tag, jobs, "claim-to-complete")?;
     prune::delete_tag(&mut client, &namespace.tag)?;
-    let floor = match plan.floor {
-        true => Some(floor(namespace, jobs, plan.workers, progress, interrupt)?),
-        false => None,
+    let (floor, floor_db_cpu) = match plan.floor {
+        true => {
+            let (rate, cpu) = Server::measure(server, || floor(namespace, jobs, plan.workers, progress, interrupt))?;
+            (Some(rate), cpu)
+        }
+        false => (None, None),
     };
 
     let pickup = pickup_latency(&mut client, namespace, jobs.min(LATENCY_SAMPLES_MAX), progress, interrupt)?;
@@ -238,7 +305,7 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
         let bun_jobs = jobs.min(BUN_JOBS_MAX);
         let mut end_to_end = |isolation: Isolation, action: &str, jobs: u32, name: &str| -> Result<BunRun> {
             let worker = Worker { workers: plan.workers, isolation, local: local.clone() };
-            let run = BunRun::measure(|| {
+            let run = BunRun::measure(server, || {
                 bun_end_to_end(&mut client, namespace, action, jobs, worker, name, progress, interrupt)
             })?;
             expect_succeeded(&mut client, &namespace.tag, jobs, name)?;
@@ -246,7 +313,8 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
             Ok(run)
         };
         let sandboxed = || Isolation::Sandbox { allow_write: Vec::new() };
-        let bare = BunRun::measure(|| bare_bun(namespace, &local.bun, bun_jobs, plan.workers, progress, interrupt))?;
+        let bare =
+            BunRun::measure(None, || bare_bun(namespace, &local.bun, bun_jobs, plan.workers, progress, interrupt))?;
         let sandbox = end_to_end(sandboxed(), ACTION, bun_jobs, "bun end to end")?;
         let none = end_to_end(Isolation::None, ACTION, bun_jobs, "bun end to end, no sandbox")?;
         let warm = end_to_end(sandboxed(), WARM_ACTION, jobs.min(WARM_JOBS_MAX), "bun end to end, warm")?;
@@ -262,9 +330,11 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
         enqueue_single,
         enqueue_batch,
         claim_complete,
+        claim_complete_db_cpu,
         pickup,
         bun,
         floor,
+        floor_db_cpu,
     })
 }
 

@@ -493,7 +493,8 @@ pub(crate) struct BenchArgs {
     pub batch: u32,
     /// Also measure end to end with a trivial bun action (at most 200 jobs), with and without the
     /// sandbox, the same action warm (at most 5,000 jobs), and a bare loop starting bun for each job;
-    /// for each, the processor time per job of wf and every process it started (`cpu ms/job`).
+    /// for each, the processor time per job of wf and every process it started (`cpu ms/job`), and
+    /// of the database server when it runs on this host (`db cpu ms/job`, also for claim + complete).
     #[arg(long)]
     pub bun: bool,
     /// Also measure the floor: the seed's minimal claim and completion statements, prepared, on a

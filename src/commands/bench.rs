@@ -35,8 +35,10 @@ pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> CommandResult {
     if ctx.out.json {
         ctx.out.json(&BenchDocument::from(&report))?;
     } else {
-        ctx.out
-            .table(&["measurement", "jobs", "seconds", "jobs/s", "p50 ms", "p99 ms", "cpu ms/job"], rows(&report))?;
+        ctx.out.table(
+            &["measurement", "jobs", "seconds", "jobs/s", "p50 ms", "p99 ms", "cpu ms/job", "db cpu ms/job"],
+            rows(&report),
+        )?;
     }
     Ok(Exit::Ok)
 }
@@ -68,6 +70,13 @@ struct BenchDocument<'a> {
     bun_no_sandbox_cpu_ms_per_job: Option<f64>,
     bun_warm_cpu_ms_per_job: Option<f64>,
     bare_bun_cpu_ms_per_job: Option<f64>,
+    /// The database server's processor time per job, in milliseconds, when it runs on this host
+    /// (null otherwise): for claim and complete, the floor and each bun measurement through wf.
+    claim_complete_db_cpu_ms_per_job: Option<f64>,
+    floor_db_cpu_ms_per_job: Option<f64>,
+    bun_db_cpu_ms_per_job: Option<f64>,
+    bun_no_sandbox_db_cpu_ms_per_job: Option<f64>,
+    bun_warm_db_cpu_ms_per_job: Option<f64>,
     /// The host's processors, against which the CPU per job tells whether they were the limit.
     cpus: usize,
     floor_per_s: Option<f64>,
@@ -109,6 +118,16 @@ impl<'a> From<&'a Report> for BenchDocument<'a> {
             bun_no_sandbox_cpu_ms_per_job: report.bun.map(|bun| millis(bun.none.cpu_per_job())),
             bun_warm_cpu_ms_per_job: report.bun.map(|bun| millis(bun.warm.cpu_per_job())),
             bare_bun_cpu_ms_per_job: report.bun.map(|bun| millis(bun.bare.cpu_per_job())),
+            claim_complete_db_cpu_ms_per_job: report
+                .claim_complete_db_cpu
+                .map(|cpu| millis(bench::per_job(cpu, report.claim_complete.jobs))),
+            floor_db_cpu_ms_per_job: report
+                .floor
+                .zip(report.floor_db_cpu)
+                .map(|(floor, cpu)| millis(bench::per_job(cpu, floor.jobs))),
+            bun_db_cpu_ms_per_job: report.bun.and_then(|bun| bun.sandbox.db_cpu_per_job()).map(millis),
+            bun_no_sandbox_db_cpu_ms_per_job: report.bun.and_then(|bun| bun.none.db_cpu_per_job()).map(millis),
+            bun_warm_db_cpu_ms_per_job: report.bun.and_then(|bun| bun.warm.db_cpu_per_job()).map(millis),
             cpus: std::thread::available_parallelism().map_or(1, usize::from),
             floor_per_s: report.floor.map(|floor| floor.per_second()),
             spine_vs_floor: report.floor.map(|floor| report.claim_complete.per_second() / floor.per_second()),
@@ -118,7 +137,9 @@ impl<'a> From<&'a Report> for BenchDocument<'a> {
 
 fn rows(report: &Report) -> Vec<Vec<String>> {
     let dash = || "-".to_string();
-    let rate = |name: &str, rate: &Rate| {
+    let ms = |duration: Duration| format!("{:.2}", millis(duration));
+    let per_job = |cpu: Option<Duration>, jobs: u64| cpu.map_or_else(dash, |cpu| ms(bench::per_job(cpu, jobs)));
+    let rate = |name: &str, rate: &Rate, db_cpu: Option<Duration>| {
         vec![
             name.to_string(),
             rate.jobs.to_string(),
@@ -127,35 +148,44 @@ fn rows(report: &Report) -> Vec<Vec<String>> {
             dash(),
             dash(),
             dash(),
+            per_job(db_cpu, rate.jobs),
         ]
     };
-    let ratio =
-        |name: &str, ratio: f64| vec![name.to_string(), dash(), dash(), format!("{ratio:.2}"), dash(), dash(), dash()];
+    let figure = |name: &str, column: usize, value: String| {
+        let mut row = vec![dash(); 8];
+        row[0] = name.to_string();
+        row[column] = value;
+        row
+    };
     let mut rows = vec![
-        rate("enqueue, a transaction each", &report.enqueue_single),
-        rate("enqueue, one batch transaction", &report.enqueue_batch),
+        rate("enqueue, a transaction each", &report.enqueue_single, None),
+        rate("enqueue, one batch transaction", &report.enqueue_batch, None),
         rate(
             &format!("claim + complete (no-op, {} workers, {} per statement)", report.workers, report.batch),
             &report.claim_complete,
+            report.claim_complete_db_cpu,
         ),
         vec![
             "pickup latency (idle claimer)".to_string(),
             report.pickup.samples.to_string(),
             dash(),
             dash(),
-            format!("{:.2}", millis(report.pickup.p50)),
-            format!("{:.2}", millis(report.pickup.p99)),
+            ms(report.pickup.p50),
+            ms(report.pickup.p99),
+            dash(),
             dash(),
         ],
     ];
     if let Some(floor) = &report.floor {
-        rows.push(rate(&format!("floor: the seed's statements ({} workers)", report.workers), floor));
-        rows.push(ratio("claim + complete / floor", report.claim_complete.per_second() / floor.per_second()));
+        let name = format!("floor: the seed's statements ({} workers)", report.workers);
+        rows.push(rate(&name, floor, report.floor_db_cpu));
+        let ratio = report.claim_complete.per_second() / floor.per_second();
+        rows.push(figure("claim + complete / floor", 3, format!("{ratio:.2}")));
     }
     if let Some(bun) = &report.bun {
         let run = |name: String, run: &BunRun| {
-            let mut row = rate(&name, &run.rate);
-            row[6] = format!("{:.2}", millis(run.cpu_per_job()));
+            let mut row = rate(&name, &run.rate, run.db_cpu);
+            row[6] = ms(run.cpu_per_job());
             row
         };
         rows.push(run(format!("bun end to end ({} workers)", report.workers), &bun.sandbox));
@@ -163,18 +193,10 @@ fn rows(report: &Report) -> Vec<Vec<String>> {
         rows.push(run(format!("bun end to end, warm ({} workers)", report.workers), &bun.warm));
         rows.push(run(format!("bare bun loop ({} at a time)", report.workers), &bun.bare));
         for (name, run) in [("bun end to end / bare loop", &bun.sandbox), ("warm / bare loop", &bun.warm)] {
-            rows.push(ratio(name, run.rate.per_second() / bun.bare.rate.per_second()));
+            let ratio = run.rate.per_second() / bun.bare.rate.per_second();
+            rows.push(figure(name, 3, format!("{ratio:.2}")));
         }
-        let cost = millis(bun.sandbox_cost_per_attempt(report.workers));
-        rows.push(vec![
-            "sandbox cost per attempt".to_string(),
-            dash(),
-            dash(),
-            dash(),
-            format!("{cost:.2}"),
-            dash(),
-            dash(),
-        ]);
+        rows.push(figure("sandbox cost per attempt", 4, ms(bun.sandbox_cost_per_attempt(report.workers))));
     }
     rows
 }

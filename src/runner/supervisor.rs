@@ -422,13 +422,18 @@ fn descendants_of(root: i32) -> io::Result<Vec<i32>> {
     Ok(found)
 }
 
-/// The parent pid from /proc/PID/stat (`pid (comm) state ppid ...`; comm may hold spaces and
-/// parentheses, so the fields are read after the last `)`). None when the process is gone.
+/// The parent pid from /proc/PID/stat. None when the process is gone.
 fn parent_of(pid: i32) -> Option<i32> {
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// The fields of /proc/PID/stat after the command name, from the state on (`pid (comm) state ppid
+/// ...`; comm may hold spaces and parentheses, so they are read after the last `)`): index 1 is the
+/// parent pid, 11 and 12 user and system time, 13 and 14 those of the children waited for, in
+/// clock ticks. None when the process is gone.
+pub(crate) fn stat_fields(pid: i32) -> Option<Vec<String>> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    fields.next()?;
-    fields.next()?.parse().ok()
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace().map(str::to_string).collect())
 }
 
 fn write_status(plan: &Supervision, code: Option<i32>, name: &str, message: &str) {
