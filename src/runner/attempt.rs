@@ -19,7 +19,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::sandbox::{self, Limits};
-use super::scratch::{ScratchRoot, remove_tree};
+use super::scratch::{ScratchRoot, Sweep, remove_tree};
 use super::supervisor::{Status, Supervision};
 use super::{pump, resolve_bun};
 
@@ -83,6 +83,9 @@ pub struct Spec {
     pub env: Vec<(String, String)>,
     /// A directory for this attempt that does not exist yet, inside a ScratchRoot.
     pub scratch: PathBuf,
+    /// Its root's sweeper, which removes the directory once the attempt is over; without one it is
+    /// removed before `finish` returns.
+    pub sweep: Option<Sweep>,
     pub isolation: Isolation,
     /// A warm runner: bun stays and runs one job per `Running::submit`, until stopped or dropped.
     /// `input` is unused then, and `env` holds only what every job of the runner shares.
@@ -111,6 +114,7 @@ impl Spec {
             input,
             env,
             scratch: root.attempt_dir(job_id, attempt),
+            sweep: root.sweep(),
             isolation: Isolation::Sandbox(SandboxOptions::default()),
             warm: false,
         }
@@ -174,6 +178,7 @@ pub struct Running {
     supervisor: Arc<Supervisor>,
     waiter: Option<JoinHandle<io::Result<ExitStatus>>>,
     scratch: PathBuf,
+    sweep: Option<Sweep>,
     /// A warm runner's requests: one line per job.
     requests: Option<ChildStdin>,
     /// Who owns the action's files (the sandbox user), when it is not the worker.
@@ -311,9 +316,13 @@ impl Running {
                 None => supervisor_ended(supervisor),
             },
         };
-        // A directory that cannot be removed now goes with the scratch root (dropped at the
-        // worker's exit, or swept by the next worker).
-        let _ = remove_tree(&self.scratch);
+        // Removed in the background when the root has a sweeper. A directory that cannot be
+        // removed goes with the scratch root (dropped at the worker's exit, or swept by the next
+        // worker).
+        let handed = self.sweep.take().is_some_and(|sweep| sweep.hand(&self.scratch));
+        if !handed {
+            let _ = remove_tree(&self.scratch);
+        }
         outcome
     }
 }
@@ -564,6 +573,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths, owner: Option<sandbox::User>) -
         supervisor,
         waiter: Some(waiter),
         scratch: spec.scratch.clone(),
+        sweep: spec.sweep.clone(),
         requests,
         owner,
         settled: None,

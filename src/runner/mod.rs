@@ -27,7 +27,7 @@ use anyhow::{Context, Result, bail};
 pub use attempt::{Event, Isolation, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Spec, Stream};
 pub use pump::MAX_LINE;
 pub use sandbox::Limits;
-pub use scratch::ScratchRoot;
+pub use scratch::{ScratchRoot, Sweep};
 
 /// The supervisor's entry point (`wf-supervise __supervise PLAN`, or `wf __supervise PLAN`): run
 /// the plan, return the supervisor's exit code (bun's, or 128 + a signal; 1 when the plan is bad).

@@ -1,17 +1,25 @@
 //! Scratch space: one root per worker process under `$WF_HOME/scratch/`, one directory per attempt
 //! inside it. A root is alive while its lock file is flocked by its worker; a worker that died (even
 //! by SIGKILL) released the lock with its last file descriptor, so the next worker to start removes
-//! what it left behind.
+//! what it left behind. A finished attempt's directory is removed by the root's sweeper thread, off
+//! the path from one job to the next.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use uuid::Uuid;
 
 const LOCK_SUFFIX: &str = ".lock";
+
+/// How long a root being dropped waits for its sweeper to remove what it was handed.
+const SWEEP_PATIENCE: Duration = Duration::from_secs(10);
 
 /// `$WF_HOME/scratch/<pid>-<random>/`, locked through `<pid>-<random>.lock` beside it for as long
 /// as this value lives; removed on drop.
@@ -21,6 +29,55 @@ pub struct ScratchRoot {
     lock_path: PathBuf,
     _lock: File,
     wrapper: PathBuf,
+    sweeper: Option<Sweeper>,
+}
+
+/// Where finished attempts' directories go to be removed (see `ScratchRoot::sweep`).
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    paths: Sender<PathBuf>,
+    root: PathBuf,
+}
+
+impl Sweep {
+    /// Move `dir` aside under a name of its own (at once: a new attempt may take its name) and
+    /// have the sweeper remove it. False when it is still where it was.
+    pub(crate) fn hand(&self, dir: &Path) -> bool {
+        let aside = self.root.join(format!(".swept-{}", Uuid::new_v4().simple()));
+        if fs::rename(dir, &aside).is_err() {
+            return false;
+        }
+        // A sweeper that is gone leaves it to the root's removal.
+        let _ = self.paths.send(aside);
+        true
+    }
+}
+
+/// The thread that removes finished attempts' directories, one after the other.
+#[derive(Debug)]
+struct Sweeper {
+    paths: Sender<PathBuf>,
+    /// Disconnected when the thread is done: every handle to it was dropped and all it was handed
+    /// is removed. (In a mutex only for the root to be shared between threads.)
+    done: Mutex<Receiver<()>>,
+    thread: JoinHandle<()>,
+}
+
+impl Sweeper {
+    fn start() -> Result<Sweeper> {
+        let (sender, paths) = mpsc::channel::<PathBuf>();
+        let (finished, done) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("wf-scratch-sweeper".to_string())
+            .spawn(move || {
+                let _finished = finished;
+                for path in paths {
+                    let _ = remove_tree(&path);
+                }
+            })
+            .context("starting the scratch sweeper thread")?;
+        Ok(Sweeper { paths: sender, done: Mutex::new(done), thread })
+    }
 }
 
 impl ScratchRoot {
@@ -43,7 +100,12 @@ impl ScratchRoot {
             .create(&dir)
             .with_context(|| format!("creating the scratch directory {}", dir.display()))?;
         remove_stale_roots(&parent, &name);
-        Ok(ScratchRoot { dir, lock_path, _lock: lock, wrapper })
+        Ok(ScratchRoot { dir, lock_path, _lock: lock, wrapper, sweeper: Some(Sweeper::start()?) })
+    }
+
+    /// A handle to this root's sweeper: a directory sent to it is removed in the background.
+    pub fn sweep(&self) -> Option<Sweep> {
+        self.sweeper.as_ref().map(|sweeper| Sweep { paths: sweeper.paths.clone(), root: self.dir.clone() })
     }
 
     /// Where one attempt of a job runs: its cwd and its input/result files live below this.
@@ -72,6 +134,15 @@ impl ScratchRoot {
 
 impl Drop for ScratchRoot {
     fn drop(&mut self) {
+        // What the sweeper was handed is removed first, as long as no attempt still holds a
+        // handle to it (that one's directory goes with the root).
+        if let Some(Sweeper { paths, done, thread }) = self.sweeper.take() {
+            drop(paths);
+            let done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+            if let Err(mpsc::RecvTimeoutError::Disconnected) = done.recv_timeout(SWEEP_PATIENCE) {
+                let _ = thread.join();
+            }
+        }
         // The lock is still held here, so no other worker is removing the same files.
         let _ = remove_tree(&self.dir);
         let _ = fs::remove_file(&self.lock_path);

@@ -472,7 +472,8 @@ fn cwd_is_a_fresh_scratch_directory_removed_afterwards_and_the_store_is_untouche
         let cwd = if world.sandboxed() { "/wf/work".to_string() } else { scratch.join("work").display().to_string() };
         assert_eq!(result["cwd"], cwd);
         assert_eq!(result["before"], json!([]));
-        assert!(!scratch.exists(), "the scratch directory {} is left behind", scratch.display());
+        // Removed by the root's sweeper, after the attempt.
+        wait_for(Duration::from_secs(10), "the scratch directory to be removed", || (!scratch.exists()).then_some(()));
         let mut store: Vec<_> =
             std::fs::read_dir(world.store()).unwrap().map(|entry| entry.unwrap().file_name()).collect();
         store.sort();
@@ -678,7 +679,7 @@ fn attempt_directory_is_removed_after_finish_even_when_stopped() {
     assert!(scratch.join("work").is_dir());
     running.stop();
     assert_eq!(collect(running).outcome, Outcome::Stopped);
-    assert!(!scratch.exists());
+    wait_for(Duration::from_secs(10), "the scratch directory to be removed", || (!scratch.exists()).then_some(()));
 }
 
 /// A world whose sandboxes have these options.
