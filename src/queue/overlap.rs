@@ -16,17 +16,23 @@ pub(crate) fn skip_if_overlapping(session: &mut Session, job_id: Uuid, claim: &s
 }
 
 /// Driven by the running rows (few, by their partial index, materialized so that a schedule's long
-/// history is never walked), each looked up in `job` by its key. Parameters: job id, claim id.
+/// history is never walked), each looked up in `job` by its key. The job itself and each running
+/// one are looked up by key on purpose (a CTE, a LATERAL with a LIMIT): left to itself, a generic
+/// plan found the job by walking the index of every scheduled job ever enqueued, filtering on its
+/// id (seen in `tests/it/depth.rs`). Parameters: job id, claim id.
 pub const SKIP_SQL: &str = "
-WITH running AS MATERIALIZED (
+WITH mine AS MATERIALIZED (
+    SELECT schedule_name FROM job WHERE id = $1
+),
+running AS MATERIALIZED (
     SELECT job_id FROM job_queue WHERE running AND job_id <> $1
 ),
 earlier AS (
-    SELECT j.schedule_name, r.job_id
-      FROM job j
+    SELECT m.schedule_name, r.job_id
+      FROM mine m
       JOIN running r ON true
-      JOIN job o ON o.id = r.job_id AND o.schedule_name = j.schedule_name
-     WHERE j.id = $1
+      JOIN LATERAL (SELECT schedule_name FROM job WHERE id = r.job_id LIMIT 1) o
+        ON o.schedule_name = m.schedule_name
      LIMIT 1
 )
 UPDATE job_queue
