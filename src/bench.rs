@@ -213,21 +213,29 @@ impl Server {
 
     /// User and system time of the postmaster and of every process it started, ended or not.
     fn cpu(&self) -> Option<Duration> {
-        let ticks = |fields: &[String], from: usize, to: usize| -> u64 {
-            fields[from..=to].iter().filter_map(|field| field.parse::<u64>().ok()).sum()
+        let ticks = |fields: &[String], from: usize, to: usize| -> Option<u64> {
+            fields.get(from..=to)?.iter().map(|field| field.parse::<u64>().ok()).sum()
         };
-        let own = supervisor::stat_fields(self.postmaster)?;
-        let mut total = ticks(own.get(..15)?, 11, 14);
-        for entry in fs::read_dir("/proc").ok()?.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
-            match supervisor::stat_fields(pid) {
-                Some(fields) if fields.len() > 12 && fields[1] == self.postmaster.to_string() => {
-                    total += ticks(&fields, 11, 12);
+        // An ended process's time moves into the postmaster's once the postmaster waits for it: one
+        // that ends while the others are read could be counted twice or not at all, so the reading
+        // is taken again until no process ended during it.
+        loop {
+            let own = ticks(&supervisor::stat_fields(self.postmaster)?, 11, 14)?;
+            let mut running = 0;
+            for entry in fs::read_dir("/proc").ok()?.flatten() {
+                let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
+                match supervisor::stat_fields(pid) {
+                    Some(fields) if fields.get(1).and_then(|ppid| ppid.parse().ok()) == Some(self.postmaster) => {
+                        running += ticks(&fields, 11, 12).unwrap_or(0);
+                    }
+                    _ => {}
                 }
-                _ => {}
+            }
+            if ticks(&supervisor::stat_fields(self.postmaster)?, 11, 14)? == own {
+                let total = own + running;
+                return Some(Duration::from_secs_f64(total as f64 / rustix::param::clock_ticks_per_second() as f64));
             }
         }
-        Some(Duration::from_secs_f64(total as f64 / rustix::param::clock_ticks_per_second() as f64))
     }
 
     /// Run `run`, and the server's processor time meanwhile (None without a server of this host).
