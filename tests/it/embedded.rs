@@ -12,7 +12,7 @@ use serde_json::Value;
 use wf::db::embedded::is_root;
 
 use crate::support::checks::pin;
-use crate::support::harness::{Run, TestEnv, Wf, wait_for, wf_binary};
+use crate::support::harness::{Run, TestEnv, Wf, copy_of_wf, wait_for, wf_binary};
 
 const CLUSTER_MESSAGE: &str = "embedded PostgreSQL cluster";
 
@@ -53,9 +53,7 @@ impl EmbeddedHome {
         let (uid, gid) = nobody();
         let shared = tempfile::Builder::new().prefix("wf-nobody-").tempdir().unwrap();
         fs::set_permissions(shared.path(), fs::Permissions::from_mode(0o755)).unwrap();
-        let bin = shared.path().join("wf");
-        fs::copy(wf_binary(), &bin).unwrap();
-        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = copy_of_wf(shared.path());
         let home = shared.path().join(home_name);
         fs::create_dir(&home).unwrap();
         std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();

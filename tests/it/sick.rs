@@ -288,8 +288,7 @@ fn a_thread_that_cannot_start_ends_the_worker_with_an_error_not_a_panic() {
     let uid = 60_000 + std::process::id() % 5_000;
     let shared = tempfile::Builder::new().prefix("wf-nproc-").tempdir().unwrap();
     std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = shared.path().join("wf");
-    std::fs::copy(crate::support::harness::wf_binary(), &bin).unwrap();
+    let bin = crate::support::harness::copy_of_wf(shared.path());
     let home = shared.path().join("home");
     std::fs::create_dir(&home).unwrap();
     std::os::unix::fs::chown(&home, Some(uid), Some(uid)).unwrap();

@@ -280,6 +280,16 @@ pub(crate) fn wf_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_wf"))
 }
 
+/// A copy of `wf` in `dir` that any user may run. Copied by a child process: a file this process
+/// held open for writing would be inherited by any child another test's thread forks meanwhile,
+/// and until that child's exec, running the copy fails with "Text file busy".
+pub(crate) fn copy_of_wf(dir: &Path) -> PathBuf {
+    let copy = dir.join("wf");
+    let status = Command::new("install").arg("-m").arg("0755").arg(wf_binary()).arg(&copy).status();
+    assert!(status.expect("running install").success(), "copying wf to {}", copy.display());
+    copy
+}
+
 /// The `wf-supervise` binary under test, which a worker finds beside `wf`.
 pub(crate) fn supervisor_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_wf-supervise"))
