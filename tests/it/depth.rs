@@ -7,9 +7,10 @@
 //! queue, and each statement touches a bounded number of buffers, whatever the depth.
 //!
 //! The looks over the running rows (the reaper's, the no-overlap check) walk the partial index of
-//! running rows, and the reaper's the runtime rows' key too: each completed job leaves a dead entry
-//! there, which the next look visits once (in proportion, checked) and marks, and later looks skip.
-//! A worker's reaper looks every few seconds, so mid-drain the test takes one pass before the rest.
+//! running rows: each completed job leaves a dead entry there, which the next look visits once (in
+//! proportion, checked) and marks, and later looks skip. A worker's reaper looks every few seconds,
+//! so mid-drain the test takes one pass before the rest. No other index of a queue table may be
+//! walked without a condition.
 
 use std::time::Duration;
 
