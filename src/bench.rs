@@ -54,8 +54,7 @@ const PICKUP_TIMEOUT: Duration = Duration::from_secs(10);
 const CLAIM_WINDOW: Duration = Duration::from_secs(60);
 /// How long a bun measurement waits for the processes it started to be waited for (see `BunRun`).
 const CHILDREN_WAITED: Duration = Duration::from_secs(5);
-/// How many times the database server's processor time is read before it is given up as unknown
-/// (see `Server::cpu`).
+/// How many times the database server's processor time is read at most (see `Server::cpu`).
 const SERVER_READINGS: usize = 10;
 /// How long the idle claimer waits before looking again (a lost notification costs at most this).
 const IDLE_POLL: Duration = Duration::from_millis(250);
@@ -221,10 +220,11 @@ impl Server {
         };
         // An ended process's time moves into the postmaster's once the postmaster waits for it: one
         // that ends while the others are read could be counted twice or not at all, so the reading
-        // is taken again until no process ended during it (a few times at most: then unknown).
+        // is taken again while a process ended during it. On a server whose connections come and
+        // go all the time, the last reading counts such a process twice rather than not at all.
+        let mut total = 0;
         for _ in 0..SERVER_READINGS {
-            let postmaster = supervisor::stat_fields(self.postmaster)?;
-            let (own, waited) = (ticks(&postmaster, 11, 14)?, ticks(&postmaster, 13, 14)?);
+            let waited = ticks(&supervisor::stat_fields(self.postmaster)?, 13, 14)?;
             let mut running = 0;
             for entry in fs::read_dir("/proc").ok()?.flatten() {
                 let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
@@ -235,12 +235,13 @@ impl Server {
                     _ => {}
                 }
             }
-            if ticks(&supervisor::stat_fields(self.postmaster)?, 13, 14)? == waited {
-                let total = own + running;
-                return Some(Duration::from_secs_f64(total as f64 / rustix::param::clock_ticks_per_second() as f64));
+            let postmaster = supervisor::stat_fields(self.postmaster)?;
+            total = ticks(&postmaster, 11, 14)? + running;
+            if ticks(&postmaster, 13, 14)? == waited {
+                break;
             }
         }
-        None
+        Some(Duration::from_secs_f64(total as f64 / rustix::param::clock_ticks_per_second() as f64))
     }
 
     /// Run `run`, and the server's processor time meanwhile (None without a server of this host).
