@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::harness::{TestEnv, wait_for};
-use crate::support::plans::{fill, nodes};
+use crate::support::plans::{explain, fill, nodes};
 
 /// EXPLAIN ANALYZE one claim of one job (rolled back), as a worker runs it.
 fn explain_claim(env: &TestEnv, tags: &[&str]) -> Value {
@@ -17,17 +17,10 @@ fn explain_claim(env: &TestEnv, tags: &[&str]) -> Value {
 /// EXPLAIN ANALYZE one claim of `k` jobs (rolled back) as a worker's connection runs it: prepared,
 /// with a generic plan (see `wf::db::Session`), made without knowing the parameters.
 fn explain_generic_claim(env: &TestEnv, tags: &[&str], k: usize) -> Value {
-    let mut client = env.db();
-    let mut tx = client.transaction().unwrap();
-    tx.batch_execute(&format!("SET LOCAL {}", wf::db::PLANNER.join("; SET LOCAL "))).unwrap();
-    let sql = wf::queue::claim::claim_sql(k);
-    tx.batch_execute(&format!("PREPARE claim(text[], text[], float8) AS {sql}")).unwrap();
-    // EXPLAIN EXECUTE takes its parameters as literals: the test's own tag and claim names.
+    // The test's own tag and claim names.
     let claims: Vec<String> = (0..k).map(|n| format!("explain-{n}")).collect();
-    let execute = format!("EXECUTE claim('{{{}}}', '{{{}}}', 60)", tags.join(","), claims.join(","));
-    let plan: Value = tx.query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {execute}"), &[]).unwrap().get(0);
-    tx.rollback().unwrap();
-    plan
+    let arguments = format!("'{{{}}}', '{{{}}}', 60", tags.join(","), claims.join(","));
+    explain(env, wf::queue::claim::claim_sql(k), "text[], text[], float8", &arguments)
 }
 
 /// The claim must not scan or sort the queue: no sequential scan, no node over job_queue that

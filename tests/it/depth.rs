@@ -14,12 +14,11 @@
 
 use std::time::Duration;
 
-use postgres::Client;
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::support::harness::TestEnv;
-use crate::support::plans::{fill, nodes};
+use crate::support::plans::{explain, fill, nodes};
 use wf::db::Session;
 use wf::queue::CHANNEL_COMPLETED;
 use wf::queue::claim;
@@ -60,45 +59,6 @@ fn claim_jobs(session: &mut Session, count: usize, prefix: &str) -> Vec<Held> {
             Held { id: job.id, claim }
         })
         .collect()
-}
-
-/// Complete a held job as success with the worker's statement.
-fn complete(client: &mut Client, job: &Held) {
-    let result = serde_json::json!({"ok": true});
-    let (ids, streams, lines) = (vec![job.id], vec!["stdout"], vec!["done"]);
-    let done = client
-        .query(
-            COMPLETE_ONE_SQL,
-            &[
-                &job.id,
-                &job.claim,
-                &"success",
-                &result,
-                &None::<Value>,
-                &1i32,
-                &ids,
-                &streams,
-                &lines,
-                &CHANNEL_COMPLETED,
-            ],
-        )
-        .unwrap();
-    assert_eq!(done.len(), 1, "the completion of {} landed", job.id);
-}
-
-/// EXPLAIN ANALYZE `sql`, prepared with these parameter types and run with these literal
-/// arguments, as a worker's connection runs it; rolled back.
-fn explain(env: &TestEnv, sql: &str, types: &str, arguments: &str) -> Value {
-    let mut client = env.db();
-    let mut tx = client.transaction().unwrap();
-    tx.batch_execute(&format!("SET LOCAL {}", wf::db::PLANNER.join("; SET LOCAL "))).unwrap();
-    tx.batch_execute(&format!("PREPARE statement({types}) AS {sql}")).unwrap();
-    let plan: Value = tx
-        .query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE statement({arguments})"), &[])
-        .unwrap()
-        .get(0);
-    tx.rollback().unwrap();
-    plan
 }
 
 /// The shared buffers a plan node touched itself. A node's counts include its children's, except
@@ -222,7 +182,7 @@ fn every_per_job_statement_stays_bounded_on_a_deep_queue_at_rest_and_mid_drain()
     let mut db = env.db();
     db.batch_execute("ALTER TABLE job_queue SET (autovacuum_enabled = false)").unwrap();
     for job in claim_jobs(&mut session, DRAINED, "drained") {
-        complete(&mut db, &job);
+        assert_eq!(crate::statements::complete(&mut db, job.id, &job.claim, true), 1, "{} completed", job.id);
     }
     // A reaper pass, as a worker's reaper makes one every few seconds: its look over the running
     // rows visits the dead index entries the completed jobs left once, in proportion to them, and

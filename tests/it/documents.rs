@@ -722,16 +722,7 @@ fn bench() {
     pin(
         &report,
         env.dir.path(),
-        &[
-            "enqueue_single_per_s",
-            "enqueue_batch_per_s",
-            "claim_complete_per_s",
-            "claim_complete_db_cpu_ms_per_job",
-            "p50",
-            "p99",
-            "tag",
-            "cpus",
-        ],
+        &crate::bench::MEASURED,
         r#"
 {
   "bare_bun_cpu_ms_per_job": null,

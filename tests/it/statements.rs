@@ -46,7 +46,7 @@ fn zombies(db: &mut Client, window_s: f64) -> Vec<Uuid> {
 }
 
 /// Complete `job` as `claim` with the worker's statement for one job, or the one for a batch.
-fn complete(db: &mut Client, job: Uuid, claim: &str, one: bool) -> u64 {
+pub(crate) fn complete(db: &mut Client, job: Uuid, claim: &str, one: bool) -> u64 {
     let result = serde_json::json!({"ok": true});
     let lines: [&(dyn postgres::types::ToSql + Sync); 4] =
         [&vec![job], &vec!["stdout"], &vec!["the last line"], &CHANNEL_COMPLETED];

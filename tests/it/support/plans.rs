@@ -1,5 +1,5 @@
-//! Deep queues and the plans of statements run on them: a queue filled straight in SQL, and the
-//! nodes of an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON).
+//! Deep queues and the plans of statements run on them: a queue filled straight in SQL, a statement
+//! explained as a worker runs it, and the nodes of an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON).
 
 use serde_json::Value;
 
@@ -28,6 +28,22 @@ pub(crate) fn fill(env: &TestEnv, count: i64, tags: &[&str], priority: &str, due
         )
         .unwrap();
     env.db().batch_execute("ANALYZE job_queue").unwrap();
+}
+
+/// EXPLAIN ANALYZE `sql`, prepared with these parameter types and run with these literal
+/// arguments (EXPLAIN EXECUTE takes no others), as a worker's connection runs it: with a generic
+/// plan and the worker's planner settings; rolled back.
+pub(crate) fn explain(env: &TestEnv, sql: &str, types: &str, arguments: &str) -> Value {
+    let mut client = env.db();
+    let mut tx = client.transaction().unwrap();
+    tx.batch_execute(&format!("SET LOCAL {}", wf::db::PLANNER.join("; SET LOCAL "))).unwrap();
+    tx.batch_execute(&format!("PREPARE statement({types}) AS {sql}")).unwrap();
+    let plan: Value = tx
+        .query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE statement({arguments})"), &[])
+        .unwrap()
+        .get(0);
+    tx.rollback().unwrap();
+    plan
 }
 
 /// Every plan node, depth first.
