@@ -637,7 +637,8 @@ fn claim_and_complete(
                     let claims = |n: u64| -> Vec<String> {
                         (0..batch).map(|k| format!("{}:{worker}#{n}.{k}", namespace.tag)).collect()
                     };
-                    // As a worker's slot: each completion commits with the next claim.
+                    // As a worker's slot: each completion commits with the next claim, in one
+                    // statement; several, in one transaction.
                     let mut jobs = claim::claim(client, &tags, &claims(0), CLAIM_WINDOW)?;
                     for n in 1u64.. {
                         if jobs.is_empty() {
@@ -645,10 +646,20 @@ fn claim_and_complete(
                         }
                         interrupt.check()?;
                         let finished = jobs.len() as u64;
-                        jobs = client.in_transaction(|client| {
-                            complete_noop(client, &jobs)?;
-                            claim::claim(client, &tags, &claims(n), CLAIM_WINDOW)
-                        })?;
+                        jobs = match jobs.as_slice() {
+                            [one] => {
+                                let (recorded, next) =
+                                    complete::then_claim(client, &noop(one), &tags, &claims(n), CLAIM_WINDOW)?;
+                                if recorded == Recorded::Fenced {
+                                    bail!("the bench lost its claimed job to another claimer");
+                                }
+                                next
+                            }
+                            many => client.in_transaction(|client| {
+                                complete_noop(client, many)?;
+                                claim::claim(client, &tags, &claims(n), CLAIM_WINDOW)
+                            })?,
+                        };
                         progress.done(done.fetch_add(finished, Ordering::SeqCst) + finished);
                     }
                     Ok(())
@@ -663,20 +674,22 @@ fn claim_and_complete(
     Ok(Rate { jobs: u64::from(jobs), elapsed })
 }
 
+/// A success with the result `{}`.
+fn noop(job: &Claimed) -> Completion {
+    Completion {
+        job_id: job.id,
+        claim: job.claim.clone(),
+        attempt: job.attempt(),
+        status: JobStatus::Success,
+        result: Some(json!({})),
+        error: None,
+        logs: Vec::new(),
+    }
+}
+
 /// Complete claimed jobs at once as success with the result `{}`, in one statement.
 fn complete_noop(client: &mut Session, jobs: &[Claimed]) -> Result<()> {
-    let completions: Vec<Completion> = jobs
-        .iter()
-        .map(|job| Completion {
-            job_id: job.id,
-            claim: job.claim.clone(),
-            attempt: job.attempt(),
-            status: JobStatus::Success,
-            result: Some(json!({})),
-            error: None,
-            logs: Vec::new(),
-        })
-        .collect();
+    let completions: Vec<Completion> = jobs.iter().map(noop).collect();
     // One job: the worker's own completion statement; several: one statement for all.
     let recorded = match completions.as_slice() {
         [one] => match complete::complete(client, one)? {

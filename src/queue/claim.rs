@@ -7,16 +7,20 @@
 //! (tag, priority DESC, scheduled_for) one (tag, priority) range at a time: a loose index scan
 //! over the distinct priorities of each tag, stopping at the first priority that has a due job,
 //! so future jobs of higher priority cost one index probe per distinct priority, not one per job.
-//! The "no due job at this priority" test is a LIMIT 1 subquery in the index's order, not a
-//! NOT EXISTS: once the table is analyzed, PostgreSQL turns a NOT EXISTS inside the recursion into a
-//! hash anti-join over the whole queue (about 100 ms per claim at 200k jobs in one tag), and an
-//! unordered LIMIT 1 into a sequential scan that, mid-drain, walks every claimed row.
+//! Each step is one probe: the first entry of the tag's range below the last priority, in the
+//! index's order, is that priority's earliest job, so it tells both the next priority and whether
+//! it has a due job. (Asking those apart, `max(priority)` then a LIMIT 1 for a due job, walked the
+//! head of the range twice, with the entries that claims left dead there: 136 buffers a claim
+//! against 42 while one worker drains 5,000 jobs.) The probe is a LIMIT 1 subquery in the index's
+//! order, not a NOT EXISTS: once the table is analyzed, PostgreSQL turns a NOT EXISTS inside the
+//! recursion into a hash anti-join over the whole queue (about 100 ms per claim at 200k jobs in one
+//! tag), and an unordered LIMIT 1 into a sequential scan that, mid-drain, walks every claimed row.
 //! `tests/it/claim.rs` checks with EXPLAIN ANALYZE that no plan node reads more than a handful of
 //! job_queue rows on a deep queue. The plan (200k jobs, 4 tags, worker on 2):
 //!
 //! ```text
 //! Nested Loop -> Limit -> Sort (top-N over at most one candidate per subscribed tag)
-//!   -> Nested Loop -> CTE Scan on priorities (Recursive Union of InitPlan
+//!   -> Nested Loop -> CTE Scan on priorities (Recursive Union of Limit ->
 //!        Index Only Scan using job_queue_claim_idx ... Index Cond: tag = s.tag)
 //!      -> Limit -> LockRows -> Index Scan using job_queue_claim_idx on job_queue q
 //!           Index Cond: tag = p.tag AND priority = p.priority AND scheduled_for <= now()
@@ -27,6 +31,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
+use postgres::Row;
+use postgres::types::ToSql;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -74,27 +80,28 @@ impl Claimed {
 /// The most jobs one claim takes (the statement's LIMIT says the same).
 pub const CLAIM_BATCH_MAX: usize = 64;
 
-pub const CLAIM_SQL: &str = "
-WITH RECURSIVE
-subscribed AS (SELECT DISTINCT unnest($1::text[]) AS tag),
+/// The claim's common table expressions, `subscribed` to `stamped` (parameters: $1 tags, $2 claim
+/// ids, $3 window), shared by `CLAIM_SQL` and the completion that claims (`complete::then_claim_sql`).
+macro_rules! claim_ctes {
+    () => {
+        "subscribed AS (SELECT DISTINCT unnest($1::text[]) AS tag),
 priorities AS (
-    SELECT s.tag,
-           (SELECT max(q.priority) FROM job_queue q
-             WHERE q.tag = s.tag AND NOT q.running AND q.canceled_by IS NULL) AS priority
+    SELECT s.tag, h.priority, h.scheduled_for <= now() AS due
       FROM subscribed s
+     CROSS JOIN LATERAL (
+           SELECT q.priority, q.scheduled_for FROM job_queue q
+            WHERE q.tag = s.tag AND NOT q.running AND q.canceled_by IS NULL
+            ORDER BY q.priority DESC, q.scheduled_for
+            LIMIT 1) h
     UNION ALL
-    SELECT p.tag,
-           (SELECT max(q.priority) FROM job_queue q
-             WHERE q.tag = p.tag AND NOT q.running AND q.canceled_by IS NULL
-               AND q.priority < p.priority)
+    SELECT p.tag, h.priority, h.scheduled_for <= now()
       FROM priorities p
-     WHERE p.priority IS NOT NULL
-       AND (SELECT 1 FROM job_queue q
-             WHERE q.tag = p.tag AND q.priority = p.priority
-               AND NOT q.running AND q.canceled_by IS NULL
-               AND q.scheduled_for <= now()
-             ORDER BY q.scheduled_for
-             LIMIT 1) IS NULL
+     CROSS JOIN LATERAL (
+           SELECT q.priority, q.scheduled_for FROM job_queue q
+            WHERE q.tag = p.tag AND q.priority < p.priority AND NOT q.running AND q.canceled_by IS NULL
+            ORDER BY q.priority DESC, q.scheduled_for
+            LIMIT 1) h
+     WHERE NOT p.due
 ),
 -- At most $2's cardinality jobs, and never more than 64 (CLAIM_BATCH_MAX). A worker runs the
 -- statement with the batch's size written into this LIMIT and the fetch's (`claim_sql`): a plan
@@ -112,7 +119,7 @@ peek AS (
                     ORDER BY q.scheduled_for
                     LIMIT cardinality($2::text[])
                       FOR UPDATE SKIP LOCKED) c
-             WHERE p.priority IS NOT NULL) r
+             WHERE p.due) r
      WHERE r.n <= cardinality($2::text[])
      ORDER BY r.n
      LIMIT 64
@@ -131,26 +138,44 @@ stamped AS (
     INSERT INTO job_runtime (job_id, ping, window_s)
     SELECT job_id, now(), $3 FROM claimed
     ON CONFLICT (job_id) DO UPDATE SET ping = now(), window_s = EXCLUDED.window_s
-)
-SELECT j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoint,
+)"
+    };
+}
+
+/// What a claim returns of each job, from `claimed c` and `job j`.
+macro_rules! claimed_columns {
+    () => {
+        "j.id, j.app_key, j.action_key, j.git_source_id, j.commit_sha, j.entrypoint,
        j.output_schema, j.timeout_s, j.tag, j.input, j.trigger_kind, j.scheduled_for,
        c.started_at, c.restarts, j.network, j.memory_mb, j.max_processes, c.worker, c.releases, j.no_overlap,
-       j.warm
-  FROM claimed c JOIN job j ON j.id = c.job_id";
+       j.warm"
+    };
+}
+
+pub(crate) const CLAIM_CTES: &str = claim_ctes!();
+pub(crate) const CLAIMED_COLUMNS: &str = claimed_columns!();
+
+pub const CLAIM_SQL: &str = concat!(
+    "\nWITH RECURSIVE\n",
+    claim_ctes!(),
+    "\nSELECT ",
+    claimed_columns!(),
+    "\n  FROM claimed c JOIN job j ON j.id = c.job_id"
+);
 
 /// `CLAIM_SQL` for at most `k` jobs, with `k` written into both limits: a generic plan (a
 /// worker's, see `db::Session`) sees them. Otherwise it takes `cardinality($2)` for a tenth of the
 /// queue (a sort of every due job of the tag), and the batch for 64 jobs (a hash join over the
 /// whole queue to update them).
 pub fn claim_sql(k: usize) -> &'static str {
-    static BY_LIMIT: LazyLock<Vec<String>> = LazyLock::new(|| {
-        (1..=CLAIM_BATCH_MAX)
-            .map(|k| {
-                CLAIM_SQL.replace(FETCH_LIMIT, &format!("LIMIT {k}\n")).replace(BATCH_LIMIT, &format!("LIMIT {k}\n),"))
-            })
-            .collect()
-    });
+    static BY_LIMIT: LazyLock<Vec<String>> =
+        LazyLock::new(|| (1..=CLAIM_BATCH_MAX).map(|k| with_limits(CLAIM_SQL, k)).collect());
     &BY_LIMIT[k.clamp(1, CLAIM_BATCH_MAX) - 1]
+}
+
+/// `sql`, holding the claim's CTEs, with `k` written into their two limits.
+pub(crate) fn with_limits(sql: &str, k: usize) -> String {
+    sql.replace(FETCH_LIMIT, &format!("LIMIT {k}\n")).replace(BATCH_LIMIT, &format!("LIMIT {k}\n),"))
 }
 
 /// A claim slower than this is planned anew (a claim takes well under a millisecond on a deep queue).
@@ -166,43 +191,53 @@ const BATCH_LIMIT: &str = "LIMIT 64\n),";
 /// worker's zombie window.
 pub fn claim(session: &mut Session, tags: &[String], claims: &[String], window: Duration) -> Result<Vec<Claimed>> {
     let claims = &claims[..claims.len().min(CLAIM_BATCH_MAX)];
-    let sql = claim_sql(claims.len());
+    let rows = run(session, claim_sql(claims.len()), &[&tags, &claims, &window.as_secs_f64()])?;
+    Ok(in_claim_order(rows.iter().map(|row| claimed(row, 0)).collect(), claims))
+}
+
+/// Run a statement that claims (`claim_sql`, `complete::then_claim_sql`).
+pub(crate) fn run(session: &mut Session, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
     let began = Instant::now();
-    let rows = session.query(sql, &[&tags, &claims, &window.as_secs_f64()])?;
+    let rows = session.query(sql, params)?;
     // A plan made while the queue was nearly empty scans it once it is deep, until the next ANALYZE:
     // a slow claim has the next one planned anew, for the queue as it is then.
     if began.elapsed() > REPLAN_AFTER {
         session.forget(sql);
     }
-    let mut claimed: Vec<Claimed> = rows
-        .iter()
-        .map(|row| Claimed {
-            id: row.get(0),
-            app: row.get(1),
-            action: row.get(2),
-            git_source_id: row.get(3),
-            commit_sha: row.get(4),
-            entrypoint: row.get(5),
-            output_schema: row.get(6),
-            timeout_s: row.get(7),
-            tag: row.get(8),
-            input: row.get(9),
-            trigger_kind: row.get(10),
-            scheduled_for: row.get(11),
-            started_at: row.get(12),
-            restarts: row.get(13),
-            network: row.get(14),
-            memory_mb: row.get(15),
-            max_processes: row.get(16),
-            claim: row.get(17),
-            releases: row.get(18),
-            no_overlap: row.get(19),
-            warm: row.get(20),
-        })
-        .collect();
-    // In the order of their claim ids, which is the order of preference.
+    Ok(rows)
+}
+
+/// A claimed job from `CLAIMED_COLUMNS`, read from the row's column `first` on.
+pub(crate) fn claimed(row: &Row, first: usize) -> Claimed {
+    Claimed {
+        id: row.get(first),
+        app: row.get(first + 1),
+        action: row.get(first + 2),
+        git_source_id: row.get(first + 3),
+        commit_sha: row.get(first + 4),
+        entrypoint: row.get(first + 5),
+        output_schema: row.get(first + 6),
+        timeout_s: row.get(first + 7),
+        tag: row.get(first + 8),
+        input: row.get(first + 9),
+        trigger_kind: row.get(first + 10),
+        scheduled_for: row.get(first + 11),
+        started_at: row.get(first + 12),
+        restarts: row.get(first + 13),
+        network: row.get(first + 14),
+        memory_mb: row.get(first + 15),
+        max_processes: row.get(first + 16),
+        claim: row.get(first + 17),
+        releases: row.get(first + 18),
+        no_overlap: row.get(first + 19),
+        warm: row.get(first + 20),
+    }
+}
+
+/// Claimed jobs in the order of their claim ids, which is the order of preference.
+pub(crate) fn in_claim_order(mut claimed: Vec<Claimed>, claims: &[String]) -> Vec<Claimed> {
     claimed.sort_by_key(|job| claims.iter().position(|claim| *claim == job.claim));
-    Ok(claimed)
+    claimed
 }
 
 /// Seconds until the next unclaimed job of `tags` is due (<= 0: one is due now); None when

@@ -1,5 +1,8 @@
 //! Completion: all or nothing, gated by ownership.
 
+use std::sync::LazyLock;
+use std::time::Duration;
+
 use anyhow::Result;
 use postgres::Transaction;
 use postgres::types::ToSql;
@@ -7,6 +10,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::CHANNEL_COMPLETED;
+use super::claim::{self, CLAIM_BATCH_MAX, Claimed};
 use super::job::JobStatus;
 use super::logs::LogLine;
 use crate::db::Session;
@@ -124,14 +128,13 @@ impl<'a> Columns<'a> {
     }
 }
 
-/// The completion statement around `done`, the completions as rows (job_id, claim, status, result,
-/// error, attempt); then one parameter per log line field ($7 job ids, $8 streams, $9 lines) and the
-/// channel to notify ($10).
-macro_rules! complete_sql {
-    ($done:literal) => {
+/// The completion's common table expressions around `done`, the completions as rows (job_id, claim,
+/// status, result, error, attempt); then one parameter per log line field ($7 job ids, $8 streams,
+/// $9 lines). `recorded` returns the jobs completed.
+macro_rules! completion_ctes {
+    ($done:expr) => {
         concat!(
-            "
-WITH done AS (",
+            "done AS (",
             $done,
             "),
 gate AS (
@@ -157,9 +160,16 @@ recorded AS (
            g.canceled_by, g.canceled_reason
       FROM gate g JOIN done d ON d.job_id = g.job_id
     RETURNING job_id
-)
-SELECT job_id, pg_notify($10, job_id::text) FROM recorded"
+)"
         )
+    };
+}
+
+/// The completion statement: its CTEs, and a notification for waiters ($10 the channel) of each job
+/// recorded.
+macro_rules! complete_sql {
+    ($done:expr) => {
+        concat!("\nWITH ", completion_ctes!($done), "\nSELECT job_id, pg_notify($10, job_id::text) FROM recorded")
     };
 }
 
@@ -172,15 +182,92 @@ pub const COMPLETE_SQL: &str = complete_sql!(
 "
 );
 
-/// The completion of one attempt, the worker's: the same with scalars. PostgreSQL plans it once per
-/// connection (a generic plan); the arrays of `COMPLETE_SQL` have it plan every call (0.3 ms, more
-/// than the execution), since only a custom plan knows their lengths.
-pub const COMPLETE_ONE_SQL: &str = complete_sql!(
-    "
+/// One completion as scalars: `done` of `COMPLETE_ONE_SQL` and `then_claim_sql`.
+macro_rules! one_done {
+    () => {
+        "
     SELECT $1::uuid AS job_id, $2::text AS claim, $3::text AS status, $4::jsonb AS result, $5::jsonb AS error,
            $6::int AS attempt
 "
-);
+    };
+}
+
+/// The completion of one attempt, the worker's: the same with scalars. PostgreSQL plans it once per
+/// connection (a generic plan); the arrays of `COMPLETE_SQL` have it plan every call (0.3 ms, more
+/// than the execution), since only a custom plan knows their lengths.
+pub const COMPLETE_ONE_SQL: &str = complete_sql!(one_done!());
+
+/// `COMPLETE_ONE_SQL` and the claim of the slot's next jobs (`claim::claim_sql`) as one statement,
+/// with `k` claim ids: one round trip and one commit where a transaction took four round trips.
+/// Parameters: the claim's ($1 tags, $2 claim ids, $3 window), then the completion's, each moved
+/// up by three ($4 to $13). Each row is one claimed job after the number of jobs recorded (0 or 1);
+/// a single row of nulls after it when nothing was claimed. One snapshot serves both: the job
+/// completed is running, so the claim could not take it anyway.
+pub fn then_claim_sql(k: usize) -> &'static str {
+    static BY_LIMIT: LazyLock<Vec<String>> = LazyLock::new(|| {
+        let completion = parameters_moved(
+            concat!(
+                completion_ctes!(one_done!()),
+                ",\nnotified AS (SELECT pg_notify($10, job_id::text) FROM recorded)"
+            ),
+            3,
+        );
+        (1..=CLAIM_BATCH_MAX)
+            .map(|k| {
+                let claim = claim::with_limits(claim::CLAIM_CTES, k);
+                format!(
+                    "\nWITH RECURSIVE\n{completion},\n{claim}\nSELECT (SELECT count(*) FROM notified) AS recorded, {}
+  FROM (SELECT) AS one
+  LEFT JOIN (claimed c JOIN job j ON j.id = c.job_id) ON true",
+                    claim::CLAIMED_COLUMNS
+                )
+            })
+            .collect()
+    });
+    &BY_LIMIT[k.clamp(1, CLAIM_BATCH_MAX) - 1]
+}
+
+/// `sql` with every parameter number moved up by `by`.
+fn parameters_moved(sql: &str, by: usize) -> String {
+    let mut moved = String::with_capacity(sql.len());
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        moved.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits > 0 {
+            let number: usize = rest[..digits].parse().expect("a parameter number");
+            moved.push_str(&(number + by).to_string());
+        }
+        rest = &rest[digits..];
+    }
+    moved.push_str(rest);
+    moved
+}
+
+/// Complete one attempt and claim up to `claims.len()` jobs of `tags` for the slot, in one
+/// statement (`then_claim_sql`): each keeps its meaning, the completion its gate (a refused one
+/// writes nothing, and the claim goes on), the claim its order and window.
+pub(crate) fn then_claim(
+    session: &mut Session,
+    completion: &Completion,
+    tags: &[String],
+    claims: &[String],
+    window: Duration,
+) -> Result<(Recorded, Vec<Claimed>)> {
+    let claims = &claims[..claims.len().min(CLAIM_BATCH_MAX)];
+    let columns = Columns::of(std::slice::from_ref(completion));
+    let window = window.as_secs_f64();
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&tags, &claims, &window];
+    params.extend(columns.one());
+    let rows = claim::run(session, then_claim_sql(claims.len()), &params)?;
+    let recorded = match rows.first().map(|row| row.get::<_, i64>(0)) {
+        Some(1) => Recorded::Completed,
+        _ => Recorded::Fenced,
+    };
+    let jobs = rows.iter().filter(|row| row.get::<_, Option<Uuid>>(1).is_some()).map(|row| claim::claimed(row, 1));
+    Ok((recorded, claim::in_claim_order(jobs.collect(), claims)))
+}
 
 /// After a completion whose commit acknowledgement was lost, the gate finds no row: the record
 /// tells whether our own commit landed.
@@ -224,4 +311,28 @@ pub(crate) fn finish_locked(
 fn notify_completed(tx: &mut Transaction<'_>, ids: &[Uuid]) -> Result<()> {
     tx.execute("SELECT pg_notify($1, id::text) FROM unnest($2::uuid[]) AS id", &[&CHANNEL_COMPLETED, &ids])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_move_up_whatever_their_number_of_digits() {
+        assert_eq!(parameters_moved("a $1, $9::text, $10 and $ alone", 3), "a $4, $12::text, $13 and $ alone");
+    }
+
+    #[test]
+    fn the_completion_that_claims_takes_the_claims_parameters_then_the_completions() {
+        for k in [1, 2, 64] {
+            let sql = then_claim_sql(k);
+            let used = |n: usize| {
+                let name = format!("${n}");
+                sql.match_indices(&name)
+                    .any(|(at, _)| !sql[at + name.len()..].starts_with(|c: char| c.is_ascii_digit()))
+            };
+            assert!((1..=13).all(used) && !used(14), "{sql}");
+            assert_eq!(sql.matches(&format!("LIMIT {k}\n")).count(), 2, "{sql}");
+        }
+    }
 }

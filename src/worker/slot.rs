@@ -634,8 +634,8 @@ fn completion(job: &Claimed, (status, result, error): Ending, mut logs: LogBuffe
     }
 }
 
-/// Complete a success or a cancel and claim the slot's next jobs in one transaction, so that one
-/// commit does both; the jobs claimed are handed to the slots (this one takes the first when it
+/// Complete a success or a cancel and claim the slot's next jobs in one statement, so that one
+/// round trip and one commit do both; the jobs claimed are handed to the slots (this one takes the first when it
 /// looks next). When there is nothing to claim for (the budget is spent, the worker is stopping)
 /// or the job failed (its completion commits with its retry), the job is completed alone. Anything
 /// but a clean commit leaves the completion to `record_completion`, which tells whether a commit
@@ -657,12 +657,8 @@ fn record_and_claim(
     }
     let claimed_at = Instant::now();
     let (tags, window) = (&shared.options.tags, shared.options.zombie_timeout);
-    let both = connection.client().and_then(|session| {
-        session.in_transaction(|session| {
-            let recorded = complete::complete(session, &completion)?;
-            Ok((recorded, claim::claim(session, tags, &claims, window)?))
-        })
-    });
+    let both =
+        connection.client().and_then(|session| complete::then_claim(session, &completion, tags, &claims, window));
     match both {
         Ok((recorded, jobs)) if !crate::fault::at("complete-lost-ack") => {
             for _ in jobs.len()..claims.len() {
