@@ -1,5 +1,5 @@
 //! Every per-job statement besides the claim (claim.rs has it) stays an index lookup on a deep
-//! queue: the completion of one job and of several, the heartbeat, the log append, the no-overlap
+//! queue: the completion of one job, with the next claim and without, and of several, the heartbeat, the log append, the no-overlap
 //! check, and the reaper's look for zombies and its requeue. Each runs as a worker's connection
 //! runs it (prepared, with a generic plan and the worker's planner settings) under EXPLAIN ANALYZE,
 //! on 200,000 due jobs in one tag: at rest after ANALYZE, and mid-drain (5,000 more jobs claimed
@@ -22,7 +22,7 @@ use crate::support::plans::{explain, fill, nodes};
 use wf::db::Session;
 use wf::queue::CHANNEL_COMPLETED;
 use wf::queue::claim;
-use wf::queue::complete::{COMPLETE_ONE_SQL, COMPLETE_SQL};
+use wf::queue::complete::{self, COMPLETE_ONE_SQL, COMPLETE_SQL};
 use wf::queue::heartbeat::HEARTBEAT_SQL;
 use wf::queue::logs::APPEND_SQL;
 use wf::queue::overlap::SKIP_SQL;
@@ -140,6 +140,19 @@ fn assert_statements_bounded(env: &TestEnv, held: &[Held], when: &str) {
         ),
     );
     assert_bounded(&completion, &what("the completion of one job"), 1);
+
+    let completion_and_claim = explain(
+        env,
+        complete::then_claim_sql(1),
+        "text[], text[], float8, uuid, text, text, jsonb, jsonb, int, uuid[], text[], text[], text",
+        &format!(
+            "'{{default}}', '{{next#1}}', 60, \
+             '{id}', '{claim}', 'success', '{{\"ok\": true}}', NULL, 1, '{{{id}}}', '{{stdout}}', '{{last}}', '{CHANNEL_COMPLETED}'",
+            id = one.id,
+            claim = one.claim
+        ),
+    );
+    assert_bounded(&completion_and_claim, &what("the completion of one job with the next claim"), 1);
 
     let completions = explain(
         env,

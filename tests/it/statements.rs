@@ -3,12 +3,13 @@
 //! process and no bun: each test takes milliseconds.
 
 use postgres::Client;
+use postgres::fallible_iterator::FallibleIterator;
 use uuid::Uuid;
 
 use crate::support::harness::TestEnv;
 use wf::queue::CHANNEL_COMPLETED;
 use wf::queue::claim::CLAIM_SQL;
-use wf::queue::complete::{COMPLETE_ONE_SQL, COMPLETE_SQL};
+use wf::queue::complete::{self, COMPLETE_ONE_SQL, COMPLETE_SQL};
 use wf::queue::heartbeat::HEARTBEAT_SQL;
 use wf::queue::reaper::{REQUEUE_SQL, ZOMBIES_SQL};
 
@@ -135,6 +136,85 @@ fn completion_gate(db: &mut Client, one: bool) {
     let recorded: (String, String, serde_json::Value) = (row.get(0), row.get(1), row.get(2));
     assert_eq!(recorded, ("w#2".to_string(), "success".to_string(), serde_json::json!({"ok": true})));
     assert_eq!(complete(db, job, "w#2", one), 0, "and only once");
+}
+
+/// The completion that claims (`then_claim_sql`) as a worker's slot runs it: `job` completed as
+/// `claim`, the next job claimed as `next`. Returns the number of jobs recorded, and the ids claimed.
+fn complete_then_claim(db: &mut Client, job: Uuid, claim: &str, next: &str) -> (i64, Vec<Option<Uuid>>) {
+    let (result, error) = (serde_json::json!({"ok": true}), None::<&serde_json::Value>);
+    let params: [&(dyn postgres::types::ToSql + Sync); 13] = [
+        &vec!["default"],
+        &vec![next],
+        &60.0f64,
+        &job,
+        &claim,
+        &"success",
+        &result,
+        &error,
+        &1i32,
+        &vec![job],
+        &vec!["stdout"],
+        &vec!["the last line"],
+        &CHANNEL_COMPLETED,
+    ];
+    let rows = db.query(complete::then_claim_sql(1), &params).unwrap();
+    let recorded = rows.first().map(|row| row.get(0)).unwrap_or(-1);
+    (recorded, rows.iter().map(|row| row.get(1)).collect())
+}
+
+/// The payloads of the notifications the connection has received.
+fn notified(db: &mut Client) -> Vec<String> {
+    db.notifications().iter().map(|note| Ok(note.payload().to_string())).collect().unwrap()
+}
+
+#[test]
+fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
+    let env = TestEnv::new();
+    let mut db = env.db();
+    db.batch_execute(&format!("LISTEN {CHANNEL_COMPLETED}")).unwrap();
+    let job = running(&mut db, "w#2", 0);
+    let waiting = [queued(&mut db), queued(&mut db)];
+    let state = |db: &mut Client| -> (i64, i64, i64) {
+        let row = db
+            .query_one(
+                "SELECT (SELECT count(*) FROM job_queue WHERE job_id = $1),
+                        (SELECT count(*) FROM job_completed WHERE job_id = $1),
+                        (SELECT count(*) FROM job_logs WHERE job_id = $1)",
+                &[&job],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    let owner = |db: &mut Client, id: Uuid| -> (Option<String>, i64) {
+        let row = db
+            .query_one(
+                "SELECT (SELECT worker FROM job_queue WHERE job_id = $1 AND running),
+                        (SELECT count(*) FROM job_runtime WHERE job_id = $1 AND window_s = 60)",
+                &[&id],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+
+    let (recorded, claimed) = complete_then_claim(&mut db, job, "w#1", "w#3");
+    assert_eq!(recorded, 0, "w#1 does not own the job");
+    assert_eq!(state(&mut db), (1, 0, 0), "nothing of a foreign completion is written");
+    assert_eq!(claimed.len(), 1, "the claim goes on: {claimed:?}");
+    let first = claimed[0].expect("a job claimed");
+    assert!(waiting.contains(&first), "a waiting job, never the running one: {first}");
+    assert_eq!(owner(&mut db, first), (Some("w#3".to_string()), 1), "claimed as w#3, its ping stamped");
+    assert_eq!(notified(&mut db), Vec::<String>::new(), "no notification for a completion refused");
+
+    let (recorded, claimed) = complete_then_claim(&mut db, job, "w#2", "w#4");
+    assert_eq!(recorded, 1);
+    assert_eq!(state(&mut db), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
+    let second = claimed[0].expect("a job claimed");
+    assert!(waiting.contains(&second) && second != first, "the other waiting job: {second}");
+    assert_eq!(owner(&mut db, second), (Some("w#4".to_string()), 1));
+    assert_eq!(notified(&mut db), vec![job.to_string()], "waiters told of the completion");
+
+    let (recorded, claimed) = complete_then_claim(&mut db, job, "w#2", "w#5");
+    assert_eq!((recorded, claimed), (0, vec![None]), "only once, and one row of nothing when nothing is left");
 }
 
 #[test]
