@@ -17,6 +17,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (8, "0008_stored_sources.sql", include_str!("../../migrations/0008_stored_sources.sql")),
     (9, "0009_listing_per_commit.sql", include_str!("../../migrations/0009_listing_per_commit.sql")),
     (10, "0010_warm.sql", include_str!("../../migrations/0010_warm.sql")),
+    (11, "0011_awaited.sql", include_str!("../../migrations/0011_awaited.sql")),
 ];
 
 /// Key of the session advisory lock held while migrating.

@@ -80,12 +80,12 @@ impl Claimed {
 /// The most jobs one claim takes (the statement's LIMIT says the same).
 pub const CLAIM_BATCH_MAX: usize = 64;
 
-/// The claim's common table expressions, `subscribed` to `stamped` (parameters: $1 tags, $2 claim
-/// ids, $3 window), shared by `CLAIM_SQL` and the completion that claims (`complete::then_claim_sql`).
+/// The claim's common table expressions after `subscribed` (the tags, one row each), `priorities`
+/// to `stamped` (parameters: $2 claim ids, $3 window), shared by `CLAIM_SQL` and the completion
+/// that claims (`complete::then_claim_sql`).
 macro_rules! claim_ctes {
     () => {
-        "subscribed AS (SELECT DISTINCT unnest($1::text[]) AS tag),
-priorities AS (
+        "priorities AS (
     SELECT s.tag, h.priority, h.scheduled_for <= now() AS due
       FROM subscribed s
      CROSS JOIN LATERAL (
@@ -156,7 +156,7 @@ pub(crate) const CLAIM_CTES: &str = claim_ctes!();
 pub(crate) const CLAIMED_COLUMNS: &str = claimed_columns!();
 
 pub const CLAIM_SQL: &str = concat!(
-    "\nWITH RECURSIVE\n",
+    "\nWITH RECURSIVE\nsubscribed AS (SELECT DISTINCT unnest($1::text[]) AS tag),\n",
     claim_ctes!(),
     "\nSELECT ",
     claimed_columns!(),

@@ -130,7 +130,9 @@ impl<'a> Columns<'a> {
 
 /// The completion's common table expressions around `done`, the completions as rows (job_id, claim,
 /// status, result, error, attempt); then one parameter per log line field ($7 job ids, $8 streams,
-/// $9 lines). `recorded` returns the jobs completed.
+/// $9 lines), and the channel to notify ($10). `recorded` returns the jobs completed; `notified`
+/// notifies those a client waits for (job_queue.awaited; migration 0011 says why not every one), and
+/// runs only when read.
 macro_rules! completion_ctes {
     ($done:expr) => {
         concat!(
@@ -140,7 +142,7 @@ macro_rules! completion_ctes {
 gate AS (
     DELETE FROM job_queue q USING done d
      WHERE q.job_id = d.job_id AND q.worker = d.claim
-    RETURNING q.job_id, q.worker, q.started_at, q.restarts, q.canceled_by, q.canceled_reason
+    RETURNING q.job_id, q.worker, q.started_at, q.restarts, q.canceled_by, q.canceled_reason, q.awaited
 ),
 runtime AS (
     DELETE FROM job_runtime WHERE job_id IN (SELECT job_id FROM gate)
@@ -160,16 +162,19 @@ recorded AS (
            g.canceled_by, g.canceled_reason
       FROM gate g JOIN done d ON d.job_id = g.job_id
     RETURNING job_id
+),
+notified AS (
+    SELECT pg_notify($10, g.job_id::text) FROM recorded r JOIN gate g ON g.job_id = r.job_id WHERE g.awaited
 )"
         )
     };
 }
 
-/// The completion statement: its CTEs, and a notification for waiters ($10 the channel) of each job
-/// recorded.
+/// The completion statement: its CTEs, then the jobs recorded, each with the number of
+/// notifications sent.
 macro_rules! complete_sql {
     ($done:expr) => {
-        concat!("\nWITH ", completion_ctes!($done), "\nSELECT job_id, pg_notify($10, job_id::text) FROM recorded")
+        concat!("\nWITH ", completion_ctes!($done), "\nSELECT job_id, (SELECT count(*) FROM notified) FROM recorded")
     };
 }
 
@@ -200,23 +205,26 @@ pub const COMPLETE_ONE_SQL: &str = complete_sql!(one_done!());
 /// `COMPLETE_ONE_SQL` and the claim of the slot's next jobs (`claim::claim_sql`) as one statement,
 /// with `k` claim ids: one round trip and one commit where a transaction took four round trips.
 /// Parameters: the claim's ($1 tags, $2 claim ids, $3 window), then the completion's, each moved
-/// up by three ($4 to $13). Each row is one claimed job after the number of jobs recorded (0 or 1);
-/// a single row of nulls after it when nothing was claimed. One snapshot serves both: the job
-/// completed is running, so the claim could not take it anyway.
+/// up by three ($4 to $13). Each row is one claimed job after the number of jobs recorded (0 or 1)
+/// and of notifications sent; a single row of nulls after them when nothing was claimed. One
+/// snapshot serves both: the job completed is running, so the claim could not take it anyway.
+///
+/// The claim starts once the gate has deleted the queue row (`subscribed` reads `gate`), as in a
+/// transaction of the two: the other way round, two workers deadlocked (each statement waiting in
+/// its gate for the other, whose claim had locked that row: a locking read that meets a row updated
+/// since its snapshot locks the new version even when it no longer qualifies, until its commit).
+/// Once the gate is past, the claim waits for nothing (SKIP LOCKED), so no cycle can form.
 pub fn then_claim_sql(k: usize) -> &'static str {
     static BY_LIMIT: LazyLock<Vec<String>> = LazyLock::new(|| {
-        let completion = parameters_moved(
-            concat!(
-                completion_ctes!(one_done!()),
-                ",\nnotified AS (SELECT pg_notify($10, job_id::text) FROM recorded)"
-            ),
-            3,
-        );
+        let completion = parameters_moved(completion_ctes!(one_done!()), 3);
         (1..=CLAIM_BATCH_MAX)
             .map(|k| {
                 let claim = claim::with_limits(claim::CLAIM_CTES, k);
                 format!(
-                    "\nWITH RECURSIVE\n{completion},\n{claim}\nSELECT (SELECT count(*) FROM notified) AS recorded, {}
+                    "\nWITH RECURSIVE\n{completion},
+subscribed AS (SELECT DISTINCT unnest($1::text[]) AS tag FROM (SELECT count(*) FROM gate) AS completed_first),
+{claim}
+SELECT (SELECT count(*) FROM recorded) AS recorded, (SELECT count(*) FROM notified) AS notified, {}
   FROM (SELECT) AS one
   LEFT JOIN (claimed c JOIN job j ON j.id = c.job_id) ON true",
                     claim::CLAIMED_COLUMNS
@@ -265,7 +273,7 @@ pub(crate) fn then_claim(
         Some(1) => Recorded::Completed,
         _ => Recorded::Fenced,
     };
-    let jobs = rows.iter().filter(|row| row.get::<_, Option<Uuid>>(1).is_some()).map(|row| claim::claimed(row, 1));
+    let jobs = rows.iter().filter(|row| row.get::<_, Option<Uuid>>(2).is_some()).map(|row| claim::claimed(row, 2));
     Ok((recorded, claim::in_claim_order(jobs.collect(), claims)))
 }
 

@@ -111,12 +111,21 @@ pub(crate) fn wait_until_finished(client: &mut Client, id: Uuid, timeout: Option
         Duration::from_secs(2),
         |notification| notification.payload() == id_text,
         |client| {
+            awaiting(client, id)?;
             let job = show_existing(client, id)?;
             Ok(if job.status.is_finished() { ControlFlow::Break(job) } else { ControlFlow::Continue(job) })
         },
     )?;
     let (ControlFlow::Break(job) | ControlFlow::Continue(job)) = waited;
     Ok(job)
+}
+
+/// Mark the job as awaited, so that its completion notifies (job_queue.awaited), once the caller
+/// listens and before it looks: a completion that deletes the queue row after the mark sees it,
+/// and one that deleted it before is found by the look.
+fn awaiting(client: &mut Client, id: Uuid) -> Result<()> {
+    client.execute("UPDATE job_queue SET awaited = true WHERE job_id = $1 AND NOT awaited", &[&id])?;
+    Ok(())
 }
 
 /// A moment given on the command line: a time, or a duration before the database's now.
@@ -286,6 +295,7 @@ pub(crate) fn follow_logs(
         FOLLOW_POLL,
         |notification| notification.payload() == id_text,
         |client| loop {
+            awaiting(client, id)?;
             let finished = show_existing(client, id)?.status.is_finished();
             let entries = logs(client, id, after)?;
             let Some(last) = entries.last() else {

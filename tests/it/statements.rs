@@ -159,7 +159,7 @@ fn complete_then_claim(db: &mut Client, job: Uuid, claim: &str, next: &str) -> (
     ];
     let rows = db.query(complete::then_claim_sql(1), &params).unwrap();
     let recorded = rows.first().map(|row| row.get(0)).unwrap_or(-1);
-    (recorded, rows.iter().map(|row| row.get(1)).collect())
+    (recorded, rows.iter().map(|row| row.get(2)).collect())
 }
 
 /// The payloads of the notifications the connection has received.
@@ -205,6 +205,8 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
     assert_eq!(owner(&mut db, first), (Some("w#3".to_string()), 1), "claimed as w#3, its ping stamped");
     assert_eq!(notified(&mut db), Vec::<String>::new(), "no notification for a completion refused");
 
+    // A client waits for the job (`wf result --wait` marks it so).
+    db.execute("UPDATE job_queue SET awaited = true WHERE job_id = $1", &[&job]).unwrap();
     let (recorded, claimed) = complete_then_claim(&mut db, job, "w#2", "w#4");
     assert_eq!(recorded, 1);
     assert_eq!(state(&mut db), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
@@ -212,9 +214,40 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
     assert!(waiting.contains(&second) && second != first, "the other waiting job: {second}");
     assert_eq!(owner(&mut db, second), (Some("w#4".to_string()), 1));
     assert_eq!(notified(&mut db), vec![job.to_string()], "waiters told of the completion");
+    assert_eq!(complete(&mut db, first, "w#3", true), 1);
+    assert_eq!(notified(&mut db), Vec::<String>::new(), "no notification for a job nobody waits for");
 
     let (recorded, claimed) = complete_then_claim(&mut db, job, "w#2", "w#5");
     assert_eq!((recorded, claimed), (0, vec![None]), "only once, and one row of nothing when nothing is left");
+}
+
+#[test]
+fn a_completion_with_the_next_claim_locks_nothing_to_claim_while_its_gate_waits() {
+    // Another worker's claim may hold this job's row (a locking read that met the row after this
+    // job's claim locks it until its own commit) and go on to lock more rows. If this statement
+    // claimed first and then waited in its gate, that worker could wait on the row claimed here:
+    // a deadlock. The gate comes first: while it waits, nothing is claimed yet.
+    let env = TestEnv::new();
+    let mut db = env.db();
+    let job = running(&mut db, "w#1", 0);
+    let next = queued(&mut db);
+    let mut other = env.db();
+    let mut holder = other.transaction().unwrap();
+    holder.execute("SELECT 1 FROM job_queue WHERE job_id = $1 FOR UPDATE", &[&job]).unwrap();
+    std::thread::scope(|scope| {
+        let completing = scope.spawn(|| complete_then_claim(&mut env.db(), job, "w#1", "w#2"));
+        crate::support::harness::wait_for(std::time::Duration::from_secs(30), "the gate to wait", || {
+            let waiting: i64 = env.scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            );
+            (waiting > 0).then_some(())
+        });
+        let free = holder.query_opt("SELECT 1 FROM job_queue WHERE job_id = $1 FOR UPDATE NOWAIT", &[&next]);
+        assert!(free.is_ok(), "the waiting statement has locked the next job already: {free:?}");
+        holder.rollback().unwrap();
+        let (recorded, claimed) = completing.join().unwrap();
+        assert_eq!((recorded, claimed), (1, vec![Some(next)]), "completed, and the next job claimed");
+    });
 }
 
 #[test]

@@ -104,3 +104,42 @@ fn logs_follow_prints_the_lines_written_by_the_completion() {
     let rest: Vec<String> = printed.try_iter().collect();
     assert_eq!(rest, ["last 1", "last 2"], "every line, also those of the completion, is printed");
 }
+
+#[test]
+fn a_waiter_has_the_completion_of_its_job_notified_and_no_other() {
+    let env = TestEnv::new();
+    synced(&env);
+    let (waited, alone) = (enqueue(&env, "t/echo", json!({"w": 1})), enqueue(&env, "t/echo", json!({"w": 2})));
+    let mut waiter = env.wf(["result", &waited, "--wait", "--timeout", "120s", "--json"]).start();
+    let ids: Vec<uuid::Uuid> = [&waited, &alone].iter().map(|id| id.parse().unwrap()).collect();
+    wait_for(Duration::from_secs(30), "the waiter to mark its job", || {
+        let awaited: Vec<bool> = env
+            .db()
+            .query("SELECT awaited FROM job_queue WHERE job_id = ANY($1) ORDER BY job_id = $2 DESC", &[&ids, &ids[0]])
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        (awaited == [true, false]).then_some(())
+    });
+
+    // Both run and complete as a worker's statements do; the test listens as any waiter would.
+    let mut db = env.db();
+    db.batch_execute("LISTEN wf_completed").unwrap();
+    db.execute(
+        "UPDATE job_queue SET running = true, started_at = now(), worker = 'w#' || job_id WHERE job_id = ANY($1)",
+        &[&ids],
+    )
+    .unwrap();
+    let notified = |db: &mut postgres::Client| -> Vec<String> {
+        use postgres::fallible_iterator::FallibleIterator;
+        db.notifications().iter().map(|note| Ok(note.payload().to_string())).collect().unwrap()
+    };
+    assert_eq!(crate::statements::complete(&mut db, ids[1], &format!("w#{}", ids[1]), true), 1);
+    assert_eq!(notified(&mut db), Vec::<String>::new(), "nobody waits for it: no notification");
+    assert_eq!(crate::statements::complete(&mut db, ids[0], &format!("w#{}", ids[0]), true), 1);
+    assert_eq!(notified(&mut db), vec![waited.clone()], "its waiter is told");
+
+    let status = wait_for(Duration::from_secs(30), "the waiter to end", || waiter.try_wait().unwrap());
+    assert!(status.success(), "{status:?}");
+}
