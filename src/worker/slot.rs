@@ -635,8 +635,8 @@ fn completion(job: &Claimed, (status, result, error): Ending, mut logs: LogBuffe
 }
 
 /// Complete a success or a cancel and claim the slot's next jobs in one statement, so that one
-/// round trip and one commit do both; the jobs claimed are handed to the slots (this one takes the first when it
-/// looks next). When there is nothing to claim for (the budget is spent, the worker is stopping)
+/// round trip and one commit do both; the jobs claimed are handed to the slots (this one takes the
+/// first when it looks next). When there is nothing to claim for (the budget is spent, the worker is stopping)
 /// or the job failed (its completion commits with its retry), the job is completed alone. Anything
 /// but a clean commit leaves the completion to `record_completion`, which tells whether a commit
 /// whose answer was lost landed; the jobs such a commit may have claimed are never run by this
