@@ -294,15 +294,17 @@ pub(crate) fn follow_logs(
         None,
         FOLLOW_POLL,
         |notification| notification.payload() == id_text,
-        |client| loop {
+        |client| {
             awaiting(client, id)?;
-            let finished = show_existing(client, id)?.status.is_finished();
-            let entries = logs(client, id, after)?;
-            let Some(last) = entries.last() else {
-                return Ok(if finished { ControlFlow::Break(()) } else { ControlFlow::Continue(()) });
-            };
-            after = last.id;
-            show(&entries)?;
+            loop {
+                let finished = show_existing(client, id)?.status.is_finished();
+                let entries = logs(client, id, after)?;
+                let Some(last) = entries.last() else {
+                    return Ok(if finished { ControlFlow::Break(()) } else { ControlFlow::Continue(()) });
+                };
+                after = last.id;
+                show(&entries)?;
+            }
         },
     )?;
     Ok(())

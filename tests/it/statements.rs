@@ -115,23 +115,25 @@ fn the_completion_gate_skips_a_foreign_claim() {
     }
 }
 
+/// The job's rows in the queue, among the completion records and among the log lines.
+fn traces(db: &mut Client, job: Uuid) -> (i64, i64, i64) {
+    let row = db
+        .query_one(
+            "SELECT (SELECT count(*) FROM job_queue WHERE job_id = $1),
+                    (SELECT count(*) FROM job_completed WHERE job_id = $1),
+                    (SELECT count(*) FROM job_logs WHERE job_id = $1)",
+            &[&job],
+        )
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
 fn completion_gate(db: &mut Client, one: bool) {
     let job = running(db, "w#2", 0);
     assert_eq!(complete(db, job, "w#1", one), 0, "w#1 does not own the job");
-    let counts = |db: &mut Client| -> (i64, i64, i64) {
-        let row = db
-            .query_one(
-                "SELECT (SELECT count(*) FROM job_queue WHERE job_id = $1),
-                        (SELECT count(*) FROM job_completed WHERE job_id = $1),
-                        (SELECT count(*) FROM job_logs WHERE job_id = $1)",
-                &[&job],
-            )
-            .unwrap();
-        (row.get(0), row.get(1), row.get(2))
-    };
-    assert_eq!(counts(db), (1, 0, 0), "nothing of a foreign completion is written");
+    assert_eq!(traces(db, job), (1, 0, 0), "nothing of a foreign completion is written");
     assert_eq!(complete(db, job, "w#2", one), 1);
-    assert_eq!(counts(db), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
+    assert_eq!(traces(db, job), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
     let row = db.query_one("SELECT worker, status, result FROM job_completed WHERE job_id = $1", &[&job]).unwrap();
     let recorded: (String, String, serde_json::Value) = (row.get(0), row.get(1), row.get(2));
     assert_eq!(recorded, ("w#2".to_string(), "success".to_string(), serde_json::json!({"ok": true})));
@@ -163,7 +165,7 @@ fn complete_then_claim(db: &mut Client, job: Uuid, claim: &str, next: &str) -> (
 }
 
 /// The payloads of the notifications the connection has received.
-fn notified(db: &mut Client) -> Vec<String> {
+pub(crate) fn notified(db: &mut Client) -> Vec<String> {
     db.notifications().iter().map(|note| Ok(note.payload().to_string())).collect().unwrap()
 }
 
@@ -174,17 +176,6 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
     db.batch_execute(&format!("LISTEN {CHANNEL_COMPLETED}")).unwrap();
     let job = running(&mut db, "w#2", 0);
     let waiting = [queued(&mut db), queued(&mut db)];
-    let state = |db: &mut Client| -> (i64, i64, i64) {
-        let row = db
-            .query_one(
-                "SELECT (SELECT count(*) FROM job_queue WHERE job_id = $1),
-                        (SELECT count(*) FROM job_completed WHERE job_id = $1),
-                        (SELECT count(*) FROM job_logs WHERE job_id = $1)",
-                &[&job],
-            )
-            .unwrap();
-        (row.get(0), row.get(1), row.get(2))
-    };
     let owner = |db: &mut Client, id: Uuid| -> (Option<String>, i64) {
         let row = db
             .query_one(
@@ -198,7 +189,7 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
 
     let (recorded, claimed) = complete_then_claim(&mut db, job, "w#1", "w#3");
     assert_eq!(recorded, 0, "w#1 does not own the job");
-    assert_eq!(state(&mut db), (1, 0, 0), "nothing of a foreign completion is written");
+    assert_eq!(traces(&mut db, job), (1, 0, 0), "nothing of a foreign completion is written");
     assert_eq!(claimed.len(), 1, "the claim goes on: {claimed:?}");
     let first = claimed[0].expect("a job claimed");
     assert!(waiting.contains(&first), "a waiting job, never the running one: {first}");
@@ -209,7 +200,7 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
     db.execute("UPDATE job_queue SET awaited = true WHERE job_id = $1", &[&job]).unwrap();
     let (recorded, claimed) = complete_then_claim(&mut db, job, "w#2", "w#4");
     assert_eq!(recorded, 1);
-    assert_eq!(state(&mut db), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
+    assert_eq!(traces(&mut db, job), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
     let second = claimed[0].expect("a job claimed");
     assert!(waiting.contains(&second) && second != first, "the other waiting job: {second}");
     assert_eq!(owner(&mut db, second), (Some("w#4".to_string()), 1));

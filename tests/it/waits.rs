@@ -131,14 +131,10 @@ fn a_waiter_has_the_completion_of_its_job_notified_and_no_other() {
         &[&ids],
     )
     .unwrap();
-    let notified = |db: &mut postgres::Client| -> Vec<String> {
-        use postgres::fallible_iterator::FallibleIterator;
-        db.notifications().iter().map(|note| Ok(note.payload().to_string())).collect().unwrap()
-    };
     assert_eq!(crate::statements::complete(&mut db, ids[1], &format!("w#{}", ids[1]), true), 1);
-    assert_eq!(notified(&mut db), Vec::<String>::new(), "nobody waits for it: no notification");
+    assert_eq!(crate::statements::notified(&mut db), Vec::<String>::new(), "nobody waits for it: no notification");
     assert_eq!(crate::statements::complete(&mut db, ids[0], &format!("w#{}", ids[0]), true), 1);
-    assert_eq!(notified(&mut db), vec![waited.clone()], "its waiter is told");
+    assert_eq!(crate::statements::notified(&mut db), vec![waited.clone()], "its waiter is told");
 
     let status = wait_for(Duration::from_secs(30), "the waiter to end", || waiter.try_wait().unwrap());
     assert!(status.success(), "{status:?}");
