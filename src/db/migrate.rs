@@ -18,6 +18,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (9, "0009_listing_per_commit.sql", include_str!("../../migrations/0009_listing_per_commit.sql")),
     (10, "0010_warm.sql", include_str!("../../migrations/0010_warm.sql")),
     (11, "0011_awaited.sql", include_str!("../../migrations/0011_awaited.sql")),
+    (12, "0012_claim_index_only.sql", include_str!("../../migrations/0012_claim_index_only.sql")),
 ];
 
 /// Key of the session advisory lock held while migrating.

@@ -240,21 +240,36 @@ pub(crate) fn in_claim_order(mut claimed: Vec<Claimed>, claims: &[String]) -> Ve
     claimed
 }
 
-/// Seconds until the next unclaimed job of `tags` is due (<= 0: one is due now); None when
-/// there is none. A plain look: used by idle workers to decide how long to sleep, and by --drain.
+/// Seconds until the next unclaimed job of `tags` is due (<= 0: one is due now, not since when);
+/// None when there is none. A plain look: used by idle workers to decide how long to sleep, and by
+/// --drain.
 pub fn next_due_in(session: &mut Session, tags: &[String]) -> Result<Option<f64>> {
     let row = session.query_one(NEXT_DUE_SQL, &[&tags])?;
     Ok(row.get(0))
 }
 
-const NEXT_DUE_SQL: &str = "
-SELECT extract(epoch FROM min(n.scheduled_for) - now())::float8
-  FROM unnest($1::text[]) AS s(tag)
- CROSS JOIN LATERAL (
-       SELECT q.scheduled_for FROM job_queue q
-        WHERE q.tag = s.tag AND NOT q.running AND q.canceled_by IS NULL
-        ORDER BY q.scheduled_for
-        LIMIT 1) n";
+/// The earliest job of each priority of each tag, walking `job_queue_claim_idx` as the claim's
+/// `priorities` does (one probe per priority), down to the first priority with a due job.
+pub const NEXT_DUE_SQL: &str = "
+WITH RECURSIVE heads AS (
+    SELECT s.tag, h.priority, h.scheduled_for
+      FROM (SELECT DISTINCT unnest($1::text[]) AS tag) s
+     CROSS JOIN LATERAL (
+           SELECT q.priority, q.scheduled_for FROM job_queue q
+            WHERE q.tag = s.tag AND NOT q.running AND q.canceled_by IS NULL
+            ORDER BY q.priority DESC, q.scheduled_for
+            LIMIT 1) h
+    UNION ALL
+    SELECT p.tag, h.priority, h.scheduled_for
+      FROM heads p
+     CROSS JOIN LATERAL (
+           SELECT q.priority, q.scheduled_for FROM job_queue q
+            WHERE q.tag = p.tag AND q.priority < p.priority AND NOT q.running AND q.canceled_by IS NULL
+            ORDER BY q.priority DESC, q.scheduled_for
+            LIMIT 1) h
+     WHERE p.scheduled_for > now()
+)
+SELECT extract(epoch FROM min(scheduled_for) - now())::float8 FROM heads";
 
 #[cfg(test)]
 mod tests {

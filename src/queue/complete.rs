@@ -132,15 +132,23 @@ impl<'a> Columns<'a> {
 /// status, result, error, attempt); then one parameter per log line field ($7 job ids, $8 streams,
 /// $9 lines), and the channel to notify ($10). `recorded` returns the jobs completed; `notified`
 /// notifies those a client waits for (job_queue.awaited; migration 0011 says why not every one), and
-/// runs only when read.
+/// runs only when read. The gate deletes the queue rows of `done`, waiting for a row another
+/// transaction holds; or of the CTE `$gated`, defined in `$before_gate`.
 macro_rules! completion_ctes {
     ($done:expr) => {
+        completion_ctes!($done, "", "done")
+    };
+    ($done:expr, $before_gate:expr, $gated:expr) => {
         concat!(
             "done AS (",
             $done,
             "),
-gate AS (
-    DELETE FROM job_queue q USING done d
+",
+            $before_gate,
+            "gate AS (
+    DELETE FROM job_queue q USING ",
+            $gated,
+            " d
      WHERE q.job_id = d.job_id AND q.worker = d.claim
     RETURNING q.job_id, q.worker, q.started_at, q.restarts, q.canceled_by, q.canceled_reason, q.awaited
 ),
@@ -205,18 +213,34 @@ pub const COMPLETE_ONE_SQL: &str = complete_sql!(one_done!());
 /// `COMPLETE_ONE_SQL` and the claim of the slot's next jobs (`claim::claim_sql`) as one statement,
 /// with `k` claim ids: one round trip and one commit where a transaction took four round trips.
 /// Parameters: the claim's ($1 tags, $2 claim ids, $3 window), then the completion's, each moved
-/// up by three ($4 to $13). Each row is one claimed job after the number of jobs recorded (0 or 1)
-/// and of notifications sent; a single row of nulls after them when nothing was claimed. One
-/// snapshot serves both: the job completed is running, so the claim could not take it anyway.
+/// up by three ($4 to $13). Each row is one claimed job after the number of jobs recorded (0 or 1),
+/// of notifications sent and of jobs whose row was held (0 or 1); a single row of nulls after them
+/// when nothing was claimed. One snapshot serves both: the job completed is running, so the claim
+/// could not take it anyway.
 ///
-/// The claim starts once the gate has deleted the queue row (`subscribed` reads `gate`), as in a
-/// transaction of the two: the other way round, two workers deadlocked (each statement waiting in
-/// its gate for the other, whose claim had locked that row: a locking read that meets a row updated
-/// since its snapshot locks the new version even when it no longer qualifies, until its commit).
-/// Once the gate is past, the claim waits for nothing (SKIP LOCKED), so no cycle can form.
+/// The statement waits for no other transaction: its gate locks the job's queue row with SKIP
+/// LOCKED (`held`), and its claim skips locked rows too. A locking read that meets a row updated
+/// since its snapshot began locks the row's new version even when it no longer qualifies, and keeps
+/// that lock until its commit: so another worker's claim, whose snapshot predates our last claim,
+/// can hold the row of the job we now complete. Had the gate waited for it, that wait would have
+/// aged this statement's snapshot and its own claim would have held other workers' rows the same
+/// way (and with the claim before the gate, two such statements deadlocked, each waiting in its gate
+/// for the other). A row held is written nowhere (`held_count` is 1): the caller completes it with
+/// `complete`, which waits for the holder, a statement that itself waits for nothing.
 pub fn then_claim_sql(k: usize) -> &'static str {
     static BY_LIMIT: LazyLock<Vec<String>> = LazyLock::new(|| {
-        let completion = parameters_moved(completion_ctes!(one_done!()), 3);
+        let completion = parameters_moved(
+            completion_ctes!(
+                one_done!(),
+                "held AS MATERIALIZED (
+    SELECT d.* FROM done d JOIN job_queue q ON q.job_id = d.job_id AND q.worker = d.claim
+       FOR UPDATE OF q SKIP LOCKED
+),
+",
+                "held"
+            ),
+            3,
+        );
         (1..=CLAIM_BATCH_MAX)
             .map(|k| {
                 let claim = claim::with_limits(claim::CLAIM_CTES, k);
@@ -224,7 +248,10 @@ pub fn then_claim_sql(k: usize) -> &'static str {
                     "\nWITH RECURSIVE\n{completion},
 subscribed AS (SELECT DISTINCT unnest($1::text[]) AS tag FROM (SELECT count(*) FROM gate) AS completed_first),
 {claim}
-SELECT (SELECT count(*) FROM recorded) AS recorded, (SELECT count(*) FROM notified) AS notified, {}
+SELECT (SELECT count(*) FROM recorded) AS recorded, (SELECT count(*) FROM notified) AS notified,
+       (SELECT count(*) FROM done d JOIN job_queue q ON q.job_id = d.job_id AND q.worker = d.claim
+         WHERE NOT EXISTS (SELECT FROM held)) AS held_count,
+       {}
   FROM (SELECT) AS one
   LEFT JOIN (claimed c JOIN job j ON j.id = c.job_id) ON true",
                     claim::CLAIMED_COLUMNS
@@ -255,25 +282,29 @@ fn parameters_moved(sql: &str, by: usize) -> String {
 
 /// Complete one attempt and claim up to `claims.len()` jobs of `tags` for the slot, in one
 /// statement (`then_claim_sql`): each keeps its meaning, the completion its gate (a refused one
-/// writes nothing, and the claim goes on), the claim its order and window.
+/// writes nothing, and the claim goes on), the claim its order and window. The completion is None
+/// when another transaction held the job's queue row: nothing of it was written, and the caller
+/// completes it with `complete` (the jobs claimed are claimed either way).
 pub(crate) fn then_claim(
     session: &mut Session,
     completion: &Completion,
     tags: &[String],
     claims: &[String],
     window: Duration,
-) -> Result<(Recorded, Vec<Claimed>)> {
+) -> Result<(Option<Recorded>, Vec<Claimed>)> {
     let claims = &claims[..claims.len().min(CLAIM_BATCH_MAX)];
     let columns = Columns::of(std::slice::from_ref(completion));
     let window = window.as_secs_f64();
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![&tags, &claims, &window];
     params.extend(columns.one());
     let rows = claim::run(session, then_claim_sql(claims.len()), &params)?;
-    let recorded = match rows.first().map(|row| row.get::<_, i64>(0)) {
-        Some(1) => Recorded::Completed,
-        _ => Recorded::Fenced,
+    let count = |column: usize| rows.first().map_or(0, |row| row.get::<_, i64>(column));
+    let recorded = match (count(0), count(2)) {
+        (1, _) => Some(Recorded::Completed),
+        (_, 1) => None,
+        _ => Some(Recorded::Fenced),
     };
-    let jobs = rows.iter().filter(|row| row.get::<_, Option<Uuid>>(2).is_some()).map(|row| claim::claimed(row, 2));
+    let jobs = rows.iter().filter(|row| row.get::<_, Option<Uuid>>(3).is_some()).map(|row| claim::claimed(row, 3));
     Ok((recorded, claim::in_claim_order(jobs.collect(), claims)))
 }
 

@@ -637,7 +637,8 @@ fn completion(job: &Claimed, (status, result, error): Ending, mut logs: LogBuffe
 /// Complete a success or a cancel and claim the slot's next jobs in one statement, so that one
 /// round trip and one commit do both; the jobs claimed are handed to the slots (this one takes the
 /// first when it looks next). When there is nothing to claim for (the budget is spent, the worker is stopping)
-/// or the job failed (its completion commits with its retry), the job is completed alone. Anything
+/// or the job failed (its completion commits with its retry), the job is completed alone; so it is
+/// too, after the claim, when another transaction held its queue row (`complete::then_claim`). Anything
 /// but a clean commit leaves the completion to `record_completion`, which tells whether a commit
 /// whose answer was lost landed; the jobs such a commit may have claimed are never run by this
 /// worker: the reaper recovers them after the window, as it does those of a worker that died.
@@ -665,12 +666,17 @@ fn record_and_claim(
                 shared.unreserve();
             }
             match recorded {
-                Recorded::Completed => finished(shared, job, completion.status, claimed),
-                Recorded::Fenced => completion_skipped(shared, job),
+                Some(Recorded::Completed) => finished(shared, job, completion.status, claimed),
+                Some(Recorded::Fenced) => completion_skipped(shared, job),
+                None => {}
             }
             let more = jobs.len() > 1;
             if shared.hand(jobs.into_iter(), claimed_at) && more {
                 shared.wake.bump();
+            }
+            // Another transaction held the job's row: the completion waits for it alone.
+            if recorded.is_none() {
+                record_completion(shared, connection, job, claimed, completion, false);
             }
         }
         answer => {

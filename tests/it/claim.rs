@@ -179,6 +179,35 @@ fn claim_takes_the_best_due_job_across_tags() {
     assert_eq!(stamped, 20, "ping is stamped at claim");
 }
 
+/// An idle worker's look: the time until the earliest job of its tags is due, whatever its
+/// priority; at or below zero once one is due; none for tags without waiting jobs. Running and
+/// canceled jobs do not count.
+#[test]
+fn the_next_due_time_is_the_earliest_of_every_priority() {
+    let env = TestEnv::new();
+    let mut session = wf::db::Session::new(env.db());
+    let mut next_due = |tags: &[&str]| {
+        let tags: Vec<String> = tags.iter().map(|tag| tag.to_string()).collect();
+        wf::queue::claim::next_due_in(&mut session, &tags).unwrap()
+    };
+    assert_eq!(next_due(&["a"]), None, "an empty queue");
+    fill(&env, 3, &["a"], "9", "now() + interval '3 hours'");
+    fill(&env, 3, &["a"], "5", "now() + interval '1 hour'");
+    fill(&env, 3, &["a"], "1", "now() + interval '2 hours'");
+    fill(&env, 3, &["b"], "0", "now() + interval '10 minutes'");
+    let hour = next_due(&["a"]).expect("a waiting job");
+    assert!((3590.0..=3600.0).contains(&hour), "the priority 5 jobs', below a later higher priority: {hour}");
+    let minutes = next_due(&["a", "b"]).expect("a waiting job");
+    assert!((590.0..=600.0).contains(&minutes), "the earliest over both tags: {minutes}");
+    env.db().batch_execute("UPDATE job_queue SET running = true, worker = 'w#1' WHERE tag = 'b'").unwrap();
+    let hour = next_due(&["a", "b"]).expect("a waiting job");
+    assert!((3590.0..=3600.0).contains(&hour), "running jobs are not waiting: {hour}");
+    fill(&env, 1, &["a"], "0", "now() - interval '1 minute'");
+    let due = next_due(&["a", "b"]).expect("a due job");
+    assert!(due <= 0.0, "a due job of the lowest priority: {due}");
+    assert_eq!(next_due(&["c"]), None, "a tag without jobs");
+}
+
 /// A claim of k jobs takes up to k of the best due jobs in order, each under its own claim id
 /// with its ping stamped: one owner per job, however many come at once. A batch stays within the
 /// best priority that has due jobs; the next claim goes down.

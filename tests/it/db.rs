@@ -61,6 +61,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
              ALTER TABLE action DROP COLUMN warm;
              ALTER TABLE job DROP COLUMN warm;
              ALTER TABLE job_queue DROP COLUMN awaited;
+             CREATE INDEX job_queue_due_idx ON job_queue (tag, scheduled_for) WHERE NOT running AND canceled_by IS NULL;
              DELETE FROM wf_migration WHERE version > 1;",
         )
         .unwrap();
@@ -68,11 +69,13 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     assert_eq!(behind.code, 1, "{behind:?}");
     assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
-    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11]));
+    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]));
     env.wf(["actions"]).ok();
     let indexes: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");
     assert_eq!(indexes, 2);
+    let due_index: i64 = env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname = 'job_queue_due_idx'");
+    assert_eq!(due_index, 0, "migration 12 drops it");
 
     env.db()
         .execute("INSERT INTO wf_migration (version, name, checksum) VALUES (99, '0099_future.sql', 'x')", &[])

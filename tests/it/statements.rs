@@ -141,8 +141,9 @@ fn completion_gate(db: &mut Client, one: bool) {
 }
 
 /// The completion that claims (`then_claim_sql`) as a worker's slot runs it: `job` completed as
-/// `claim`, the next job claimed as `next`. Returns the number of jobs recorded, and the ids claimed.
-fn complete_then_claim(db: &mut Client, job: Uuid, claim: &str, next: &str) -> (i64, Vec<Option<Uuid>>) {
+/// `claim`, the next job claimed as `next`. Returns the number of jobs recorded, of jobs whose row
+/// another transaction held, and the ids claimed.
+fn complete_then_claim(db: &mut Client, job: Uuid, claim: &str, next: &str) -> (i64, i64, Vec<Option<Uuid>>) {
     let (result, error) = (serde_json::json!({"ok": true}), None::<&serde_json::Value>);
     let params: [&(dyn postgres::types::ToSql + Sync); 13] = [
         &vec!["default"],
@@ -160,8 +161,8 @@ fn complete_then_claim(db: &mut Client, job: Uuid, claim: &str, next: &str) -> (
         &CHANNEL_COMPLETED,
     ];
     let rows = db.query(complete::then_claim_sql(1), &params).unwrap();
-    let recorded = rows.first().map(|row| row.get(0)).unwrap_or(-1);
-    (recorded, rows.iter().map(|row| row.get(2)).collect())
+    let count = |column: usize| rows.first().map(|row| row.get(column)).unwrap_or(-1);
+    (count(0), count(2), rows.iter().map(|row| row.get(3)).collect())
 }
 
 /// The payloads of the notifications the connection has received.
@@ -187,8 +188,8 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
         (row.get(0), row.get(1))
     };
 
-    let (recorded, claimed) = complete_then_claim(&mut db, job, "w#1", "w#3");
-    assert_eq!(recorded, 0, "w#1 does not own the job");
+    let (recorded, held, claimed) = complete_then_claim(&mut db, job, "w#1", "w#3");
+    assert_eq!((recorded, held), (0, 0), "w#1 does not own the job");
     assert_eq!(traces(&mut db, job), (1, 0, 0), "nothing of a foreign completion is written");
     assert_eq!(claimed.len(), 1, "the claim goes on: {claimed:?}");
     let first = claimed[0].expect("a job claimed");
@@ -198,8 +199,8 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
 
     // A client waits for the job (`wf result --wait` marks it so).
     db.execute("UPDATE job_queue SET awaited = true WHERE job_id = $1", &[&job]).unwrap();
-    let (recorded, claimed) = complete_then_claim(&mut db, job, "w#2", "w#4");
-    assert_eq!(recorded, 1);
+    let (recorded, held, claimed) = complete_then_claim(&mut db, job, "w#2", "w#4");
+    assert_eq!((recorded, held), (1, 0));
     assert_eq!(traces(&mut db, job), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
     let second = claimed[0].expect("a job claimed");
     assert!(waiting.contains(&second) && second != first, "the other waiting job: {second}");
@@ -208,37 +209,46 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
     assert_eq!(complete(&mut db, first, "w#3", true), 1);
     assert_eq!(notified(&mut db), Vec::<String>::new(), "no notification for a job nobody waits for");
 
-    let (recorded, claimed) = complete_then_claim(&mut db, job, "w#2", "w#5");
-    assert_eq!((recorded, claimed), (0, vec![None]), "only once, and one row of nothing when nothing is left");
+    let (recorded, held, claimed) = complete_then_claim(&mut db, job, "w#2", "w#5");
+    assert_eq!((recorded, held, claimed), (0, 0, vec![None]), "only once, and one row of nothing when nothing is left");
 }
 
 #[test]
-fn a_completion_with_the_next_claim_locks_nothing_to_claim_while_its_gate_waits() {
+fn a_completion_with_the_next_claim_waits_for_no_lock_and_leaves_a_held_row_to_complete() {
     // Another worker's claim may hold this job's row (a locking read that met the row after this
-    // job's claim locks it until its own commit) and go on to lock more rows. If this statement
-    // claimed first and then waited in its gate, that worker could wait on the row claimed here:
-    // a deadlock. The gate comes first: while it waits, nothing is claimed yet.
+    // job's claim locks it until its own commit). The statement does not wait for it: it writes
+    // nothing of the completion, says the row was held, and claims; `complete` then waits.
     let env = TestEnv::new();
     let mut db = env.db();
+    // Were the statement to wait, the test would fail here instead of hanging.
+    db.batch_execute("SET lock_timeout = '20s'").unwrap();
     let job = running(&mut db, "w#1", 0);
     let next = queued(&mut db);
     let mut other = env.db();
     let mut holder = other.transaction().unwrap();
     holder.execute("SELECT 1 FROM job_queue WHERE job_id = $1 FOR UPDATE", &[&job]).unwrap();
+
+    assert_eq!(complete_then_claim(&mut db, job, "w#9", "w#2"), (0, 0, vec![Some(next)]), "not the owner: not held");
+    assert_eq!(complete(&mut db, next, "w#2", true), 1);
+    let next = queued(&mut db);
+    assert_eq!(
+        complete_then_claim(&mut db, job, "w#1", "w#3"),
+        (0, 1, vec![Some(next)]),
+        "the owner's row held: nothing recorded, the next job claimed"
+    );
+    assert_eq!(traces(&mut db, job), (1, 0, 0), "nothing of the completion is written");
     std::thread::scope(|scope| {
-        let completing = scope.spawn(|| complete_then_claim(&mut env.db(), job, "w#1", "w#2"));
-        crate::support::harness::wait_for(std::time::Duration::from_secs(30), "the gate to wait", || {
+        let completing = scope.spawn(|| complete(&mut env.db(), job, "w#1", true));
+        crate::support::harness::wait_for(std::time::Duration::from_secs(30), "the completion to wait", || {
             let waiting: i64 = env.scalar(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
             );
             (waiting > 0).then_some(())
         });
-        let free = holder.query_opt("SELECT 1 FROM job_queue WHERE job_id = $1 FOR UPDATE NOWAIT", &[&next]);
-        assert!(free.is_ok(), "the waiting statement has locked the next job already: {free:?}");
         holder.rollback().unwrap();
-        let (recorded, claimed) = completing.join().unwrap();
-        assert_eq!((recorded, claimed), (1, vec![Some(next)]), "completed, and the next job claimed");
+        assert_eq!(completing.join().unwrap(), 1, "completed once the row is free");
     });
+    assert_eq!(traces(&mut db, job), (0, 1, 1));
 }
 
 #[test]
