@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::support::checks::{stop_worker, uuid, wait_completed};
 use crate::support::fixtures::{
     all_gone, enqueue, enqueue_batch, executions, path, signal, spawned_pids, synced, worker,
 };
@@ -218,6 +219,43 @@ fn a_completion_and_claim_whose_acknowledgement_was_lost_lose_no_job_and_run_non
     assert_eq!(runs, expected, "each job ran exactly once");
     let completions: i64 = env.scalar("SELECT count(*) FROM job_completed WHERE status = 'success'");
     assert_eq!(completions, 2);
+}
+
+/// Another transaction holds the finished job's queue row when its completion commits with the
+/// slot's next claim (as a claim that met the row after its snapshot does, for a moment): the next
+/// job is claimed, and the completion waits for the row alone; nothing of it is written before.
+#[test]
+fn a_completion_whose_queue_row_is_held_waits_for_it_after_the_next_claim() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let first = enqueue(&env, "t/sleep", json!({"ms": 1500, "log": log}));
+    let mut w = worker(&env, "w", &["--concurrency", "1", "--no-reap"]);
+    wait_for(Duration::from_secs(30), "the first job to start", || {
+        executions(&log).contains(&(first.clone(), 1)).then_some(())
+    });
+    let second = enqueue(&env, "t/sleep", json!({"ms": 0, "log": log}));
+    let mut db = env.db();
+    let mut holder = db.transaction().unwrap();
+    holder.execute("SELECT 1 FROM job_queue WHERE job_id = $1 FOR SHARE", &[&uuid(&first)]).unwrap();
+    wait_for(Duration::from_secs(30), "the next job to be claimed", || {
+        let claimed: i64 = env.scalar_of(
+            "SELECT count(*) FROM job_queue WHERE job_id = $1::text::uuid AND running AND worker LIKE 'w#%'",
+            &[&second],
+        );
+        (claimed == 1).then_some(())
+    });
+    let traces: (i64, i64) = (
+        env.scalar_of("SELECT count(*) FROM job_queue WHERE job_id = $1::text::uuid", &[&first]),
+        env.scalar_of("SELECT count(*) FROM job_completed WHERE job_id = $1::text::uuid", &[&first]),
+    );
+    assert_eq!(traces, (1, 0), "the held job's completion waits, with nothing written");
+    holder.rollback().unwrap();
+    for job in [&first, &second] {
+        assert_eq!(wait_completed(&env, job, Duration::from_secs(30)).status, "success", "{job}");
+    }
+    assert_eq!(executions(&log).len(), 2, "each job ran once");
+    stop_worker(&mut w, "the worker");
 }
 
 #[test]
