@@ -382,7 +382,7 @@ complete -c wf -n "__fish_wf_using_subcommand bench" -l database-url -d 'Postgre
 complete -c wf -n "__fish_wf_using_subcommand bench" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand bench" -l bun -d 'Also measure end to end with a trivial bun action (at most 200 jobs), with and without the sandbox, the same action warm (at most 5,000 jobs), and a bare loop starting bun for each job; for each, the processor time per job of wf and every process it started (`cpu ms/job`), and of the database server when it runs on this host (`db cpu ms/job`, also for claim + complete)'
-complete -c wf -n "__fish_wf_using_subcommand bench" -l floor -d 'Also measure the floor: the seed\'s minimal claim and completion statements, prepared, on a scratch schema, over the same connections; prints the spine\'s rate against it'
+complete -c wf -n "__fish_wf_using_subcommand bench" -l floor -d 'Also measure the floor: the seed\'s minimal claim and completion statements, prepared, on a scratch schema, over the same connections, in 5 rounds alternating with claim + complete (a change in the host\'s speed weighs on both alike); prints the spine\'s rate against it'
 complete -c wf -n "__fish_wf_using_subcommand bench" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand bench" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand bench" -s h -l help -d 'Print help'

@@ -17,7 +17,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use postgres::Client;
+use postgres::{Client, Statement};
 use serde_json::{Value, json};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use uuid::Uuid;
@@ -44,6 +44,9 @@ const NOOP_SOURCE: &str = "export function main(input) { return input; }\n";
 /// Latency samples are paced and `--bun` jobs each start a process: both are capped.
 const LATENCY_SAMPLES_MAX: u32 = 200;
 const BUN_JOBS_MAX: u32 = 200;
+/// With `--floor`, claim and complete and the floor run in this many rounds, one after the other:
+/// a change in the host's speed during the run weighs on both alike.
+const ROUNDS: u32 = 5;
 /// Warm jobs start no process: more of them, for a run long enough to measure.
 const WARM_JOBS_MAX: u32 = 5000;
 /// The pause after each latency sample, so the claimer is back to waiting when the next job comes.
@@ -76,13 +79,19 @@ pub(crate) struct Plan {
 }
 
 /// How long a number of jobs took.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Rate {
     pub jobs: u64,
     pub elapsed: Duration,
 }
 
 impl Rate {
+    /// Count `other`'s jobs and time in this rate.
+    fn add(&mut self, other: Rate) {
+        self.jobs += other.jobs;
+        self.elapsed += other.elapsed;
+    }
+
     pub(crate) fn per_second(&self) -> f64 {
         self.jobs as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
     }
@@ -300,16 +309,46 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
     interrupt.check()?;
 
     let server = Server::find(&mut client);
-    let (claim_complete, claim_complete_db_cpu) =
-        Server::measure(server, || claim_and_complete(namespace, jobs, plan.workers, plan.batch, progress, interrupt))?;
+    let mut claimers = Claimers::connect(namespace, plan.workers, plan.batch)?;
+    let mut floor = plan.floor.then(|| Floor::create(namespace, jobs, plan.workers)).transpose()?;
+    let rounds = if floor.is_some() { ROUNDS.min(jobs) } else { 1 };
+    let (mut claim_complete, mut claim_complete_db_cpu) = (Rate::default(), Some(Duration::ZERO));
+    let (mut floor_rate, mut floor_db_cpu) = (Rate::default(), Some(Duration::ZERO));
+    for round in 1..=rounds {
+        // The last round takes whatever is left: a round may end a few jobs past its share.
+        let share = u64::from(jobs / rounds);
+        let quota = |done: u64| if round == rounds { u64::from(jobs).saturating_sub(done) } else { share };
+        let name = |what: &str| match rounds {
+            1 => what.to_string(),
+            _ => format!("{what}, round {round} of {rounds}"),
+        };
+        let (rate, cpu) = Server::measure(server, || {
+            claimers.round(quota(claim_complete.jobs), &name("claim + complete (no-op)"), progress, interrupt)
+        })?;
+        claim_complete.add(rate);
+        claim_complete_db_cpu = claim_complete_db_cpu.zip(cpu).map(|(sum, cpu)| sum + cpu);
+        if let Some(floor) = floor.as_mut() {
+            let (rate, cpu) = Server::measure(server, || {
+                floor.round(
+                    quota(floor_rate.jobs),
+                    &name("floor: the seed's statements, prepared"),
+                    progress,
+                    interrupt,
+                )
+            })?;
+            floor_rate.add(rate);
+            floor_db_cpu = floor_db_cpu.zip(cpu).map(|(sum, cpu)| sum + cpu);
+        }
+    }
+    drop(claimers);
     expect_succeeded(&mut client, &namespace.tag, jobs, "claim-to-complete")?;
     prune::delete_tag(&mut client, &namespace.tag)?;
-    let (floor, floor_db_cpu) = match plan.floor {
-        true => {
-            let (rate, cpu) = Server::measure(server, || floor(namespace, jobs, plan.workers, progress, interrupt))?;
-            (Some(rate), cpu)
+    let (floor, floor_db_cpu) = match floor {
+        Some(floor) => {
+            floor.remove(&mut client, jobs)?;
+            (Some(floor_rate), floor_db_cpu)
         }
-        false => (None, None),
+        None => (None, None),
     };
 
     let pickup = pickup_latency(&mut client, namespace, jobs.min(LATENCY_SAMPLES_MAX), progress, interrupt)?;
@@ -485,94 +524,114 @@ impl Namespace {
 /// prepared once per connection, on tables with just the columns they touch, in a schema of their
 /// own, over `workers` connections. What the spine's claim-to-complete is measured against: the same
 /// database, the same connections, the least work the design allows.
-fn floor(
-    namespace: &Namespace,
-    jobs: u32,
-    workers: u32,
-    progress: &dyn Progress,
-    interrupt: &Interrupt,
-) -> Result<Rate> {
-    let schema = namespace.floor_schema();
-    let mut client = namespace.database.connect_as(&format!("{} floor setup", namespace.tag))?;
-    client.batch_execute(&format!(
-        "CREATE SCHEMA {schema};
-         CREATE TABLE {schema}.job_queue (
-             job_id uuid PRIMARY KEY, tag text NOT NULL, priority integer NOT NULL,
-             scheduled_for timestamptz NOT NULL, running boolean NOT NULL DEFAULT false,
-             started_at timestamptz, worker text, canceled_by text);
-         CREATE INDEX ON {schema}.job_queue (tag, priority DESC NULLS LAST, scheduled_for)
-             WHERE NOT running AND canceled_by IS NULL;
-         CREATE TABLE {schema}.job_runtime (job_id uuid PRIMARY KEY, ping timestamptz NOT NULL);
-         CREATE TABLE {schema}.job_completed (
-             job_id uuid PRIMARY KEY, status text NOT NULL, result jsonb,
-             completed_at timestamptz NOT NULL DEFAULT now());"
-    ))?;
-    client.execute(
-        &format!(
-            "INSERT INTO {schema}.job_queue (job_id, tag, priority, scheduled_for)
-             SELECT gen_random_uuid(), 'floor', 0, now() - interval '1 minute' + n * interval '1 microsecond'
-               FROM generate_series(1, $1::bigint) AS n"
-        ),
-        &[&i64::from(jobs)],
-    )?;
-    client.batch_execute(&format!("ANALYZE {schema}.job_queue"))?;
-    let claim_sql = format!(
-        "WITH peek AS (
-             SELECT job_id FROM {schema}.job_queue
-              WHERE running = false AND canceled_by IS NULL AND scheduled_for <= now() AND tag = $1
-              ORDER BY priority DESC NULLS LAST, scheduled_for
-                FOR UPDATE SKIP LOCKED LIMIT 1),
-         q AS (
-             UPDATE {schema}.job_queue SET running = true, started_at = now(), worker = $2
-              WHERE job_id = (SELECT job_id FROM peek) RETURNING job_id),
-         r AS (
-             INSERT INTO {schema}.job_runtime (job_id, ping) SELECT job_id, now() FROM q
-             ON CONFLICT (job_id) DO UPDATE SET ping = now())
-         SELECT job_id FROM q"
-    );
-    let complete_sql = format!(
-        "WITH gate AS (DELETE FROM {schema}.job_queue WHERE job_id = $1 AND worker = $2 RETURNING job_id),
-         runtime AS (DELETE FROM {schema}.job_runtime WHERE job_id IN (SELECT job_id FROM gate))
-         INSERT INTO {schema}.job_completed (job_id, status, result) SELECT job_id, 'success', '{{}}' FROM gate"
-    );
-    progress.begin("floor: the seed's statements, prepared", u64::from(jobs));
-    let done = AtomicU64::new(0);
-    let mut clients = (0..workers)
-        .map(|worker| namespace.database.connect_as(&format!("{} floor {worker}", namespace.tag)))
-        .collect::<Result<Vec<Client>>>()?;
-    let started = Instant::now();
-    let results: Vec<Result<()>> = std::thread::scope(|scope| {
-        let threads: Vec<_> = clients
-            .iter_mut()
-            .enumerate()
-            .map(|(worker, client)| {
-                let (done, claim_sql, complete_sql) = (&done, &claim_sql, &complete_sql);
-                scope.spawn(move || -> Result<()> {
-                    let claim = client.prepare(claim_sql)?;
-                    let complete = client.prepare(complete_sql)?;
-                    let tag = "floor";
-                    for n in 0u64.. {
-                        interrupt.check()?;
-                        let owner = format!("floor:{worker}#{n}");
-                        let Some(row) = client.query_opt(&claim, &[&tag, &owner])? else { return Ok(()) };
-                        let job: Uuid = row.get(0);
-                        client.execute(&complete, &[&job, &owner])?;
-                        progress.done(done.fetch_add(1, Ordering::SeqCst) + 1);
-                    }
-                    Ok(())
-                })
+struct Floor {
+    schema: String,
+    /// One connection per worker, with its claim and completion prepared.
+    claimers: Vec<(Client, Statement, Statement)>,
+    /// Claims made so far: each claim's owner is unique.
+    claims: u64,
+}
+
+impl Floor {
+    /// The scratch schema with `jobs` due jobs, and the connections.
+    fn create(namespace: &Namespace, jobs: u32, workers: u32) -> Result<Floor> {
+        let schema = namespace.floor_schema();
+        let mut client = namespace.database.connect_as(&format!("{} floor setup", namespace.tag))?;
+        client.batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE TABLE {schema}.job_queue (
+                 job_id uuid PRIMARY KEY, tag text NOT NULL, priority integer NOT NULL,
+                 scheduled_for timestamptz NOT NULL, running boolean NOT NULL DEFAULT false,
+                 started_at timestamptz, worker text, canceled_by text);
+             CREATE INDEX ON {schema}.job_queue (tag, priority DESC NULLS LAST, scheduled_for)
+                 WHERE NOT running AND canceled_by IS NULL;
+             CREATE TABLE {schema}.job_runtime (job_id uuid PRIMARY KEY, ping timestamptz NOT NULL);
+             CREATE TABLE {schema}.job_completed (
+                 job_id uuid PRIMARY KEY, status text NOT NULL, result jsonb,
+                 completed_at timestamptz NOT NULL DEFAULT now());"
+        ))?;
+        client.execute(
+            &format!(
+                "INSERT INTO {schema}.job_queue (job_id, tag, priority, scheduled_for)
+                 SELECT gen_random_uuid(), 'floor', 0, now() - interval '1 minute' + n * interval '1 microsecond'
+                   FROM generate_series(1, $1::bigint) AS n"
+            ),
+            &[&i64::from(jobs)],
+        )?;
+        client.batch_execute(&format!("ANALYZE {schema}.job_queue"))?;
+        let claim_sql = format!(
+            "WITH peek AS (
+                 SELECT job_id FROM {schema}.job_queue
+                  WHERE running = false AND canceled_by IS NULL AND scheduled_for <= now() AND tag = $1
+                  ORDER BY priority DESC NULLS LAST, scheduled_for
+                    FOR UPDATE SKIP LOCKED LIMIT 1),
+             q AS (
+                 UPDATE {schema}.job_queue SET running = true, started_at = now(), worker = $2
+                  WHERE job_id = (SELECT job_id FROM peek) RETURNING job_id),
+             r AS (
+                 INSERT INTO {schema}.job_runtime (job_id, ping) SELECT job_id, now() FROM q
+                 ON CONFLICT (job_id) DO UPDATE SET ping = now())
+             SELECT job_id FROM q"
+        );
+        let complete_sql = format!(
+            "WITH gate AS (DELETE FROM {schema}.job_queue WHERE job_id = $1 AND worker = $2 RETURNING job_id),
+             runtime AS (DELETE FROM {schema}.job_runtime WHERE job_id IN (SELECT job_id FROM gate))
+             INSERT INTO {schema}.job_completed (job_id, status, result) SELECT job_id, 'success', '{{}}' FROM gate"
+        );
+        let claimers = (0..workers)
+            .map(|worker| -> Result<(Client, Statement, Statement)> {
+                let mut client = namespace.database.connect_as(&format!("{} floor {worker}", namespace.tag))?;
+                let claim = client.prepare(&claim_sql)?;
+                let complete = client.prepare(&complete_sql)?;
+                Ok((client, claim, complete))
             })
-            .collect();
-        threads.into_iter().map(|thread| thread.join().unwrap_or_else(|panic| resume_unwind(panic))).collect()
-    });
-    let elapsed = started.elapsed();
-    results.into_iter().collect::<Result<()>>()?;
-    let completed: i64 = client.query_one(&format!("SELECT count(*) FROM {schema}.job_completed"), &[])?.get(0);
-    if completed != i64::from(jobs) {
-        bail!("the floor measurement completed {completed} of {jobs} jobs");
+            .collect::<Result<_>>()?;
+        Ok(Floor { schema, claimers, claims: 0 })
     }
-    client.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))?;
-    Ok(Rate { jobs: u64::from(jobs), elapsed })
+
+    /// Claim and complete `quota` jobs (the last claims of a round may take a few more), or until
+    /// none is left.
+    fn round(&mut self, quota: u64, name: &str, progress: &dyn Progress, interrupt: &Interrupt) -> Result<Rate> {
+        progress.begin(name, quota);
+        let (done, claims) = (AtomicU64::new(0), AtomicU64::new(self.claims));
+        let started = Instant::now();
+        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = self
+                .claimers
+                .iter_mut()
+                .map(|(client, claim, complete)| {
+                    let (done, claims) = (&done, &claims);
+                    scope.spawn(move || -> Result<()> {
+                        while done.load(Ordering::SeqCst) < quota {
+                            interrupt.check()?;
+                            let owner = format!("floor#{}", claims.fetch_add(1, Ordering::SeqCst));
+                            let Some(row) = client.query_opt(&*claim, &[&"floor", &owner])? else { return Ok(()) };
+                            let job: Uuid = row.get(0);
+                            client.execute(&*complete, &[&job, &owner])?;
+                            progress.done(done.fetch_add(1, Ordering::SeqCst) + 1);
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|thread| thread.join().unwrap_or_else(|panic| resume_unwind(panic))).collect()
+        });
+        let elapsed = started.elapsed();
+        self.claims = claims.into_inner();
+        results.into_iter().collect::<Result<()>>()?;
+        Ok(Rate { jobs: done.into_inner(), elapsed })
+    }
+
+    /// Check that every one of the `jobs` jobs was completed once, and drop the schema.
+    fn remove(self, client: &mut Client, jobs: u32) -> Result<()> {
+        let completed: i64 =
+            client.query_one(&format!("SELECT count(*) FROM {}.job_completed", self.schema), &[])?.get(0);
+        if completed != i64::from(jobs) {
+            bail!("the floor measurement completed {completed} of {jobs} jobs");
+        }
+        client.batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema))?;
+        Ok(())
+    }
 }
 
 /// `jobs` calls of the enqueue path, one transaction each.
@@ -609,74 +668,92 @@ fn enqueue_batch(client: &mut Client, namespace: &Namespace, jobs: u32) -> Resul
     Ok(Rate { jobs: u64::from(jobs), elapsed })
 }
 
-/// `workers` threads, one connection each, claim and complete (no-op, success) until no job is
-/// left, each completion in one transaction with the next claim, as a worker's slot does. A claim finds nothing only when every remaining job is held by another claimer, which
-/// completes it; `expect_succeeded` checks afterwards that every job was done.
-fn claim_and_complete(
-    namespace: &Namespace,
-    jobs: u32,
-    workers: u32,
+/// The spine's claimers: a session per worker, kept from one round to the next (each statement
+/// prepared once), claiming the bench's jobs as a worker's slots do.
+struct Claimers<'a> {
+    namespace: &'a Namespace,
+    sessions: Vec<Session>,
     batch: u32,
-    progress: &dyn Progress,
-    interrupt: &Interrupt,
-) -> Result<Rate> {
-    progress.begin("claim + complete (no-op)", u64::from(jobs));
-    let done = AtomicU64::new(0);
-    let mut clients = (0..workers)
-        .map(|worker| namespace.database.connect_as(&format!("{} claimer {worker}", namespace.tag)).map(Session::new))
-        .collect::<Result<Vec<Session>>>()?;
-    let started = Instant::now();
-    let results: Vec<Result<()>> = std::thread::scope(|scope| {
-        let threads: Vec<_> = clients
-            .iter_mut()
-            .enumerate()
-            .map(|(worker, client)| {
-                let done = &done;
-                scope.spawn(move || -> Result<()> {
-                    let tags = [namespace.tag.clone()];
-                    let claims = |n: u64| -> Vec<String> {
-                        (0..batch).map(|k| format!("{}:{worker}#{n}.{k}", namespace.tag)).collect()
-                    };
-                    // As a worker's slot: each completion commits with the next claim, in one
-                    // statement; several, in one transaction.
-                    let mut jobs = claim::claim(client, &tags, &claims(0), CLAIM_WINDOW)?;
-                    for n in 1u64.. {
-                        if jobs.is_empty() {
-                            return Ok(());
-                        }
-                        interrupt.check()?;
-                        let finished = jobs.len() as u64;
-                        jobs = match jobs.as_slice() {
-                            [one] => {
-                                let completion = noop(one);
-                                let (recorded, next) =
-                                    complete::then_claim(client, &completion, &tags, &claims(n), CLAIM_WINDOW)?;
-                                let recorded = match recorded {
-                                    Some(recorded) => recorded,
-                                    None => complete::complete(client, &completion)?,
-                                };
-                                if recorded == Recorded::Fenced {
-                                    bail!("the bench lost its claimed job to another claimer");
-                                }
-                                next
-                            }
-                            many => client.in_transaction(|client| {
-                                complete_noop(client, many)?;
-                                claim::claim(client, &tags, &claims(n), CLAIM_WINDOW)
-                            })?,
-                        };
-                        progress.done(done.fetch_add(finished, Ordering::SeqCst) + finished);
-                    }
-                    Ok(())
-                })
+    /// Rounds run so far: each claim id is unique.
+    rounds: u64,
+}
+
+impl<'a> Claimers<'a> {
+    fn connect(namespace: &'a Namespace, workers: u32, batch: u32) -> Result<Claimers<'a>> {
+        let sessions = (0..workers)
+            .map(|worker| {
+                namespace.database.connect_as(&format!("{} claimer {worker}", namespace.tag)).map(Session::new)
             })
-            .collect();
-        // A thread's panic was reported by the hook: pass it on without a second report.
-        threads.into_iter().map(|thread| thread.join().unwrap_or_else(|panic| resume_unwind(panic))).collect()
-    });
-    let elapsed = started.elapsed();
-    results.into_iter().collect::<Result<()>>()?;
-    Ok(Rate { jobs: u64::from(jobs), elapsed })
+            .collect::<Result<Vec<Session>>>()?;
+        Ok(Claimers { namespace, sessions, batch, rounds: 0 })
+    }
+
+    /// Claim and complete `quota` jobs (the last completions of a round may take a few more), or
+    /// until none is left.
+    fn round(&mut self, quota: u64, name: &str, progress: &dyn Progress, interrupt: &Interrupt) -> Result<Rate> {
+        progress.begin(name, quota);
+        self.rounds += 1;
+        let (namespace, batch, round) = (self.namespace, self.batch, self.rounds);
+        let done = AtomicU64::new(0);
+        let started = Instant::now();
+        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = self
+                .sessions
+                .iter_mut()
+                .enumerate()
+                .map(|(worker, client)| {
+                    let done = &done;
+                    scope.spawn(move || -> Result<()> {
+                        let tags = [namespace.tag.clone()];
+                        let claims = |n: u64| -> Vec<String> {
+                            (0..batch).map(|k| format!("{}:{worker}#{round}.{n}.{k}", namespace.tag)).collect()
+                        };
+                        // As a worker's slot: each completion commits with the next claim, in one
+                        // statement; several, in one transaction. The round's last ones alone.
+                        let mut jobs = claim::claim(client, &tags, &claims(0), CLAIM_WINDOW)?;
+                        for n in 1u64.. {
+                            if jobs.is_empty() {
+                                return Ok(());
+                            }
+                            interrupt.check()?;
+                            let finished = jobs.len() as u64;
+                            let last = done.load(Ordering::SeqCst) + finished >= quota;
+                            jobs = match jobs.as_slice() {
+                                _ if last => {
+                                    complete_noop(client, &jobs)?;
+                                    Vec::new()
+                                }
+                                [one] => {
+                                    let completion = noop(one);
+                                    let (recorded, next) =
+                                        complete::then_claim(client, &completion, &tags, &claims(n), CLAIM_WINDOW)?;
+                                    let recorded = match recorded {
+                                        Some(recorded) => recorded,
+                                        None => complete::complete(client, &completion)?,
+                                    };
+                                    if recorded == Recorded::Fenced {
+                                        bail!("the bench lost its claimed job to another claimer");
+                                    }
+                                    next
+                                }
+                                many => client.in_transaction(|client| {
+                                    complete_noop(client, many)?;
+                                    claim::claim(client, &tags, &claims(n), CLAIM_WINDOW)
+                                })?,
+                            };
+                            progress.done(done.fetch_add(finished, Ordering::SeqCst) + finished);
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            // A thread's panic was reported by the hook: pass it on without a second report.
+            threads.into_iter().map(|thread| thread.join().unwrap_or_else(|panic| resume_unwind(panic))).collect()
+        });
+        let elapsed = started.elapsed();
+        results.into_iter().collect::<Result<()>>()?;
+        Ok(Rate { jobs: done.into_inner(), elapsed })
+    }
 }
 
 /// A success with the result `{}`.

@@ -498,7 +498,8 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub bun: bool,
     /// Also measure the floor: the seed's minimal claim and completion statements, prepared, on a
-    /// scratch schema, over the same connections; prints the spine's rate against it.
+    /// scratch schema, over the same connections, in 5 rounds alternating with claim + complete (a
+    /// change in the host's speed weighs on both alike); prints the spine's rate against it.
     #[arg(long)]
     pub floor: bool,
 }
