@@ -80,13 +80,14 @@ impl Claimed {
 /// The most jobs one claim takes (the statement's LIMIT says the same).
 pub const CLAIM_BATCH_MAX: usize = 64;
 
-/// The claim's common table expressions after `subscribed` (the tags, one row each), `priorities`
-/// to `stamped` (parameters: $2 claim ids, $3 window), shared by `CLAIM_SQL` and the completion
-/// that claims (`complete::then_claim_sql`).
-macro_rules! claim_ctes {
+/// The loose index scan over the priorities of each subscribed tag (`subscribed`, one row each):
+/// one row per priority with its earliest job's `scheduled_for` and whether that job is `due`,
+/// down to the first priority with a due job. Each step is one ordered probe of
+/// `job_queue_claim_idx`. Shared by the claim (`claim_ctes!`) and the idle look (`NEXT_DUE_SQL`).
+macro_rules! priorities_cte {
     () => {
         "priorities AS (
-    SELECT s.tag, h.priority, h.scheduled_for <= now() AS due
+    SELECT s.tag, h.priority, h.scheduled_for, h.scheduled_for <= now() AS due
       FROM subscribed s
      CROSS JOIN LATERAL (
            SELECT q.priority, q.scheduled_for FROM job_queue q
@@ -94,7 +95,7 @@ macro_rules! claim_ctes {
             ORDER BY q.priority DESC, q.scheduled_for
             LIMIT 1) h
     UNION ALL
-    SELECT p.tag, h.priority, h.scheduled_for <= now()
+    SELECT p.tag, h.priority, h.scheduled_for, h.scheduled_for <= now()
       FROM priorities p
      CROSS JOIN LATERAL (
            SELECT q.priority, q.scheduled_for FROM job_queue q
@@ -102,7 +103,18 @@ macro_rules! claim_ctes {
             ORDER BY q.priority DESC, q.scheduled_for
             LIMIT 1) h
      WHERE NOT p.due
-),
+)"
+    };
+}
+
+/// The claim's common table expressions after `subscribed` (the tags, one row each), `priorities`
+/// to `stamped` (parameters: $2 claim ids, $3 window), shared by `CLAIM_SQL` and the completion
+/// that claims (`complete::then_claim_sql`).
+macro_rules! claim_ctes {
+    () => {
+        concat!(
+            priorities_cte!(),
+            ",
 -- At most $2's cardinality jobs, and never more than 64 (CLAIM_BATCH_MAX). A worker runs the
 -- statement with the batch's size written into this LIMIT and the fetch's (`claim_sql`): a plan
 -- made once for any $2 would take a LIMIT it cannot see for a tenth of the queue.
@@ -139,6 +151,7 @@ stamped AS (
     SELECT job_id, now(), $3 FROM claimed
     ON CONFLICT (job_id) DO UPDATE SET ping = now(), window_s = EXCLUDED.window_s
 )"
+        )
     };
 }
 
@@ -248,28 +261,13 @@ pub fn next_due_in(session: &mut Session, tags: &[String]) -> Result<Option<f64>
     Ok(row.get(0))
 }
 
-/// The earliest job of each priority of each tag, walking `job_queue_claim_idx` as the claim's
-/// `priorities` does (one probe per priority), down to the first priority with a due job.
-pub const NEXT_DUE_SQL: &str = "
-WITH RECURSIVE heads AS (
-    SELECT s.tag, h.priority, h.scheduled_for
-      FROM (SELECT DISTINCT unnest($1::text[]) AS tag) s
-     CROSS JOIN LATERAL (
-           SELECT q.priority, q.scheduled_for FROM job_queue q
-            WHERE q.tag = s.tag AND NOT q.running AND q.canceled_by IS NULL
-            ORDER BY q.priority DESC, q.scheduled_for
-            LIMIT 1) h
-    UNION ALL
-    SELECT p.tag, h.priority, h.scheduled_for
-      FROM heads p
-     CROSS JOIN LATERAL (
-           SELECT q.priority, q.scheduled_for FROM job_queue q
-            WHERE q.tag = p.tag AND q.priority < p.priority AND NOT q.running AND q.canceled_by IS NULL
-            ORDER BY q.priority DESC, q.scheduled_for
-            LIMIT 1) h
-     WHERE p.scheduled_for > now()
-)
-SELECT extract(epoch FROM min(scheduled_for) - now())::float8 FROM heads";
+/// The earliest job of each priority of each tag (the claim's `priorities`), down to the first
+/// priority with a due job.
+pub const NEXT_DUE_SQL: &str = concat!(
+    "\nWITH RECURSIVE\nsubscribed AS (SELECT DISTINCT unnest($1::text[]) AS tag),\n",
+    priorities_cte!(),
+    "\nSELECT extract(epoch FROM min(scheduled_for) - now())::float8 FROM priorities"
+);
 
 #[cfg(test)]
 mod tests {
