@@ -1,6 +1,8 @@
 //! Retention: delete completed jobs (job_completed, job, job_logs) in batches. Queued and running
-//! jobs are never touched: only jobs with a completion record are candidates, and job_queue's
-//! foreign key to job would refuse the delete of a job still in the queue.
+//! jobs are never touched: only jobs with a completion record and no queue row are candidates.
+//! (A completion deletes the queue row in the transaction that writes the record, so the second
+//! condition only matters against rows written by hand; job_queue has no foreign key to job, see
+//! migration 13, so it is this statement that keeps such a job.)
 
 use std::time::Duration;
 
@@ -13,6 +15,16 @@ use super::job::JobStatus;
 /// Jobs deleted per transaction.
 pub(crate) const BATCH: i64 = 1000;
 
+/// The completion records of the jobs retention may delete: completed before $1, of status $2 (or
+/// any), and no longer in the queue.
+macro_rules! candidates {
+    () => {
+        "job_completed c
+          WHERE c.completed_at < $1 AND ($2::text IS NULL OR c.status = $2)
+            AND NOT EXISTS (SELECT FROM job_queue q WHERE q.job_id = c.job_id)"
+    };
+}
+
 /// The cutoff on the database's clock: jobs completed before it are pruned.
 pub(crate) fn cutoff(client: &mut Client, older_than: Duration) -> Result<DateTime<Utc>> {
     let row = client.query_one("SELECT now() - make_interval(secs => $1)", &[&older_than.as_secs_f64()])?;
@@ -20,10 +32,8 @@ pub(crate) fn cutoff(client: &mut Client, older_than: Duration) -> Result<DateTi
 }
 
 pub(crate) fn count(client: &mut Client, cutoff: DateTime<Utc>, status: Option<JobStatus>) -> Result<i64> {
-    let row = client.query_one(
-        "SELECT count(*) FROM job_completed WHERE completed_at < $1 AND ($2::text IS NULL OR status = $2)",
-        &[&cutoff, &status.map(JobStatus::as_str)],
-    )?;
+    let row = client
+        .query_one(concat!("SELECT count(*) FROM ", candidates!()), &[&cutoff, &status.map(JobStatus::as_str)])?;
     Ok(row.get(0))
 }
 
@@ -31,20 +41,20 @@ pub(crate) fn count(client: &mut Client, cutoff: DateTime<Utc>, status: Option<J
 /// records go with their job (ON DELETE CASCADE).
 pub(crate) fn prune_batch(client: &mut Client, cutoff: DateTime<Utc>, status: Option<JobStatus>) -> Result<u64> {
     let deleted = client.execute(
-        "DELETE FROM job
-          WHERE id IN (SELECT job_id FROM job_completed
-                        WHERE completed_at < $1 AND ($2::text IS NULL OR status = $2)
-                        ORDER BY completed_at
-                        LIMIT $3)",
+        concat!(
+            "DELETE FROM job WHERE id IN (SELECT c.job_id FROM ",
+            candidates!(),
+            " ORDER BY c.completed_at LIMIT $3)"
+        ),
         &[&cutoff, &status.map(JobStatus::as_str), &BATCH],
     )?;
     Ok(deleted)
 }
 
 /// Delete every job of `tag`, queued, running or completed, with its queue, heartbeat, completion
-/// and log rows: for a tag nothing else uses (the bench's own), never for retention. job_queue refers
-/// to job without a cascade, so its rows go first; the statement's CTEs all run before the
-/// foreign keys are checked at its end.
+/// and log rows: for a tag nothing else uses (the bench's own), never for retention. The completion
+/// and log rows go with their job (ON DELETE CASCADE); the queue and heartbeat rows, which no key
+/// ties to the job, are deleted by the statement's CTEs.
 pub(crate) fn delete_tag(client: &mut impl GenericClient, tag: &str) -> Result<()> {
     client
         .execute(

@@ -62,6 +62,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
              ALTER TABLE job DROP COLUMN warm;
              ALTER TABLE job_queue DROP COLUMN awaited;
              CREATE INDEX job_queue_due_idx ON job_queue (tag, scheduled_for) WHERE NOT running AND canceled_by IS NULL;
+             ALTER TABLE job_queue ADD FOREIGN KEY (job_id) REFERENCES job (id);
              DELETE FROM wf_migration WHERE version > 1;",
         )
         .unwrap();
@@ -69,13 +70,16 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     assert_eq!(behind.code, 1, "{behind:?}");
     assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
-    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]));
+    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]));
     env.wf(["actions"]).ok();
     let indexes: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");
     assert_eq!(indexes, 2);
     let due_index: i64 = env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname = 'job_queue_due_idx'");
     assert_eq!(due_index, 0, "migration 12 drops it");
+    let queue_keys: i64 =
+        env.scalar("SELECT count(*) FROM pg_constraint WHERE conrelid = 'job_queue'::regclass AND contype = 'f'");
+    assert_eq!(queue_keys, 0, "migration 13 drops the queue's foreign key to job");
 
     env.db()
         .execute("INSERT INTO wf_migration (version, name, checksum) VALUES (99, '0099_future.sql', 'x')", &[])

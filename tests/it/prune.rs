@@ -33,6 +33,16 @@ fn prune_deletes_only_old_completed_jobs_with_their_logs() {
             &[&running],
         )
         .unwrap();
+    // A completion record beside a queue row (no completion leaves both; written by hand here, and
+    // no foreign key of the queue refuses the job's delete): the job is still in the queue, kept.
+    let in_queue = enqueue(&env, "t/echo", json!({}));
+    env.db()
+        .execute(
+            "INSERT INTO job_completed (job_id, status, completed_at)
+             VALUES ($1::text::uuid, 'success', now() - interval '90 days')",
+            &[&in_queue],
+        )
+        .unwrap();
     let old_logs: i64 = env.scalar("SELECT count(*) FROM job_logs");
     assert!(old_logs > 0);
 
@@ -49,9 +59,11 @@ fn prune_deletes_only_old_completed_jobs_with_their_logs() {
 
     let left: Vec<String> =
         env.db().query("SELECT id::text FROM job ORDER BY 1", &[]).unwrap().iter().map(|r| r.get(0)).collect();
-    let mut expected = vec![recent.clone(), queued, running];
+    let mut expected = vec![recent.clone(), queued, running, in_queue.clone()];
     expected.sort();
     assert_eq!(left, expected, "only the recent, queued and running jobs remain");
+    let still_queued: i64 = env.scalar(&format!("SELECT count(*) FROM job_queue WHERE job_id = '{in_queue}'"));
+    assert_eq!(still_queued, 1);
     let orphans: i64 = env.scalar(
         "SELECT (SELECT count(*) FROM job_logs WHERE job_id NOT IN (SELECT id FROM job))
               + (SELECT count(*) FROM job_completed WHERE job_id NOT IN (SELECT id FROM job))",
