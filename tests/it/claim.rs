@@ -242,3 +242,57 @@ fn a_claim_of_several_jobs_gives_each_its_own_owner() {
     let running: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE running");
     assert_eq!(running, 8);
 }
+
+/// The time of a worker's claim at depth: for 200,000 and 1,000,000 due jobs, in one tag and
+/// spread over 4 (the worker on 2 of them), after ANALYZE, `WF_BENCH_CLAIMS` claims (default
+/// 2,000) of one job each in a row through a worker's session (prepared once, generic plans),
+/// nothing vacuumed meanwhile, so the later claims walk past the dead entries the earlier left.
+/// Prints the mean and the 99th percentile of the first and of the last tenth of the claims, after
+/// `WARM_UP` claims not counted (the session's first runs of the statement: its preparation and
+/// the custom plans PostgreSQL makes before it settles on the generic one).
+#[test]
+#[ignore = "a measurement, not a check: scripts/bench-claim-depth runs it"]
+fn claim_time_at_depth() {
+    let claims: usize = std::env::var("WF_BENCH_CLAIMS").map_or(2_000, |value| value.parse().expect("WF_BENCH_CLAIMS"));
+    const WARM_UP: usize = 10;
+    let tenth = (claims / 10).max(1);
+    println!("depth      tags  worker on  first tenth: mean / p99 ms  last tenth: mean / p99 ms");
+    for depth in [200_000, 1_000_000] {
+        for (tags, subscribed) in [(&["default"][..], &["default"][..]), (&["a", "b", "c", "d"][..], &["b", "d"][..])] {
+            let env = TestEnv::new();
+            for table in ["job", "job_queue", "job_runtime"] {
+                env.db().batch_execute(&format!("ALTER TABLE {table} SET (autovacuum_enabled = false)")).unwrap();
+            }
+            fill(&env, depth, tags, "0", "now() - interval '1 hour' + n * interval '1 ms'");
+            let mut session = wf::db::Session::new(env.db());
+            let subscribed: Vec<String> = subscribed.iter().map(|tag| tag.to_string()).collect();
+            let mut times = Vec::with_capacity(claims);
+            let mut ids = std::collections::HashSet::new();
+            for n in 0..WARM_UP + claims {
+                let claim = format!("bench#{n}");
+                let began = std::time::Instant::now();
+                let claimed =
+                    wf::queue::claim::claim(&mut session, &subscribed, &[claim], Duration::from_secs(60)).unwrap();
+                if n >= WARM_UP {
+                    times.push(began.elapsed());
+                }
+                assert_eq!(claimed.len(), 1, "claim {n} at depth {depth} took a job");
+                assert!(ids.insert(claimed[0].id), "claim {n} took a job already claimed");
+            }
+            let summary = |part: &[Duration]| {
+                let mut part = part.to_vec();
+                part.sort();
+                let mean = part.iter().sum::<Duration>().as_secs_f64() * 1e3 / part.len() as f64;
+                let p99 = part[(part.len() * 99 / 100).min(part.len() - 1)].as_secs_f64() * 1e3;
+                format!("{mean:.3} / {p99:.3}")
+            };
+            println!(
+                "{depth:<10} {:<5} {:<10} {:<29} {}",
+                tags.len(),
+                subscribed.len(),
+                summary(&times[..tenth]),
+                summary(&times[claims - tenth..])
+            );
+        }
+    }
+}
