@@ -159,7 +159,11 @@ fn rows(report: &Report) -> Vec<Vec<String>> {
     };
     let mut rows = vec![
         rate("enqueue, a transaction each", &report.enqueue_single, None),
-        rate("enqueue, one batch transaction", &report.enqueue_batch, None),
+        rate(
+            &format!("enqueue, one batch transaction (median of {})", bench::ENQUEUE_BATCHES),
+            &report.enqueue_batch,
+            None,
+        ),
         rate(
             &format!("claim + complete (no-op, {} workers, {} per statement)", report.workers, report.batch),
             &report.claim_complete,
