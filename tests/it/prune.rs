@@ -1,9 +1,11 @@
 //! Retention: `wf prune` deletes old completed jobs in batches, never a queued or running one.
 
-use serde_json::json;
+use serde_json::{Value, json};
+use wf::queue::prune::BATCH_SQL;
 
 use crate::support::fixtures::{enqueue, enqueue_batch, synced};
 use crate::support::harness::TestEnv;
+use crate::support::plans::{explain, fill, nodes};
 
 #[test]
 fn prune_deletes_only_old_completed_jobs_with_their_logs() {
@@ -70,4 +72,45 @@ fn prune_deletes_only_old_completed_jobs_with_their_logs() {
     );
     assert_eq!(orphans, 0, "logs and completion records went with their jobs");
     assert_eq!(env.wf(["show", &recent, "--json"]).ok().json()["status"], "success");
+}
+
+/// A batch of retention walks the completion records by age and probes the queue by its key for
+/// each, however deep the queue and the history: no scan of either, nothing hashed. (As a NOT
+/// EXISTS, the probe became a hash anti-join over the whole queue.)
+#[test]
+fn a_prune_batch_walks_the_oldest_records_and_probes_the_queue_by_its_key() {
+    let env = TestEnv::new();
+    fill(&env, 100_000, &["default"], "0", "now()");
+    env.db()
+        .batch_execute(
+            "WITH old AS (
+                 SELECT gen_random_uuid() AS id, n FROM generate_series(1, 100000) AS n
+             ), jobs AS (
+                 INSERT INTO job (id, app_key, action_key, git_source_id, commit_sha, entrypoint,
+                                  timeout_s, tag, priority, input, trigger_kind, scheduled_for)
+                 SELECT id, 'a', 'b', gen_random_uuid(), 'c', 'e.ts', 60, 'default', 0, '{}', 'manual', now()
+                   FROM old
+             )
+             INSERT INTO job_completed (job_id, status, completed_at)
+             SELECT id, 'success', now() - interval '90 days' + n * interval '1 s' FROM old;
+             ANALYZE job; ANALYZE job_queue; ANALYZE job_completed;",
+        )
+        .unwrap();
+    let plan = explain(&env, BATCH_SQL, "timestamptz, text, bigint", "now() - interval '30 days', NULL, 1000");
+    let root = &plan[0]["Plan"];
+    let text = serde_json::to_string_pretty(root).unwrap();
+    for node in nodes(root) {
+        let kind = node["Node Type"].as_str().unwrap_or_default();
+        let relation = node.get("Relation Name").and_then(Value::as_str).unwrap_or_default();
+        assert!(!kind.starts_with("Hash") || kind == "HashAggregate", "a {kind} node:\n{text}");
+        if ["job_queue", "job_completed"].contains(&relation) {
+            assert!(kind.starts_with("Index") && node.get("Index Cond").is_some(), "{relation} read whole:\n{text}");
+        }
+    }
+    let walked = nodes(root)
+        .into_iter()
+        .find(|node| node.get("Relation Name").and_then(Value::as_str) == Some("job_completed"))
+        .expect("the completion records are read");
+    assert_eq!(walked["Index Name"], "job_completed_completed_at_idx", "{text}");
+    assert_eq!(walked["Actual Rows"], 1000, "a batch's worth of records walked:\n{text}");
 }
