@@ -88,14 +88,28 @@ pub(crate) struct Rate {
 }
 
 impl Rate {
-    /// Count `other`'s jobs and time in this rate.
-    fn add(&mut self, other: Rate) {
-        self.jobs += other.jobs;
-        self.elapsed += other.elapsed;
-    }
-
     pub(crate) fn per_second(&self) -> f64 {
         self.jobs as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+}
+
+/// A measurement made in rounds, summed: the jobs and their time, and the database server's
+/// processor time while it is known for every round.
+struct Summed {
+    rate: Rate,
+    db_cpu: Option<Duration>,
+}
+
+impl Summed {
+    fn new() -> Summed {
+        Summed { rate: Rate::default(), db_cpu: Some(Duration::ZERO) }
+    }
+
+    /// Count one round (`Server::measure`'s rate and server time) in.
+    fn add(&mut self, (rate, db_cpu): (Rate, Option<Duration>)) {
+        self.rate.jobs += rate.jobs;
+        self.rate.elapsed += rate.elapsed;
+        self.db_cpu = self.db_cpu.zip(db_cpu).map(|(sum, cpu)| sum + cpu);
     }
 }
 
@@ -311,8 +325,7 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
     let mut claimers = Claimers::connect(namespace, plan.workers, plan.batch)?;
     let mut floor = plan.floor.then(|| Floor::create(namespace, jobs, plan.workers)).transpose()?;
     let rounds = if floor.is_some() { ROUNDS.min(jobs) } else { 1 };
-    let (mut claim_complete, mut claim_complete_db_cpu) = (Rate::default(), Some(Duration::ZERO));
-    let (mut floor_rate, mut floor_db_cpu) = (Rate::default(), Some(Duration::ZERO));
+    let (mut claim_complete, mut floor_rounds) = (Summed::new(), Summed::new());
     for round in 1..=rounds {
         // The last round takes whatever is left: a round may end a few jobs past its share.
         let share = u64::from(jobs / rounds);
@@ -321,22 +334,15 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
             1 => what.to_string(),
             _ => format!("{what}, round {round} of {rounds}"),
         };
-        let (rate, cpu) = Server::measure(server, || {
-            claimers.round(quota(claim_complete.jobs), &name("claim + complete (no-op)"), progress, interrupt)
-        })?;
-        claim_complete.add(rate);
-        claim_complete_db_cpu = claim_complete_db_cpu.zip(cpu).map(|(sum, cpu)| sum + cpu);
+        let quota_left = quota(claim_complete.rate.jobs);
+        claim_complete.add(Server::measure(server, || {
+            claimers.round(quota_left, &name("claim + complete (no-op)"), progress, interrupt)
+        })?);
         if let Some(floor) = floor.as_mut() {
-            let (rate, cpu) = Server::measure(server, || {
-                floor.round(
-                    quota(floor_rate.jobs),
-                    &name("floor: the seed's statements, prepared"),
-                    progress,
-                    interrupt,
-                )
-            })?;
-            floor_rate.add(rate);
-            floor_db_cpu = floor_db_cpu.zip(cpu).map(|(sum, cpu)| sum + cpu);
+            let quota_left = quota(floor_rounds.rate.jobs);
+            floor_rounds.add(Server::measure(server, || {
+                floor.round(quota_left, &name("floor: the seed's statements, prepared"), progress, interrupt)
+            })?);
         }
     }
     drop(claimers);
@@ -345,7 +351,7 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
     let (floor, floor_db_cpu) = match floor {
         Some(floor) => {
             floor.remove(&mut client, jobs)?;
-            (Some(floor_rate), floor_db_cpu)
+            (Some(floor_rounds.rate), floor_rounds.db_cpu)
         }
         None => (None, None),
     };
@@ -381,8 +387,8 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
         batch: plan.batch,
         enqueue_single,
         enqueue_batch,
-        claim_complete,
-        claim_complete_db_cpu,
+        claim_complete: claim_complete.rate,
+        claim_complete_db_cpu: claim_complete.db_cpu,
         pickup,
         bun,
         floor,
