@@ -108,7 +108,7 @@ macro_rules! priorities_cte {
 }
 
 /// The claim's common table expressions after `subscribed` (the tags, one row each), `priorities`
-/// to `stamped` (parameters: $2 claim ids, $3 window), shared by `CLAIM_SQL` and the completion
+/// to `claimed` (parameters: $2 claim ids, $3 window), shared by `CLAIM_SQL` and the completion
 /// that claims (`complete::then_claim_sql`).
 macro_rules! claim_ctes {
     () => {
@@ -137,19 +137,15 @@ peek AS (
      LIMIT 64
 ),
 -- Each job its own claim id: one owner per job, fenced per attempt, however many come at once.
+-- Ping is stamped with running = true: a worker that dies before its first heartbeat leaves a
+-- ping the reaper's guard catches. The worker's window goes with it: no reaper takes the job
+-- before that window has passed.
 claimed AS (
-    UPDATE job_queue q SET running = true, started_at = now(), worker = ($2::text[])[p.n]
+    UPDATE job_queue q
+       SET running = true, started_at = now(), worker = ($2::text[])[p.n], ping = now(), window_s = $3
       FROM peek p
      WHERE q.job_id = p.job_id
     RETURNING q.job_id, q.started_at, q.restarts, q.releases, q.worker
-),
--- Ping is stamped at claim: a worker that dies before its first heartbeat leaves a ping the
--- reaper's guard catches, never a NULL that would leave the job a zombie forever. The worker's
--- window goes with it: no reaper takes the job before that window has passed.
-stamped AS (
-    INSERT INTO job_runtime (job_id, ping, window_s)
-    SELECT job_id, now(), $3 FROM claimed
-    ON CONFLICT (job_id) DO UPDATE SET ping = now(), window_s = EXCLUDED.window_s
 )"
         )
     };

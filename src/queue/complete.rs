@@ -39,12 +39,12 @@ pub(crate) enum Recorded {
 /// One statement, so one transaction and one round trip: the ownership gate
 /// (`DELETE FROM job_queue WHERE job_id=$1 AND worker=$2`; 0 rows means skip), the final log flush,
 /// the completion record carrying what the queue row knew (worker, started_at, restarts, cancel
-/// fields), the runtime row removed, and a notification for waiters. If a result is recorded, the
-/// queue row is gone; if the queue row remains, there is no result. Every part hangs on the gate's
-/// row, so a claim that no longer owns the job writes nothing at all.
+/// fields), and a notification for waiters; the heartbeat goes with the queue row. If a result is
+/// recorded, the queue row is gone; if the queue row remains, there is no result. Every part hangs
+/// on the gate's row, so a claim that no longer owns the job writes nothing at all.
 pub(crate) fn complete(session: &mut Session, completion: &Completion) -> Result<Recorded> {
     let columns = Columns::of(std::slice::from_ref(completion));
-    let recorded = session.query_opt(COMPLETE_ONE_SQL, &columns.one())?;
+    let recorded = session.query_opt(COMPLETE_ONE_SQL.pick(columns.lines()), &columns.one())?;
     Ok(if recorded.is_some() { Recorded::Completed } else { Recorded::Fenced })
 }
 
@@ -52,7 +52,7 @@ pub(crate) fn complete(session: &mut Session, completion: &Completion) -> Result
 /// claim no longer owns it is skipped without holding up the others. Returns the jobs recorded.
 pub(crate) fn complete_many(session: &mut Session, completions: &[Completion]) -> Result<Vec<Uuid>> {
     let columns = Columns::of(completions);
-    let rows = session.query(COMPLETE_SQL, &columns.params())?;
+    let rows = session.query(COMPLETE_SQL.pick(columns.lines()), &columns.params())?;
     Ok(rows.iter().map(|row| row.get(0)).collect())
 }
 
@@ -60,7 +60,7 @@ pub(crate) fn complete_many(session: &mut Session, completions: &[Completion]) -
 /// its retry (`retry::complete_failure`).
 pub(crate) fn complete_in(tx: &mut Transaction<'_>, completion: &Completion) -> Result<Recorded> {
     let columns = Columns::of(std::slice::from_ref(completion));
-    let recorded = tx.query_opt(COMPLETE_ONE_SQL, &columns.one())?;
+    let recorded = tx.query_opt(COMPLETE_ONE_SQL.pick(columns.lines()), &columns.one())?;
     Ok(if recorded.is_some() { Recorded::Completed } else { Recorded::Fenced })
 }
 
@@ -96,49 +96,77 @@ impl<'a> Columns<'a> {
         }
     }
 
-    fn params(&self) -> [&(dyn ToSql + Sync); 10] {
-        [
-            &self.ids,
-            &self.claims,
-            &self.statuses,
-            &self.results,
-            &self.errors,
-            &self.attempts,
-            &self.line_jobs,
-            &self.line_streams,
-            &self.line_texts,
-            &CHANNEL_COMPLETED,
-        ]
+    /// Whether any completion has lines to flush: the statement to run has the part that writes them.
+    fn lines(&self) -> bool {
+        !self.line_jobs.is_empty()
     }
 
-    /// The parameters of `COMPLETE_ONE_SQL`: the first completion's as scalars, the lines as arrays.
-    fn one(&self) -> [&(dyn ToSql + Sync); 10] {
-        [
-            &self.ids[0],
-            &self.claims[0],
-            &self.statuses[0],
-            &self.results[0],
-            &self.errors[0],
-            &self.attempts[0],
-            &self.line_jobs,
-            &self.line_streams,
-            &self.line_texts,
-            &CHANNEL_COMPLETED,
-        ]
+    /// The parameters of `COMPLETE_SQL`: one array per field, the channel, then the lines' arrays
+    /// if there are lines.
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        let completions: [&(dyn ToSql + Sync); 6] =
+            [&self.ids, &self.claims, &self.statuses, &self.results, &self.errors, &self.attempts];
+        self.with_channel_and_lines(&completions)
+    }
+
+    /// The parameters of `COMPLETE_ONE_SQL`: the first completion's as scalars, then as `params`.
+    fn one(&self) -> Vec<&(dyn ToSql + Sync)> {
+        let completion: [&(dyn ToSql + Sync); 6] =
+            [&self.ids[0], &self.claims[0], &self.statuses[0], &self.results[0], &self.errors[0], &self.attempts[0]];
+        self.with_channel_and_lines(&completion)
+    }
+
+    fn with_channel_and_lines<'s>(&'s self, completion: &[&'s (dyn ToSql + Sync)]) -> Vec<&'s (dyn ToSql + Sync)> {
+        let mut params = completion.to_vec();
+        params.push(&CHANNEL_COMPLETED);
+        if self.lines() {
+            params.extend([&self.line_jobs as &(dyn ToSql + Sync), &self.line_streams, &self.line_texts]);
+        }
+        params
     }
 }
 
-/// The completion's common table expressions around `done`, the completions as rows (job_id, claim,
-/// status, result, error, attempt); then one parameter per log line field ($7 job ids, $8 streams,
-/// $9 lines), and the channel to notify ($10). `recorded` returns the jobs completed; `notified`
-/// notifies those a client waits for (job_queue.awaited; migration 0011 says why not every one), and
-/// runs only when read. The gate deletes the queue rows of `done`, waiting for a row another
-/// transaction holds; or of the CTE `$gated`, defined in `$before_gate`.
-macro_rules! completion_ctes {
-    ($done:expr) => {
-        completion_ctes!($done, "", "done")
+/// A completion statement in two forms: with the part that flushes the last log lines, and
+/// without it, for a completion that has none (most: the lines are flushed while the action
+/// runs). PostgreSQL starts every part of a statement at every call, whether it writes or not.
+pub struct ByLines {
+    pub with: &'static str,
+    pub without: &'static str,
+}
+
+impl ByLines {
+    pub fn pick(&self, lines: bool) -> &'static str {
+        if lines { self.with } else { self.without }
+    }
+}
+
+/// The part of a completion that flushes its last log lines: one parameter per log line field ($8
+/// job ids, $9 streams, $10 lines).
+macro_rules! logged_cte {
+    () => {
+        "logged AS (
+    INSERT INTO job_logs (job_id, attempt, stream, line)
+    SELECT l.job_id, d.attempt, l.stream, l.line
+      FROM unnest($8::uuid[], $9::text[], $10::text[]) WITH ORDINALITY AS l(job_id, stream, line, n)
+      JOIN gate g ON g.job_id = l.job_id
+      JOIN done d ON d.job_id = l.job_id
+     ORDER BY l.n
+),
+"
     };
-    ($done:expr, $before_gate:expr, $gated:expr) => {
+}
+
+/// The completion's common table expressions around `done`, the completions as rows (job_id, claim,
+/// status, result, error, attempt); then the channel to notify ($7), and `$logged`: `logged_cte!()`
+/// or nothing. `recorded` returns the jobs completed; `notified` notifies those a client waits for
+/// (job_queue.awaited; migration 0011 says why not every one), and runs only when read. The gate
+/// deletes the queue rows of `done`, waiting for a row another transaction holds; or of the CTE
+/// `$gated`, defined in `$before_gate`.
+macro_rules! completion_ctes {
+    ($done:expr, $logged:expr) => {
+        completion_ctes!($done, $logged, "", "done")
+    };
+    ($done:expr, $logged:expr, $before_gate:expr, $gated:expr) => {
         concat!(
             "done AS (",
             $done,
@@ -152,18 +180,9 @@ macro_rules! completion_ctes {
      WHERE q.job_id = d.job_id AND q.worker = d.claim
     RETURNING q.job_id, q.worker, q.started_at, q.restarts, q.canceled_by, q.canceled_reason, q.awaited
 ),
-runtime AS (
-    DELETE FROM job_runtime WHERE job_id IN (SELECT job_id FROM gate)
-),
-logged AS (
-    INSERT INTO job_logs (job_id, attempt, stream, line)
-    SELECT l.job_id, d.attempt, l.stream, l.line
-      FROM unnest($7::uuid[], $8::text[], $9::text[]) WITH ORDINALITY AS l(job_id, stream, line, n)
-      JOIN gate g ON g.job_id = l.job_id
-      JOIN done d ON d.job_id = l.job_id
-     ORDER BY l.n
-),
-recorded AS (
+",
+            $logged,
+            "recorded AS (
     INSERT INTO job_completed (job_id, status, result, error, worker, started_at, restarts,
                                canceled_by, canceled_reason)
     SELECT g.job_id, d.status, d.result, d.error, g.worker, g.started_at, g.restarts,
@@ -172,7 +191,7 @@ recorded AS (
     RETURNING job_id
 ),
 notified AS (
-    SELECT pg_notify($10, g.job_id::text) FROM recorded r JOIN gate g ON g.job_id = r.job_id WHERE g.awaited
+    SELECT pg_notify($7, g.job_id::text) FROM recorded r JOIN gate g ON g.job_id = r.job_id WHERE g.awaited
 )"
         )
     };
@@ -182,13 +201,20 @@ notified AS (
 /// notifications sent.
 macro_rules! complete_sql {
     ($done:expr) => {
-        concat!("\nWITH ", completion_ctes!($done), "\nSELECT job_id, (SELECT count(*) FROM notified) FROM recorded")
+        ByLines { with: complete_sql!($done, logged_cte!()), without: complete_sql!($done, "") }
+    };
+    ($done:expr, $logged:expr) => {
+        concat!(
+            "\nWITH ",
+            completion_ctes!($done, $logged),
+            "\nSELECT job_id, (SELECT count(*) FROM notified) FROM recorded"
+        )
     };
 }
 
 /// The completion of a batch of attempts (see `complete_many`): one array element per completion
 /// ($1 job ids, $2 claim ids, $3 statuses, $4 results, $5 errors, $6 attempts).
-pub const COMPLETE_SQL: &str = complete_sql!(
+pub const COMPLETE_SQL: ByLines = complete_sql!(
     "
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[])
         AS d(job_id, claim, status, result, error, attempt)
@@ -208,14 +234,14 @@ macro_rules! one_done {
 /// The completion of one attempt, the worker's: the same with scalars. PostgreSQL plans it once per
 /// connection (a generic plan); the arrays of `COMPLETE_SQL` have it plan every call (0.3 ms, more
 /// than the execution), since only a custom plan knows their lengths.
-pub const COMPLETE_ONE_SQL: &str = complete_sql!(one_done!());
+pub const COMPLETE_ONE_SQL: ByLines = complete_sql!(one_done!());
 
 /// `COMPLETE_ONE_SQL` and the claim of the slot's next jobs (`claim::claim_sql`) as one statement,
 /// with `k` claim ids: one round trip and one commit where a transaction took four round trips.
 /// Parameters: the claim's ($1 tags, $2 claim ids, $3 window), then the completion's, each moved
-/// up by three ($4 to $13). Each row is one claimed job after the number of jobs recorded (0 or 1),
-/// of notifications sent and of jobs whose row was held (0 or 1); a single row of nulls after them
-/// when nothing was claimed. One snapshot serves both: the job completed is running, so the claim
+/// up by three ($4 to $10, and with `lines` $11 to $13). Each row is one claimed job after the
+/// number of jobs recorded (0 or 1), of notifications sent and of jobs whose row was held (0 or 1);
+/// a single row of nulls after them when nothing was claimed. One snapshot serves both: the job completed is running, so the claim
 /// could not take it anyway.
 ///
 /// The statement waits for no other transaction: its gate locks the job's queue row with SKIP
@@ -227,25 +253,35 @@ pub const COMPLETE_ONE_SQL: &str = complete_sql!(one_done!());
 /// way (and with the claim before the gate, two such statements deadlocked, each waiting in its gate
 /// for the other). A row held is written nowhere (`held_count` is 1): the caller completes it with
 /// `complete`, which waits for the holder, a statement that itself waits for nothing.
-pub fn then_claim_sql(k: usize) -> &'static str {
-    static BY_LIMIT: LazyLock<Vec<String>> = LazyLock::new(|| {
-        let completion = parameters_moved(
+pub fn then_claim_sql(k: usize, lines: bool) -> &'static str {
+    macro_rules! completion_held {
+        ($logged:expr) => {
             completion_ctes!(
                 one_done!(),
+                $logged,
                 "held AS MATERIALIZED (
     SELECT d.* FROM done d JOIN job_queue q ON q.job_id = d.job_id AND q.worker = d.claim
        FOR UPDATE OF q SKIP LOCKED
 ),
 ",
                 "held"
-            ),
-            3,
-        );
-        (1..=CLAIM_BATCH_MAX)
-            .map(|k| {
-                let claim = claim::with_limits(claim::CLAIM_CTES, k);
-                format!(
-                    "\nWITH RECURSIVE\n{completion},
+            )
+        };
+    }
+    static BY_LIMIT: LazyLock<[Vec<String>; 2]> = LazyLock::new(|| {
+        [completion_held!(""), completion_held!(logged_cte!())]
+            .map(|completion| by_limit(&parameters_moved(completion, 3)))
+    });
+    &BY_LIMIT[usize::from(lines)][k.clamp(1, CLAIM_BATCH_MAX) - 1]
+}
+
+/// The completion that claims for each number of claims, from its completion's CTEs.
+fn by_limit(completion: &str) -> Vec<String> {
+    (1..=CLAIM_BATCH_MAX)
+        .map(|k| {
+            let claim = claim::with_limits(claim::CLAIM_CTES, k);
+            format!(
+                "\nWITH RECURSIVE\n{completion},
 subscribed AS (SELECT DISTINCT unnest($1::text[]) AS tag FROM (SELECT count(*) FROM gate) AS completed_first),
 {claim}
 SELECT (SELECT count(*) FROM recorded) AS recorded, (SELECT count(*) FROM notified) AS notified,
@@ -254,12 +290,10 @@ SELECT (SELECT count(*) FROM recorded) AS recorded, (SELECT count(*) FROM notifi
        {}
   FROM (SELECT) AS one
   LEFT JOIN (claimed c JOIN job j ON j.id = c.job_id) ON true",
-                    claim::CLAIMED_COLUMNS
-                )
-            })
-            .collect()
-    });
-    &BY_LIMIT[k.clamp(1, CLAIM_BATCH_MAX) - 1]
+                claim::CLAIMED_COLUMNS
+            )
+        })
+        .collect()
 }
 
 /// `sql` with every parameter number moved up by `by`.
@@ -297,7 +331,7 @@ pub(crate) fn then_claim(
     let window = window.as_secs_f64();
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![&tags, &claims, &window];
     params.extend(columns.one());
-    let rows = claim::run(session, then_claim_sql(claims.len()), &params)?;
+    let rows = claim::run(session, then_claim_sql(claims.len(), columns.lines()), &params)?;
     let count = |column: usize| rows.first().map_or(0, |row| row.get::<_, i64>(column));
     let recorded = match (count(0), count(2)) {
         (1, _) => Some(Recorded::Completed),
@@ -332,9 +366,6 @@ pub(crate) fn finish_locked(
         "WITH gone AS (
              DELETE FROM job_queue WHERE job_id = ANY($1)
              RETURNING job_id, worker, started_at, restarts, canceled_by, canceled_reason
-         ),
-         runtime AS (
-             DELETE FROM job_runtime WHERE job_id IN (SELECT job_id FROM gone)
          )
          INSERT INTO job_completed (job_id, status, error, worker, started_at, restarts,
                                     canceled_by, canceled_reason)
@@ -363,14 +394,16 @@ mod tests {
 
     #[test]
     fn the_completion_that_claims_takes_the_claims_parameters_then_the_completions() {
-        for k in [1, 2, 64] {
-            let sql = then_claim_sql(k);
+        for (k, lines) in [(1, true), (2, true), (64, true), (1, false), (64, false)] {
+            let sql = then_claim_sql(k, lines);
             let used = |n: usize| {
                 let name = format!("${n}");
                 sql.match_indices(&name)
                     .any(|(at, _)| !sql[at + name.len()..].starts_with(|c: char| c.is_ascii_digit()))
             };
-            assert!((1..=13).all(used) && !used(14), "{sql}");
+            let last = if lines { 13 } else { 10 };
+            assert!((1..=last).all(used) && !used(last + 1), "{sql}");
+            assert_eq!(sql.contains("INSERT INTO job_logs"), lines, "{sql}");
             assert_eq!(sql.matches(&format!("LIMIT {k}\n")).count(), 2, "{sql}");
         }
     }

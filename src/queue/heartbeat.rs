@@ -18,23 +18,15 @@ pub(crate) enum Beat {
     Lost,
 }
 
-/// The heartbeat, one statement: the ping is refreshed only while this claim still owns the running
-/// job, and the cancel mark comes back; no row back means the job is no longer this claim's. The row
-/// is share-locked, so a concurrent reaper pass skips it rather than reaping a job whose worker is
-/// heartbeating right now. Parameters: job id, claim id, the worker's window in seconds.
+/// The heartbeat, one statement: the ping in the job's queue row is refreshed only while this claim
+/// still owns the running job, and the cancel mark comes back; no row back means the job is no
+/// longer this claim's. The row is locked while it is written, so a concurrent reaper pass skips it
+/// rather than reaping a job whose worker is heartbeating right now. Parameters: job id, claim id,
+/// the worker's window in seconds.
 pub const HEARTBEAT_SQL: &str = "
-WITH owned AS (
-    SELECT job_id, canceled_by, canceled_reason
-      FROM job_queue
-     WHERE job_id = $1 AND worker = $2 AND running
-       FOR SHARE
-),
-pinged AS (
-    INSERT INTO job_runtime (job_id, ping, window_s)
-    SELECT job_id, now(), $3 FROM owned
-    ON CONFLICT (job_id) DO UPDATE SET ping = now()
-)
-SELECT canceled_by, canceled_reason FROM owned";
+UPDATE job_queue SET ping = now(), window_s = $3
+ WHERE job_id = $1 AND worker = $2 AND running
+RETURNING canceled_by, canceled_reason";
 
 /// One heartbeat of `claim` for `job_id`.
 pub(crate) fn heartbeat(session: &mut Session, job_id: Uuid, claim: &str, window: Duration) -> Result<Beat> {

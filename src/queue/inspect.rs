@@ -327,12 +327,12 @@ pub(crate) fn status(client: &mut Client, zombie_timeout: Duration) -> Result<Ve
                 count(*) FILTER (WHERE NOT q.running AND q.scheduled_for <= now()),
                 count(*) FILTER (WHERE NOT q.running AND q.scheduled_for > now()),
                 count(*) FILTER (WHERE q.running),
-                count(*) FILTER (WHERE q.running AND (r.ping IS NULL OR
-                    greatest(r.ping, pg_postmaster_start_time())
-                    < now() - make_interval(secs => greatest($1, r.window_s)))),
+                count(*) FILTER (WHERE q.running AND (q.ping IS NULL OR
+                    greatest(q.ping, pg_postmaster_start_time())
+                    < now() - make_interval(secs => greatest($1, q.window_s)))),
                 extract(epoch FROM now() - min(q.scheduled_for)
                     FILTER (WHERE NOT q.running AND q.scheduled_for <= now()))::float8
-           FROM job_queue q LEFT JOIN job_runtime r ON r.job_id = q.job_id
+           FROM job_queue q
           GROUP BY q.tag ORDER BY q.tag",
         &[&zombie_timeout.as_secs_f64()],
     )?;

@@ -72,7 +72,6 @@ pub(crate) fn delete_tag(client: &mut impl GenericClient, tag: &str) -> Result<(
     client
         .execute(
             "WITH doomed AS (SELECT id FROM job WHERE tag = $1),
-             runtime AS (DELETE FROM job_runtime WHERE job_id IN (SELECT id FROM doomed)),
              queued AS (DELETE FROM job_queue WHERE job_id IN (SELECT id FROM doomed))
              DELETE FROM job WHERE id IN (SELECT id FROM doomed)",
             &[&tag],

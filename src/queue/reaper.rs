@@ -19,26 +19,22 @@ pub(crate) struct Reaped {
 }
 
 /// The zombies, locked for this pass (see `reap_once`). Parameter: the reaper's window in seconds.
-/// The running rows come from their partial index, and each one's runtime row is looked up by its
-/// key: the LIMIT keeps the planner from making it a join that walks the runtime table's whole
-/// key, where every completed job left a dead entry until vacuum (2,500 buffers a pass after 5,000
-/// completions, seen in `tests/it/depth.rs`).
+/// The running rows come from their partial index; each carries its ping and its worker's window.
 pub const ZOMBIES_SQL: &str = "
-SELECT q.job_id, q.canceled_by IS NOT NULL AS cancel_marked, q.restarts, q.worker, r.ping
+SELECT q.job_id, q.canceled_by IS NOT NULL AS cancel_marked, q.restarts, q.worker, q.ping
   FROM job_queue q
-  LEFT JOIN LATERAL (SELECT ping, window_s FROM job_runtime WHERE job_id = q.job_id LIMIT 1) r ON true
  WHERE q.running
-   AND (r.ping IS NULL
-        OR greatest(r.ping, pg_postmaster_start_time())
-           < now() - make_interval(secs => greatest($1, r.window_s)))
+   AND (q.ping IS NULL
+        OR greatest(q.ping, pg_postmaster_start_time())
+           < now() - make_interval(secs => greatest($1, q.window_s)))
    FOR UPDATE OF q SKIP LOCKED";
 
 /// Zombies back to waiting, after a backoff that doubles with their restarts (1 s, 2 s, 4 s, ... at
 /// most 5 minutes); returns their tags. Parameter: the job ids.
 pub const REQUEUE_SQL: &str = "
 UPDATE job_queue
-   SET running = false, worker = NULL, started_at = NULL, restarts = restarts + 1,
-       scheduled_for = now() + least(power(2, restarts), 300) * interval '1 second'
+   SET running = false, worker = NULL, started_at = NULL, ping = NULL, window_s = NULL,
+       restarts = restarts + 1, scheduled_for = now() + least(power(2, restarts), 300) * interval '1 second'
  WHERE job_id = ANY($1)
 RETURNING tag";
 
@@ -48,7 +44,7 @@ RETURNING tag";
 /// ping older than the database server's own start is counted from that start, so a database
 /// restart does not turn every running job into a zombie at once. SKIP LOCKED lets any
 /// number of reapers run at once without touching the same zombie twice, and skips jobs whose
-/// worker is heartbeating at this very moment (the heartbeat share-locks the row).
+/// worker is heartbeating at this very moment (the heartbeat locks the row it writes).
 pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_limit: i32) -> Result<Reaped> {
     let mut tx = client.transaction()?;
     let zombies = tx.query(ZOMBIES_SQL, &[&zombie_timeout.as_secs_f64()])?;
@@ -91,14 +87,13 @@ fn requeue(tx: &mut postgres::Transaction<'_>, ids: &[Uuid]) -> Result<()> {
          SELECT q.job_id, q.restarts + q.releases + 1, 'wf',
                 format('reaped: worker %s stopped sending heartbeats (last ping %s); '
                        'requeued as attempt %s after %s s', q.worker,
-                       coalesce(to_char(r.ping AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), 'never'),
+                       coalesce(to_char(q.ping AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), 'never'),
                        q.restarts + q.releases + 2, least(power(2, q.restarts), 300))
-           FROM job_queue q LEFT JOIN job_runtime r ON r.job_id = q.job_id
+           FROM job_queue q
           WHERE q.job_id = ANY($1)",
         &[&ids],
     )?;
     let tags: Vec<String> = tx.query(REQUEUE_SQL, &[&ids])?.iter().map(|r| r.get(0)).collect();
-    tx.execute("DELETE FROM job_runtime WHERE job_id = ANY($1)", &[&ids])?;
     for tag in dedup(tags) {
         tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &tag])?;
     }

@@ -30,12 +30,11 @@ pub(crate) fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i
     } else {
         logs::note(&mut tx, job_id, attempt, "worker shutting down: the job was stopped and put back in the queue")?;
         tx.execute(
-            "UPDATE job_queue SET running = false, worker = NULL, started_at = NULL, scheduled_for = now(),
-                                 releases = releases + 1
+            "UPDATE job_queue SET running = false, worker = NULL, started_at = NULL, ping = NULL, window_s = NULL,
+                                 scheduled_for = now(), releases = releases + 1
               WHERE job_id = $1 AND worker = $2",
             &[&job_id, &claim],
         )?;
-        tx.execute("DELETE FROM job_runtime WHERE job_id = $1", &[&job_id])?;
         tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &row.get::<_, String>(1)])?;
     }
     tx.commit()?;

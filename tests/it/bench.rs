@@ -10,7 +10,7 @@ use crate::support::harness::{TestEnv, wait_for};
 
 /// The bench's jobs, catalog rows and store tree are gone (the test database starts empty).
 fn assert_nothing_left(env: &TestEnv) {
-    for table in ["job", "job_queue", "job_runtime", "job_completed", "job_logs", "git_source", "app", "action"] {
+    for table in ["job", "job_queue", "job_completed", "job_logs", "git_source", "app", "action"] {
         let rows: i64 = env.scalar(&format!("SELECT count(*) FROM {table}"));
         assert_eq!(rows, 0, "wf bench left {rows} rows in {table}");
     }

@@ -174,8 +174,7 @@ fn claim_takes_the_best_due_job_across_tags() {
     assert_eq!(priorities, [vec![2; 10], vec![1; 10]].concat());
     let running: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE running");
     assert_eq!(running, 20);
-    let stamped: i64 =
-        env.scalar("SELECT count(*) FROM job_runtime r JOIN job_queue q USING (job_id) WHERE r.ping = q.started_at");
+    let stamped: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE ping = started_at");
     assert_eq!(stamped, 20, "ping is stamped at claim");
 }
 
@@ -225,8 +224,7 @@ fn a_claim_of_several_jobs_gives_each_its_own_owner() {
     for job in &jobs {
         let row = db
             .query_one(
-                "SELECT q.worker, q.running, q.priority, r.ping IS NOT NULL
-                   FROM job_queue q JOIN job_runtime r ON r.job_id = q.job_id WHERE q.job_id = $1",
+                "SELECT worker, running, priority, ping IS NOT NULL FROM job_queue WHERE job_id = $1",
                 &[&job.id],
             )
             .unwrap();
@@ -260,7 +258,7 @@ fn claim_time_at_depth() {
     for depth in [200_000, 1_000_000] {
         for (tags, subscribed) in [(&["default"][..], &["default"][..]), (&["a", "b", "c", "d"][..], &["b", "d"][..])] {
             let env = TestEnv::new();
-            for table in ["job", "job_queue", "job_runtime"] {
+            for table in ["job", "job_queue"] {
                 env.db().batch_execute(&format!("ALTER TABLE {table} SET (autovacuum_enabled = false)")).unwrap();
             }
             fill(&env, depth, tags, "0", "now() - interval '1 hour' + n * interval '1 ms'");

@@ -120,8 +120,7 @@ fn a_worker_killed_before_its_first_heartbeat_has_its_job_recovered_after_the_wi
     kill(&mut first);
     let row = db
         .query_one(
-            "SELECT r.ping = q.started_at, q.worker FROM job_queue q JOIN job_runtime r USING (job_id)
-              WHERE q.job_id = $1 AND q.running",
+            "SELECT q.ping = q.started_at, q.worker FROM job_queue q WHERE q.job_id = $1 AND q.running",
             &[&uuid(&job)],
         )
         .unwrap();

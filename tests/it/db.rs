@@ -40,15 +40,21 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     // Make the database look as if only the first migration had been applied.
     env.db()
         .batch_execute(
-            "DROP INDEX job_app_created_idx; DROP INDEX job_tag_created_idx;
+            "INSERT INTO job (id, app_key, action_key, git_source_id, commit_sha, entrypoint, timeout_s, tag,
+                              priority, input, trigger_kind, scheduled_for)
+             VALUES ('00000000-0000-0000-0000-00000000000a', 'a', 'b', gen_random_uuid(), 'c', 'main.ts', 60,
+                     'default', 0, '{}', 'manual', now());
+             INSERT INTO job_queue (job_id, tag, priority, scheduled_for, running, started_at, worker)
+             VALUES ('00000000-0000-0000-0000-00000000000a', 'default', 0, now(), true, now(), 'w#1');
+             DROP INDEX job_app_created_idx; DROP INDEX job_tag_created_idx;
              ALTER TABLE action DROP COLUMN network, DROP COLUMN memory_mb, DROP COLUMN max_processes;
              ALTER TABLE job DROP COLUMN network, DROP COLUMN memory_mb, DROP COLUMN max_processes;
-             ALTER TABLE job_runtime DROP COLUMN window_s;
+             ALTER TABLE job_queue DROP COLUMN ping, DROP COLUMN window_s;
+             CREATE TABLE job_runtime (job_id uuid PRIMARY KEY, ping timestamptz NOT NULL);
+             INSERT INTO job_runtime VALUES ('00000000-0000-0000-0000-00000000000a', '2026-01-01T00:00:00Z');
              ALTER TABLE job_queue RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,
                  autovacuum_vacuum_insert_scale_factor, autovacuum_vacuum_insert_threshold,
                  autovacuum_analyze_scale_factor, autovacuum_vacuum_cost_delay);
-             ALTER TABLE job_runtime RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,
-                 autovacuum_vacuum_cost_delay);
              DROP TABLE worker; ALTER TABLE job_queue DROP COLUMN releases;
              ALTER TABLE action DROP COLUMN retry_max, DROP COLUMN retry_backoff_s, DROP COLUMN retry_max_backoff_s;
              ALTER TABLE job DROP COLUMN retry_max, DROP COLUMN retry_backoff_s, DROP COLUMN retry_max_backoff_s,
@@ -70,7 +76,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     assert_eq!(behind.code, 1, "{behind:?}");
     assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
-    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]));
+    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]));
     env.wf(["actions"]).ok();
     let indexes: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");
@@ -80,6 +86,11 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     let queue_keys: i64 =
         env.scalar("SELECT count(*) FROM pg_constraint WHERE conrelid = 'job_queue'::regclass AND contype = 'f'");
     assert_eq!(queue_keys, 0, "migration 13 drops the queue's foreign key to job");
+    let moved: bool = env.scalar(
+        "SELECT ping = '2026-01-01T00:00:00Z' AND window_s IS NULL AND to_regclass('job_runtime') IS NULL
+           FROM job_queue WHERE job_id = '00000000-0000-0000-0000-00000000000a'",
+    );
+    assert!(moved, "migration 14 moves a running job's ping into its queue row and drops job_runtime");
 
     env.db()
         .execute("INSERT INTO wf_migration (version, name, checksum) VALUES (99, '0099_future.sql', 'x')", &[])

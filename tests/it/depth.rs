@@ -42,7 +42,7 @@ const BUFFERS_MAX: i64 = 200;
 /// The partial index of the running rows.
 const RUNNING_INDEX: &str = "job_queue_running_idx";
 /// The tables that grow with the queue and its history.
-const DEEP_TABLES: [&str; 5] = ["job", "job_queue", "job_runtime", "job_logs", "job_completed"];
+const DEEP_TABLES: [&str; 4] = ["job", "job_queue", "job_logs", "job_completed"];
 
 /// A job claimed by the test, as a worker holds it.
 struct Held {
@@ -135,51 +135,60 @@ fn assert_statements_bounded(env: &TestEnv, held: &[Held], when: &str) {
     );
     assert_bounded(&append, &what("the log append"), 0);
 
-    let completion = explain(
-        env,
-        COMPLETE_ONE_SQL,
-        "uuid, text, text, jsonb, jsonb, int, uuid[], text[], text[], text",
-        &format!(
-            "'{id}', '{claim}', 'success', '{{\"ok\": true}}', NULL, 1, '{{{id}}}', '{{stdout}}', '{{last}}', '{CHANNEL_COMPLETED}'",
-            id = one.id,
-            claim = one.claim
-        ),
-    );
-    assert_bounded(&completion, &what("the completion of one job"), 1);
+    // Each completion statement in both forms: with the last lines to flush, and without.
+    for lines in [true, false] {
+        let form = if lines { "with lines" } else { "without lines" };
+        let (types, values) = if lines {
+            (", uuid[], text[], text[]", format!(", '{{{}}}', '{{stdout}}', '{{last}}'", one.id))
+        } else {
+            (Default::default(), String::new())
+        };
+        let completion = explain(
+            env,
+            COMPLETE_ONE_SQL.pick(lines),
+            &format!("uuid, text, text, jsonb, jsonb, int, text{types}"),
+            &format!(
+                "'{id}', '{claim}', 'success', '{{\"ok\": true}}', NULL, 1, '{CHANNEL_COMPLETED}'{values}",
+                id = one.id,
+                claim = one.claim
+            ),
+        );
+        assert_bounded(&completion, &what(&format!("the completion of one job {form}")), 1);
 
-    let completion_and_claim = explain(
-        env,
-        complete::then_claim_sql(1),
-        "text[], text[], float8, uuid, text, text, jsonb, jsonb, int, uuid[], text[], text[], text",
-        &format!(
-            "'{{default}}', '{{next#1}}', 60, \
-             '{id}', '{claim}', 'success', '{{\"ok\": true}}', NULL, 1, '{{{id}}}', '{{stdout}}', '{{last}}', '{CHANNEL_COMPLETED}'",
-            id = one.id,
-            claim = one.claim
-        ),
-    );
-    // The completion's statement and the claim's in one: each within the bound of one statement.
-    assert_bounded_within(
-        &completion_and_claim,
-        &what("the completion of one job with the next claim"),
-        1,
-        2 * BUFFERS_MAX,
-    );
+        let completion_and_claim = explain(
+            env,
+            complete::then_claim_sql(1, lines),
+            &format!("text[], text[], float8, uuid, text, text, jsonb, jsonb, int, text{types}"),
+            &format!(
+                "'{{default}}', '{{next#1}}', 60, \
+                 '{id}', '{claim}', 'success', '{{\"ok\": true}}', NULL, 1, '{CHANNEL_COMPLETED}'{values}",
+                id = one.id,
+                claim = one.claim
+            ),
+        );
+        // The completion's statement and the claim's in one: each within the bound of one statement.
+        assert_bounded_within(
+            &completion_and_claim,
+            &what(&format!("the completion of one job {form} with the next claim")),
+            1,
+            2 * BUFFERS_MAX,
+        );
 
-    let completions = explain(
-        env,
-        COMPLETE_SQL,
-        "uuid[], text[], text[], jsonb[], jsonb[], int[], uuid[], text[], text[], text",
-        &format!(
-            "'{{{a},{b}}}', '{{{ca},{cb}}}', '{{success,failure}}', '{{\"{{}}\",NULL}}', '{{NULL,\"{{}}\"}}', \
-             '{{1,1}}', '{{{a}}}', '{{stdout}}', '{{last}}', '{CHANNEL_COMPLETED}'",
-            a = one.id,
-            b = two.id,
-            ca = one.claim,
-            cb = two.claim
-        ),
-    );
-    assert_bounded(&completions, &what("the completion of two jobs"), 2);
+        let completions = explain(
+            env,
+            COMPLETE_SQL.pick(lines),
+            &format!("uuid[], text[], text[], jsonb[], jsonb[], int[], text{types}"),
+            &format!(
+                "'{{{a},{b}}}', '{{{ca},{cb}}}', '{{success,failure}}', '{{\"{{}}\",NULL}}', '{{NULL,\"{{}}\"}}', \
+                 '{{1,1}}', '{CHANNEL_COMPLETED}'{values}",
+                a = one.id,
+                b = two.id,
+                ca = one.claim,
+                cb = two.claim
+            ),
+        );
+        assert_bounded(&completions, &what(&format!("the completion of two jobs {form}")), 2);
+    }
 
     // The job has no schedule: nothing to skip, but the running rows are looked at.
     let skip = explain(env, SKIP_SQL, "uuid, text", &format!("'{}', '{}'", one.id, one.claim));
@@ -189,10 +198,7 @@ fn assert_statements_bounded(env: &TestEnv, held: &[Held], when: &str) {
     // start counts from the start): each is looked at and locked.
     let ids: Vec<Uuid> = held.iter().map(|job| job.id).collect();
     env.db()
-        .execute(
-            "UPDATE job_runtime SET ping = now() - interval '1 hour', window_s = 0 WHERE job_id = ANY($1)",
-            &[&ids],
-        )
+        .execute("UPDATE job_queue SET ping = now() - interval '1 hour', window_s = 0 WHERE job_id = ANY($1)", &[&ids])
         .unwrap();
     let zombies = explain(env, ZOMBIES_SQL, "float8", "0");
     assert_bounded(&zombies, &what("the reaper's look"), held.len() as i64);

@@ -175,7 +175,7 @@ fn a_cut_host_stops_its_job_and_another_host_recovers_it() {
     // flight when host 1 comes back, the job long taken over by then.
     let mut db = env.db();
     let ping = |db: &mut postgres::Client| -> Option<std::time::SystemTime> {
-        db.query_one("SELECT ping FROM job_runtime WHERE job_id = $1", &[&uuid(&job)]).unwrap().get(0)
+        db.query_one("SELECT ping FROM job_queue WHERE job_id = $1", &[&uuid(&job)]).unwrap().get(0)
     };
     let last = ping(&mut db);
     wait_for(Duration::from_secs(10), "a heartbeat of host 1", || (ping(&mut db) != last).then_some(()));

@@ -46,15 +46,23 @@ fn zombies(db: &mut Client, window_s: f64) -> Vec<Uuid> {
     ids
 }
 
-/// Complete `job` as `claim` with the worker's statement for one job, or the one for a batch.
+/// Complete `job` as `claim` with the worker's statement for one job, or the one for a batch,
+/// with a last line to flush.
 pub(crate) fn complete(db: &mut Client, job: Uuid, claim: &str, one: bool) -> u64 {
+    complete_as(db, job, claim, one, true)
+}
+
+/// `complete`, with a last line to flush or without.
+fn complete_as(db: &mut Client, job: Uuid, claim: &str, one: bool, lines: bool) -> u64 {
     let result = serde_json::json!({"ok": true});
-    let lines: [&(dyn postgres::types::ToSql + Sync); 4] =
-        [&vec![job], &vec!["stdout"], &vec!["the last line"], &CHANNEL_COMPLETED];
+    let (job_ids, streams, texts) = (vec![job], vec!["stdout"], vec!["the last line"]);
+    let with_lines: [&(dyn postgres::types::ToSql + Sync); 4] = [&CHANNEL_COMPLETED, &job_ids, &streams, &texts];
+    let statement = if one { COMPLETE_ONE_SQL.pick(lines) } else { COMPLETE_SQL.pick(lines) };
+    let lines = if lines { &with_lines[..] } else { &with_lines[..1] };
     let rows = if one {
         let error = None::<&serde_json::Value>;
         let params: [&(dyn postgres::types::ToSql + Sync); 6] = [&job, &claim, &"success", &result, &error, &1i32];
-        db.query(COMPLETE_ONE_SQL, &[&params[..], &lines[..]].concat())
+        db.query(statement, &[&params[..], lines].concat())
     } else {
         let params: [&(dyn postgres::types::ToSql + Sync); 6] = [
             &vec![job],
@@ -64,7 +72,7 @@ pub(crate) fn complete(db: &mut Client, job: Uuid, claim: &str, one: bool) -> u6
             &vec![None::<&serde_json::Value>],
             &vec![1i32],
         ];
-        db.query(COMPLETE_SQL, &[&params[..], &lines[..]].concat())
+        db.query(statement, &[&params[..], lines].concat())
     };
     rows.unwrap().len() as u64
 }
@@ -83,7 +91,10 @@ fn the_claim_takes_the_due_jobs_each_under_its_own_claim_id_and_stamps_their_pin
     assert_eq!(ids, due, "both due jobs, and nothing for the third claim id: {claimed:?}");
     let owners: std::collections::HashSet<_> = claimed.iter().map(|(_, claim)| claim.as_str()).collect();
     assert_eq!(owners.len(), 2, "one claim id per job: {claimed:?}");
-    let pinged: i64 = db.query_one("SELECT count(*) FROM job_runtime WHERE window_s = 60", &[]).unwrap().get(0);
+    let pinged: i64 = db
+        .query_one("SELECT count(*) FROM job_queue WHERE running AND ping IS NOT NULL AND window_s = 60", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(pinged, 2, "a ping and the worker's window stamped at the claim");
     let again = db.query(CLAIM_SQL, &[&vec!["default"], &vec!["w#4"], &60.0f64]).unwrap();
     assert!(again.is_empty(), "a running job is never claimed twice");
@@ -99,10 +110,10 @@ fn a_heartbeat_after_a_reap_is_lost() {
     assert!(db.query_opt(HEARTBEAT_SQL, &[&job, &"w#2", &60.0f64]).unwrap().is_none(), "another claim's does not");
 
     db.query(REQUEUE_SQL, &[&vec![job]]).unwrap();
-    db.execute("DELETE FROM job_runtime WHERE job_id = $1", &[&job]).unwrap();
     let late = db.query_opt(HEARTBEAT_SQL, &[&job, &"w#1", &60.0f64]).unwrap();
     assert!(late.is_none(), "after the reap the job is no longer w#1's");
-    let pings: i64 = db.query_one("SELECT count(*) FROM job_runtime WHERE job_id = $1", &[&job]).unwrap().get(0);
+    let pings: i64 =
+        db.query_one("SELECT count(*) FROM job_queue WHERE job_id = $1 AND ping IS NOT NULL", &[&job]).unwrap().get(0);
     assert_eq!(pings, 0, "a lost heartbeat writes no ping");
 }
 
@@ -111,7 +122,9 @@ fn the_completion_gate_skips_a_foreign_claim() {
     let env = TestEnv::new();
     let mut db = env.db();
     for one in [true, false] {
-        completion_gate(&mut db, one);
+        for lines in [true, false] {
+            completion_gate(&mut db, one, lines);
+        }
     }
 }
 
@@ -128,22 +141,37 @@ fn traces(db: &mut Client, job: Uuid) -> (i64, i64, i64) {
     (row.get(0), row.get(1), row.get(2))
 }
 
-fn completion_gate(db: &mut Client, one: bool) {
+fn completion_gate(db: &mut Client, one: bool, lines: bool) {
     let job = running(db, "w#2", 0);
-    assert_eq!(complete(db, job, "w#1", one), 0, "w#1 does not own the job");
+    assert_eq!(complete_as(db, job, "w#1", one, lines), 0, "w#1 does not own the job");
     assert_eq!(traces(db, job), (1, 0, 0), "nothing of a foreign completion is written");
-    assert_eq!(complete(db, job, "w#2", one), 1);
-    assert_eq!(traces(db, job), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
+    assert_eq!(complete_as(db, job, "w#2", one, lines), 1);
+    assert_eq!(
+        traces(db, job),
+        (0, 1, i64::from(lines)),
+        "the owner's completion is whole: queue row gone, record and the last lines in"
+    );
     let row = db.query_one("SELECT worker, status, result FROM job_completed WHERE job_id = $1", &[&job]).unwrap();
     let recorded: (String, String, serde_json::Value) = (row.get(0), row.get(1), row.get(2));
     assert_eq!(recorded, ("w#2".to_string(), "success".to_string(), serde_json::json!({"ok": true})));
-    assert_eq!(complete(db, job, "w#2", one), 0, "and only once");
+    assert_eq!(complete_as(db, job, "w#2", one, lines), 0, "and only once");
 }
 
 /// The completion that claims (`then_claim_sql`) as a worker's slot runs it: `job` completed as
 /// `claim`, the next job claimed as `next`. Returns the number of jobs recorded, of jobs whose row
 /// another transaction held, and the ids claimed.
 fn complete_then_claim(db: &mut Client, job: Uuid, claim: &str, next: &str) -> (i64, i64, Vec<Option<Uuid>>) {
+    complete_then_claim_as(db, job, claim, next, true)
+}
+
+/// `complete_then_claim`, with a last line to flush or without.
+fn complete_then_claim_as(
+    db: &mut Client,
+    job: Uuid,
+    claim: &str,
+    next: &str,
+    lines: bool,
+) -> (i64, i64, Vec<Option<Uuid>>) {
     let (result, error) = (serde_json::json!({"ok": true}), None::<&serde_json::Value>);
     let params: [&(dyn postgres::types::ToSql + Sync); 13] = [
         &vec!["default"],
@@ -155,12 +183,13 @@ fn complete_then_claim(db: &mut Client, job: Uuid, claim: &str, next: &str) -> (
         &result,
         &error,
         &1i32,
+        &CHANNEL_COMPLETED,
         &vec![job],
         &vec!["stdout"],
         &vec!["the last line"],
-        &CHANNEL_COMPLETED,
     ];
-    let rows = db.query(complete::then_claim_sql(1), &params).unwrap();
+    let used = if lines { &params[..] } else { &params[..10] };
+    let rows = db.query(complete::then_claim_sql(1, lines), used).unwrap();
     let count = |column: usize| rows.first().map(|row| row.get(column)).unwrap_or(-1);
     (count(0), count(2), rows.iter().map(|row| row.get(3)).collect())
 }
@@ -181,7 +210,7 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
         let row = db
             .query_one(
                 "SELECT (SELECT worker FROM job_queue WHERE job_id = $1 AND running),
-                        (SELECT count(*) FROM job_runtime WHERE job_id = $1 AND window_s = 60)",
+                        (SELECT count(*) FROM job_queue WHERE job_id = $1 AND running AND window_s = 60)",
                 &[&id],
             )
             .unwrap();
@@ -211,6 +240,23 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
 
     let (recorded, held, claimed) = complete_then_claim(&mut db, job, "w#2", "w#5");
     assert_eq!((recorded, held, claimed), (0, 0, vec![None]), "only once, and one row of nothing when nothing is left");
+}
+
+/// A completion without last lines runs the statement without the part that writes them: the
+/// record is whole all the same, and the claim goes on.
+#[test]
+fn a_completion_without_lines_with_the_next_claim_records_and_claims() {
+    let env = TestEnv::new();
+    let mut db = env.db();
+    let job = running(&mut db, "w#1", 0);
+    let next = queued(&mut db);
+    assert_eq!(complete_then_claim_as(&mut db, job, "w#9", "w#2", false), (0, 0, vec![Some(next)]), "not the owner");
+    assert_eq!(traces(&mut db, job), (1, 0, 0), "nothing of a foreign completion is written");
+    let after = queued(&mut db);
+    assert_eq!(complete_then_claim_as(&mut db, job, "w#1", "w#3", false), (1, 0, vec![Some(after)]));
+    assert_eq!(traces(&mut db, job), (0, 1, 0), "queue row gone, the record in, no lines");
+    let owner: String = db.query_one("SELECT worker FROM job_queue WHERE job_id = $1", &[&after]).unwrap().get(0);
+    assert_eq!(owner, "w#3");
 }
 
 #[test]
@@ -260,7 +306,7 @@ fn a_missing_ping_is_a_zombie_and_a_fresh_one_is_not() {
     db.query_opt(HEARTBEAT_SQL, &[&fresh, &"w#2", &3600.0f64]).unwrap();
     let old = running(&mut db, "w#3", 0);
     db.query_opt(HEARTBEAT_SQL, &[&old, &"w#3", &0.0f64]).unwrap();
-    db.execute("UPDATE job_runtime SET ping = now() - interval '1 second' WHERE job_id = $1", &[&old]).unwrap();
+    db.execute("UPDATE job_queue SET ping = now() - interval '1 second' WHERE job_id = $1", &[&old]).unwrap();
     let waiting = queued(&mut db);
 
     let found = zombies(&mut db, 0.001);

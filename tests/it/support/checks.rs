@@ -48,11 +48,10 @@ pub(crate) fn wait_completed(env: &TestEnv, job: &str, timeout: Duration) -> Com
     wait_for(timeout, &format!("job {job} to complete"), || completed(env, job))
 }
 
-/// Nothing waits or runs any more: job_queue and job_runtime are empty.
+/// Nothing waits or runs any more: job_queue is empty.
 pub(crate) fn assert_queue_empty(env: &TestEnv) {
     let queued: i64 = env.scalar("SELECT count(*) FROM job_queue");
-    let runtime: i64 = env.scalar("SELECT count(*) FROM job_runtime");
-    assert_eq!((queued, runtime), (0, 0), "job_queue and job_runtime must be empty at the end");
+    assert_eq!(queued, 0, "job_queue must be empty at the end");
 }
 
 /// Every job ran to success exactly once as far as the records go, and no more often than its
@@ -194,7 +193,10 @@ pub(crate) fn counts(reaped: &Value) -> (u64, u64, u64) {
 pub(crate) fn ping_age(env: &TestEnv, job: &str) -> Option<f64> {
     let id: uuid::Uuid = job.parse().unwrap();
     env.db()
-        .query_opt("SELECT extract(epoch FROM now() - ping)::float8 FROM job_runtime WHERE job_id = $1", &[&id])
+        .query_opt(
+            "SELECT extract(epoch FROM now() - ping)::float8 FROM job_queue WHERE job_id = $1 AND ping IS NOT NULL",
+            &[&id],
+        )
         .unwrap()
         .map(|row| row.get(0))
 }
@@ -217,14 +219,9 @@ pub(crate) fn uuid(job: &str) -> uuid::Uuid {
 /// Make these queue rows zombies: running for a worker that stopped pinging an hour ago.
 pub(crate) fn make_zombies(db: &mut postgres::Client, ids: &[uuid::Uuid]) {
     db.execute(
-        "UPDATE job_queue SET running = true, worker = 'ghost#' || job_id, started_at = now() - interval '1 hour'
+        "UPDATE job_queue SET running = true, worker = 'ghost#' || job_id, started_at = now() - interval '1 hour',
+                              ping = now() - interval '1 hour'
           WHERE job_id = ANY($1)",
-        &[&ids],
-    )
-    .unwrap();
-    db.execute(
-        "INSERT INTO job_runtime (job_id, ping) SELECT unnest($1::uuid[]), now() - interval '1 hour'
-         ON CONFLICT (job_id) DO UPDATE SET ping = excluded.ping",
         &[&ids],
     )
     .unwrap();
