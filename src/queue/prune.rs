@@ -64,10 +64,10 @@ fn without_jit<T>(client: &mut Client, run: impl FnOnce(&mut Transaction<'_>) ->
     Ok(done)
 }
 
-/// Delete every job of `tag`, queued, running or completed, with its queue, heartbeat, completion
-/// and log rows: for a tag nothing else uses (the bench's own), never for retention. The completion
-/// and log rows go with their job (ON DELETE CASCADE); the queue and heartbeat rows, which no key
-/// ties to the job, are deleted by the statement's CTEs.
+/// Delete every job of `tag`, queued, running or completed, with its queue, completion and log
+/// rows: for a tag nothing else uses (the bench's own), never for retention. The completion and log
+/// rows go with their job (ON DELETE CASCADE); the queue rows, which no key ties to the job, are
+/// deleted by the statement's CTE.
 pub(crate) fn delete_tag(client: &mut impl GenericClient, tag: &str) -> Result<()> {
     client
         .execute(
