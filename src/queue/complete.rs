@@ -37,8 +37,8 @@ pub(crate) enum Recorded {
 }
 
 /// One statement, so one transaction and one round trip: the ownership gate
-/// (`DELETE FROM job_queue WHERE job_id=$1 AND worker=$2`; 0 rows means skip), the final log flush,
-/// the completion record carrying what the queue row knew (worker, started_at, restarts, cancel
+/// (`DELETE FROM job_queue WHERE job_id=$1 AND worker=$2`; 0 rows means skip), the final log flush
+/// (when there are lines), the completion record carrying what the queue row knew (worker, started_at, restarts, cancel
 /// fields), and a notification for waiters; the heartbeat goes with the queue row. If a result is
 /// recorded, the queue row is gone; if the queue row remains, there is no result. Every part hangs
 /// on the gate's row, so a claim that no longer owns the job writes nothing at all.
