@@ -127,8 +127,9 @@ impl<'a> Columns<'a> {
 }
 
 /// A completion statement in two forms: with the part that flushes the last log lines, and
-/// without it, for a completion that has none (most: the lines are flushed while the action
-/// runs). PostgreSQL starts every part of a statement at every call, whether it writes or not.
+/// without it, for a completion that has none (its action printed nothing since the last flush,
+/// once a second while it runs). PostgreSQL starts every part of a statement at every call,
+/// whether it writes or not.
 pub struct ByLines {
     pub with: &'static str,
     pub without: &'static str,
