@@ -141,7 +141,7 @@ fn assert_statements_bounded(env: &TestEnv, held: &[Held], when: &str) {
         let (types, values) = if lines {
             (", uuid[], text[], text[]", format!(", '{{{}}}', '{{stdout}}', '{{last}}'", one.id))
         } else {
-            (Default::default(), String::new())
+            ("", String::new())
         };
         let completion = explain(
             env,
