@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
+use postgres::types::ToSql;
 use postgres::{Client, Row};
 use serde_json::Value;
 use uuid::Uuid;
@@ -74,8 +75,8 @@ impl JobView {
     }
 }
 
-/// A job and its state, from job + job_queue + job_completed.
-const JOB_VIEW: &str = "
+/// A job and its state: the columns of `job_view`.
+const JOB_COLUMNS: &str = "
 SELECT j.id, j.app_key, j.action_key, j.commit_sha, j.tag, j.priority, j.trigger_kind, j.input,
        c.result, c.error, coalesce(c.worker, q.worker) AS worker,
        coalesce(c.restarts, q.restarts, 0) AS restarts, j.created_at,
@@ -87,13 +88,20 @@ SELECT j.id, j.app_key, j.action_key, j.commit_sha, j.tag, j.priority, j.trigger
             WHEN q.running THEN 'running'
             WHEN q.scheduled_for > now() THEN 'scheduled'
             ELSE 'queued' END AS status,
-       j.schedule_name, j.rerun_of, j.retry_of, j.idempotency_key
-  FROM job j
-  LEFT JOIN job_queue q ON q.job_id = j.id
-  LEFT JOIN job_completed c ON c.job_id = j.id";
+       j.schedule_name, j.rerun_of, j.retry_of, j.idempotency_key";
+
+/// The jobs of `jobs` (the table `job` or a query of it), each with its queue and completion rows.
+fn job_view(jobs: &str) -> String {
+    format!(
+        "{JOB_COLUMNS}
+           FROM {jobs} j
+           LEFT JOIN job_queue q ON q.job_id = j.id
+           LEFT JOIN job_completed c ON c.job_id = j.id"
+    )
+}
 
 pub(crate) fn show(client: &mut Client, id: Uuid) -> Result<Option<JobView>> {
-    let row = client.query_opt(&format!("{JOB_VIEW} WHERE j.id = $1"), &[&id])?;
+    let row = client.query_opt(&format!("{} WHERE j.id = $1", job_view("job")), &[&id])?;
     Ok(row.as_ref().map(JobView::from_row))
 }
 
@@ -130,7 +138,7 @@ fn awaiting(client: &mut Client, id: Uuid) -> Result<()> {
 
 /// A moment given on the command line: a time, or a duration before the database's now.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Moment {
+pub enum Moment {
     At(DateTime<Utc>),
     Ago(Duration),
 }
@@ -148,7 +156,7 @@ impl Moment {
 
 /// Which jobs `wf jobs` lists.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Filter<'a> {
+pub struct Filter<'a> {
     pub status: Option<JobStatus>,
     pub app: Option<&'a str>,
     pub action: Option<&'a str>,
@@ -160,38 +168,71 @@ pub(crate) struct Filter<'a> {
     pub until: Option<Moment>,
 }
 
+/// What a status implies of the rows it is made of, in a form an index can find: the few running
+/// rows by the partial index of running rows, a finished status other than success by
+/// `job_completed_unsuccessful_idx`, instead of a walk over every job for the one computed column.
+/// The computed status is still compared, so this only narrows where the planner may start.
+fn status_rows(status: JobStatus) -> &'static str {
+    match status {
+        JobStatus::Running => "q.running AND c.job_id IS NULL",
+        JobStatus::Queued | JobStatus::Scheduled => "c.job_id IS NULL",
+        JobStatus::Success | JobStatus::Failure | JobStatus::Canceled => "c.status = $1",
+    }
+}
+
 /// Jobs, newest first, that pass the filter: `limit` of them after skipping `offset`.
 pub(crate) fn list(client: &mut Client, filter: &Filter<'_>, limit: i64, offset: i64) -> Result<Vec<JobView>> {
+    let (sql, params) = list_statement(filter, limit, offset);
+    let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|param| param.as_ref()).collect();
+    let rows = client.query(&sql, &params)?;
+    Ok(rows.iter().map(JobView::from_row).collect())
+}
+
+/// The statement `list` runs and its parameters. Without a status, the page is taken from `job`
+/// alone before the queue and completion rows are joined to its jobs: jobs created together (a
+/// batch) share their creation time, and the order of the page's jobs among them (by id) is a sort
+/// of the whole batch, which should not also join each.
+pub fn list_statement(filter: &Filter<'_>, limit: i64, offset: i64) -> (String, Vec<Box<dyn ToSql + Sync>>) {
     let (since_at, since_ago) = Moment::params(filter.since);
     let (until_at, until_ago) = Moment::params(filter.until);
-    let rows = client.query(
-        &format!(
-            "SELECT * FROM ({JOB_VIEW}) v
-              WHERE ($1::text IS NULL OR v.status = $1)
-                AND ($2::text IS NULL OR v.app_key = $2)
-                AND ($3::text IS NULL OR v.tag = $3)
-                AND ($4::text IS NULL OR v.action_key = $4)
-                AND ($11::text IS NULL OR v.schedule_name = $11)
-                AND v.created_at >= coalesce($5, now() - make_interval(secs => $6), '-infinity')
-                AND v.created_at < coalesce($7, now() - make_interval(secs => $8), 'infinity')
-              ORDER BY v.created_at DESC, v.id
-              LIMIT $9 OFFSET $10"
+    let jobs = "($2::text IS NULL OR j.app_key = $2)
+                AND ($3::text IS NULL OR j.tag = $3)
+                AND ($4::text IS NULL OR j.action_key = $4)
+                AND ($11::text IS NULL OR j.schedule_name = $11)
+                AND j.created_at >= coalesce($5, now() - make_interval(secs => $6), '-infinity')
+                AND j.created_at < coalesce($7, now() - make_interval(secs => $8), 'infinity')";
+    let (view, page) = match filter.status {
+        None => (
+            job_view(&format!(
+                "(SELECT * FROM job j WHERE {jobs} ORDER BY j.created_at DESC, j.id LIMIT $9 OFFSET $10)"
+            )),
+            "",
         ),
-        &[
-            &filter.status.map(JobStatus::as_str),
-            &filter.app,
-            &filter.tag,
-            &filter.action,
-            &since_at,
-            &since_ago,
-            &until_at,
-            &until_ago,
-            &limit,
-            &offset,
-            &filter.schedule,
-        ],
-    )?;
-    Ok(rows.iter().map(JobView::from_row).collect())
+        Some(status) => {
+            (format!("{} WHERE {jobs} AND {}", job_view("job"), status_rows(status)), "LIMIT $9 OFFSET $10")
+        }
+    };
+    let sql = format!(
+        "SELECT * FROM ({view}) v
+          WHERE ($1::text IS NULL OR v.status = $1)
+          ORDER BY v.created_at DESC, v.id
+          {page}"
+    );
+    let text = |value: Option<&str>| value.map(str::to_string);
+    let params: Vec<Box<dyn ToSql + Sync>> = vec![
+        Box::new(filter.status.map(JobStatus::as_str)),
+        Box::new(text(filter.app)),
+        Box::new(text(filter.tag)),
+        Box::new(text(filter.action)),
+        Box::new(since_at),
+        Box::new(since_ago),
+        Box::new(until_at),
+        Box::new(until_ago),
+        Box::new(limit),
+        Box::new(offset),
+        Box::new(text(filter.schedule)),
+    ];
+    (sql, params)
 }
 
 /// The job an operator means by `text`: a whole id, or its first hex digits (at least 4, dashes

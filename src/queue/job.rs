@@ -14,7 +14,7 @@ use serde_json::Value;
 /// read from its queue row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum JobStatus {
+pub enum JobStatus {
     Queued,
     /// Waiting, not due yet.
     Scheduled,
@@ -34,7 +34,7 @@ impl JobStatus {
         JobStatus::Canceled,
     ];
 
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             JobStatus::Queued => "queued",
             JobStatus::Scheduled => "scheduled",
@@ -77,7 +77,7 @@ impl TriggerKind {
 
 /// A word of the database that names no variant.
 #[derive(Debug)]
-pub(crate) struct Unknown {
+pub struct Unknown {
     what: &'static str,
     text: String,
 }

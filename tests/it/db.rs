@@ -60,7 +60,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
              ALTER TABLE job DROP COLUMN retry_max, DROP COLUMN retry_backoff_s, DROP COLUMN retry_max_backoff_s,
                  DROP COLUMN retry_of, DROP COLUMN retry_number, DROP COLUMN rerun_of, DROP COLUMN idempotency_key,
                  DROP COLUMN schedule_fire, DROP COLUMN no_overlap;
-             DROP INDEX job_schedule_created_idx;
+             DROP INDEX job_schedule_created_idx; DROP INDEX job_completed_unsuccessful_idx;
              CREATE UNIQUE INDEX job_schedule_fire_idx ON job (schedule_name, scheduled_for) WHERE schedule_name IS NOT NULL;
              ALTER TABLE schedule DROP COLUMN no_overlap;
              DROP TABLE source_commit, source_blob;
@@ -76,7 +76,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     assert_eq!(behind.code, 1, "{behind:?}");
     assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
-    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]));
+    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]));
     env.wf(["actions"]).ok();
     let indexes: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");
@@ -91,6 +91,9 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
            FROM job_queue WHERE job_id = '00000000-0000-0000-0000-00000000000a'",
     );
     assert!(moved, "migration 14 moves a running job's ping into its queue row and drops job_runtime");
+    let unsuccessful: i64 =
+        env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname = 'job_completed_unsuccessful_idx'");
+    assert_eq!(unsuccessful, 1, "migration 15 indexes the unsuccessful completions");
 
     env.db()
         .execute("INSERT INTO wf_migration (version, name, checksum) VALUES (99, '0099_future.sql', 'x')", &[])

@@ -549,3 +549,79 @@ fn logs_follow_prints_lines_until_the_job_completes() {
     let text = run.stdout;
     assert!(text.contains("out 4") && text.contains("[stderr] err 4"), "{text}");
 }
+
+/// `wf jobs` on a batch of 20,000 jobs (one creation time, so newest first is by id among them):
+/// a status held by a few jobs (running, failure, canceled) is found by an index, not by a walk
+/// over every job for its computed status, and a page without a status joins the queue and
+/// completion rows to its own jobs only, each with its status.
+#[test]
+fn jobs_finds_a_rare_status_by_index_and_pages_a_batch_in_order() {
+    use crate::support::plans::fill;
+    use postgres::types::ToSql;
+    use wf::queue::inspect::{Filter, list_statement};
+    use wf::queue::job::JobStatus;
+
+    let env = TestEnv::new();
+    fill(&env, 20_000, &["default"], "0", "now()");
+    // In id order: 3 running, 4 failures, 2 canceled, 15,000 successes, the rest waiting.
+    env.db()
+        .batch_execute(
+            "CREATE TABLE planned AS
+                 SELECT id, CASE WHEN n <= 3 THEN 'running' WHEN n <= 7 THEN 'failure' WHEN n <= 9 THEN 'canceled'
+                                 WHEN n <= 15009 THEN 'success' ELSE 'queued' END AS status
+                   FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM job) ordered;
+             UPDATE job_queue q SET running = true, worker = 'w#1.1', started_at = now(), ping = now()
+               FROM planned p WHERE p.id = q.job_id AND p.status = 'running';
+             INSERT INTO job_completed (job_id, status, worker, started_at)
+                 SELECT id, status, 'w#1.1', now() FROM planned WHERE status IN ('failure', 'canceled', 'success');
+             DELETE FROM job_queue q USING planned p
+              WHERE p.id = q.job_id AND p.status IN ('failure', 'canceled', 'success');
+             ANALYZE job; ANALYZE job_queue; ANALYZE job_completed;",
+        )
+        .unwrap();
+    let ids = |listed: &Value| -> Vec<String> {
+        listed.as_array().unwrap().iter().map(|job| job["id"].as_str().unwrap().to_string()).collect()
+    };
+    let planned = |sql: &str, params: &[&(dyn ToSql + Sync)]| -> Vec<String> {
+        env.db().query(sql, params).unwrap().iter().map(|row| row.get(0)).collect()
+    };
+
+    for status in [JobStatus::Running, JobStatus::Failure, JobStatus::Canceled] {
+        let listed = ids(&env.wf(["jobs", "--status", status.as_str(), "--json"]).ok().json());
+        let expected = planned(
+            "SELECT j.id::text FROM job j JOIN planned p ON p.id = j.id WHERE p.status = $1
+              ORDER BY j.created_at DESC, j.id",
+            &[&status.as_str()],
+        );
+        assert!(!expected.is_empty());
+        assert_eq!(listed, expected, "wf jobs --status {}", status.as_str());
+
+        // The statement as `wf jobs` runs it: 18 to 28 buffers by the indexes here; a walk over
+        // the batch, or over its 15,000 completions, touches 190 and more.
+        let (sql, params) = list_statement(&Filter { status: Some(status), ..Filter::default() }, 21, 0);
+        let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|param| param.as_ref()).collect();
+        let plan: Value =
+            env.db().query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"), &params).unwrap().get(0);
+        let root = &plan[0]["Plan"];
+        let buffers = root["Shared Hit Blocks"].as_i64().unwrap() + root["Shared Read Blocks"].as_i64().unwrap();
+        assert!(buffers < 100, "wf jobs --status {}: {buffers} buffers\n{plan:#}", status.as_str());
+    }
+
+    // Pages of the batch without a status: in order, each job with its own status.
+    for page in ["1", "2"] {
+        let listed = env.wf(["jobs", "--limit", "6", "--page", page, "--json"]).ok().json();
+        let offset: i64 = if page == "1" { 0 } else { 6 };
+        let expected = planned(
+            "SELECT p.id::text || ' ' || p.status FROM job j JOIN planned p ON p.id = j.id
+              ORDER BY j.created_at DESC, j.id LIMIT 6 OFFSET $1",
+            &[&offset],
+        );
+        let got: Vec<String> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|job| format!("{} {}", job["id"].as_str().unwrap(), job["status"].as_str().unwrap()))
+            .collect();
+        assert_eq!(got, expected, "wf jobs --page {page}");
+    }
+}
