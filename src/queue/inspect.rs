@@ -192,7 +192,7 @@ pub(crate) fn list(client: &mut Client, filter: &Filter<'_>, limit: i64, offset:
 /// alone before the queue and completion rows are joined to its jobs: jobs created together (a
 /// batch) share their creation time, and the order of the page's jobs among them (by id) is a sort
 /// of the whole batch, which should not also join each.
-pub fn list_statement(filter: &Filter<'_>, limit: i64, offset: i64) -> (String, Vec<Box<dyn ToSql + Sync>>) {
+pub fn list_statement<'a>(filter: &Filter<'a>, limit: i64, offset: i64) -> (String, Vec<Box<dyn ToSql + Sync + 'a>>) {
     let (since_at, since_ago) = Moment::params(filter.since);
     let (until_at, until_ago) = Moment::params(filter.until);
     let jobs = "($2::text IS NULL OR j.app_key = $2)
@@ -218,19 +218,18 @@ pub fn list_statement(filter: &Filter<'_>, limit: i64, offset: i64) -> (String, 
           ORDER BY v.created_at DESC, v.id
           {page}"
     );
-    let text = |value: Option<&str>| value.map(str::to_string);
-    let params: Vec<Box<dyn ToSql + Sync>> = vec![
+    let params: Vec<Box<dyn ToSql + Sync + 'a>> = vec![
         Box::new(filter.status.map(JobStatus::as_str)),
-        Box::new(text(filter.app)),
-        Box::new(text(filter.tag)),
-        Box::new(text(filter.action)),
+        Box::new(filter.app),
+        Box::new(filter.tag),
+        Box::new(filter.action),
         Box::new(since_at),
         Box::new(since_ago),
         Box::new(until_at),
         Box::new(until_ago),
         Box::new(limit),
         Box::new(offset),
-        Box::new(text(filter.schedule)),
+        Box::new(filter.schedule),
     ];
     (sql, params)
 }
