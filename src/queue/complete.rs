@@ -38,10 +38,11 @@ pub(crate) enum Recorded {
 
 /// One statement, so one transaction and one round trip: the ownership gate
 /// (`DELETE FROM job_queue WHERE job_id=$1 AND worker=$2`; 0 rows means skip), the final log flush
-/// (when there are lines), the completion record carrying what the queue row knew (worker, started_at, restarts, cancel
-/// fields), and a notification for waiters; the heartbeat goes with the queue row. If a result is
-/// recorded, the queue row is gone; if the queue row remains, there is no result. Every part hangs
-/// on the gate's row, so a claim that no longer owns the job writes nothing at all.
+/// (when there are lines), the completion record carrying what the queue row knew (worker,
+/// started_at, restarts, cancel fields), and a notification for waiters; the heartbeat goes with
+/// the queue row. If a result is recorded, the queue row is gone; if the queue row remains, there
+/// is no result. Every part hangs on the gate's row, so a claim that no longer owns the job writes
+/// nothing at all.
 pub(crate) fn complete(session: &mut Session, completion: &Completion) -> Result<Recorded> {
     let columns = Columns::of(std::slice::from_ref(completion));
     let recorded = session.query_opt(COMPLETE_ONE_SQL.pick(columns.lines()), &columns.one())?;
@@ -242,8 +243,8 @@ pub const COMPLETE_ONE_SQL: ByLines = complete_sql!(one_done!());
 /// Parameters: the claim's ($1 tags, $2 claim ids, $3 window), then the completion's, each moved
 /// up by three ($4 to $10, and with `lines` $11 to $13). Each row is one claimed job after the
 /// number of jobs recorded (0 or 1), of notifications sent and of jobs whose row was held (0 or 1);
-/// a single row of nulls after them when nothing was claimed. One snapshot serves both: the job completed is running, so the claim
-/// could not take it anyway.
+/// a single row of nulls after them when nothing was claimed. One snapshot serves both: the job
+/// completed is running, so the claim could not take it anyway.
 ///
 /// The statement waits for no other transaction: its gate locks the job's queue row with SKIP
 /// LOCKED (`held`), and its claim skips locked rows too. A locking read that meets a row updated
