@@ -168,15 +168,25 @@ pub struct Filter<'a> {
     pub until: Option<Moment>,
 }
 
-/// What a status implies of the rows it is made of, in a form an index can find: the few running
-/// rows by the partial index of running rows, a finished status other than success by
-/// `job_completed_unsuccessful_idx`, instead of a walk over every job for the one computed column.
-/// The computed status is still compared, so this only narrows where the planner may start.
-fn status_rows(status: JobStatus) -> &'static str {
+/// Where the rows of a status are found. A job waiting or running has a queue row and no
+/// completion (the completion deletes the queue row it records), so its status is a state of the
+/// queue row: such a page is taken from the queue's rows of that state, which are few beside the
+/// jobs ever enqueued, instead of from a walk over every job newest first that looks each up. A
+/// finished status other than success is found by `job_completed_unsuccessful_idx`. The computed
+/// status is still compared.
+enum StatusRows {
+    /// The queue rows in this state.
+    Queue(&'static str),
+    /// What the joined rows of this status satisfy.
+    Completed(&'static str),
+}
+
+fn status_rows(status: JobStatus) -> StatusRows {
     match status {
-        JobStatus::Running => "q.running AND c.job_id IS NULL",
-        JobStatus::Queued | JobStatus::Scheduled => "c.job_id IS NULL",
-        JobStatus::Success | JobStatus::Failure | JobStatus::Canceled => "c.status = $1",
+        JobStatus::Running => StatusRows::Queue("q.running"),
+        JobStatus::Queued => StatusRows::Queue("NOT q.running AND q.scheduled_for <= now()"),
+        JobStatus::Scheduled => StatusRows::Queue("NOT q.running AND q.scheduled_for > now()"),
+        JobStatus::Success | JobStatus::Failure | JobStatus::Canceled => StatusRows::Completed("c.status = $1"),
     }
 }
 
@@ -189,7 +199,8 @@ pub(crate) fn list(client: &mut Client, filter: &Filter<'_>, limit: i64, offset:
 }
 
 /// The statement `list` runs and its parameters. Without a status, the page is taken from `job`
-/// alone before the queue and completion rows are joined to its jobs: jobs created together (a
+/// alone, and with a status of the queue from the queue's rows in that state joined to their jobs,
+/// before the queue and completion rows are joined to the page's jobs: jobs created together (a
 /// batch) share their creation time, and the order of the page's jobs among them (by id) is a sort
 /// of the whole batch, which should not also join each.
 pub fn list_statement<'a>(filter: &Filter<'a>, limit: i64, offset: i64) -> (String, Vec<Box<dyn ToSql + Sync + 'a>>) {
@@ -201,19 +212,35 @@ pub fn list_statement<'a>(filter: &Filter<'a>, limit: i64, offset: i64) -> (Stri
                 AND ($11::text IS NULL OR j.schedule_name = $11)
                 AND j.created_at >= coalesce($5, now() - make_interval(secs => $6), '-infinity')
                 AND j.created_at < coalesce($7, now() - make_interval(secs => $8), 'infinity')";
-    let (view, page) = match filter.status {
+    let page = "LIMIT $9 OFFSET $10";
+    // A status of the queue: its rows in the state, joined to their jobs, are gathered in full
+    // (MATERIALIZED) and the page is sorted out of them; with the page's LIMIT in sight, the
+    // planner walks every job newest first instead, expecting the page among the first few.
+    let (with, view, page) = match filter.status.map(status_rows) {
         None => (
+            String::new(),
+            job_view(&format!("(SELECT * FROM job j WHERE {jobs} ORDER BY j.created_at DESC, j.id {page})")),
+            "",
+        ),
+        Some(StatusRows::Queue(state)) => (
+            format!(
+                "WITH in_state AS MATERIALIZED (
+                     SELECT j.id, j.created_at FROM job_queue q JOIN job j ON j.id = q.job_id
+                      WHERE {state} AND {jobs})"
+            ),
             job_view(&format!(
-                "(SELECT * FROM job j WHERE {jobs} ORDER BY j.created_at DESC, j.id LIMIT $9 OFFSET $10)"
+                "(SELECT j.* FROM (SELECT id FROM in_state ORDER BY created_at DESC, id {page}) s
+                   JOIN job j ON j.id = s.id)"
             )),
             "",
         ),
-        Some(status) => {
-            (format!("{} WHERE {jobs} AND {}", job_view("job"), status_rows(status)), "LIMIT $9 OFFSET $10")
+        Some(StatusRows::Completed(rows)) => {
+            (String::new(), format!("{} WHERE {jobs} AND {rows}", job_view("job")), page)
         }
     };
     let sql = format!(
-        "SELECT * FROM ({view}) v
+        "{with}
+         SELECT * FROM ({view}) v
           WHERE ($1::text IS NULL OR v.status = $1)
           ORDER BY v.created_at DESC, v.id
           {page}"

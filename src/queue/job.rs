@@ -46,7 +46,7 @@ impl JobStatus {
     }
 
     /// Success, failure or canceled: the job has its completion record and never runs again.
-    pub(crate) fn is_finished(self) -> bool {
+    pub fn is_finished(self) -> bool {
         matches!(self, JobStatus::Success | JobStatus::Failure | JobStatus::Canceled)
     }
 }
