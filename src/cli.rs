@@ -165,7 +165,9 @@ pub(crate) struct EnqueueArgs {
     /// Input: JSON text, @FILE, or - for stdin.
     #[arg(long, conflicts_with = "batch")]
     pub input: Option<String>,
-    /// One job per line of this JSON Lines file, all in one transaction.
+    /// One job per line of this JSON Lines file (blank lines skipped), all in one transaction: read
+    /// and inserted 5,000 lines at a time, so its size is not bounded by memory; a line that is not
+    /// a JSON object, or an input the input schema refuses, enqueues none.
     #[arg(long)]
     pub batch: Option<PathBuf>,
     /// Higher runs first.

@@ -1,5 +1,9 @@
 //! `wf enqueue`: the command-line door to the single enqueue path.
 
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use serde_json::Value;
@@ -16,10 +20,6 @@ use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     let (app, action) = split_target(&args.target)?;
-    let inputs = match &args.batch {
-        Some(path) => read_batch(path)?,
-        None => vec![read_input(args.input.as_deref())?],
-    };
     let when = match (&args.at, args.in_) {
         (Some(at), _) => When::At(
             chrono::DateTime::parse_from_rfc3339(at)
@@ -29,6 +29,11 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
         (None, Some(delay)) => When::In(delay),
         (None, None) => When::Now,
     };
+    // A batch's inputs are pushed by `enqueue_file` as it reads them.
+    let inputs = match &args.batch {
+        Some(_) => Vec::new(),
+        None => vec![read_input(args.input.as_deref())?],
+    };
     let request = Request {
         priority: args.priority,
         tag: args.tag.as_deref(),
@@ -37,22 +42,23 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
         key: args.key.as_deref(),
         ..Request::new(app, action, inputs)
     };
+    if let Some(path) = &args.batch {
+        let ids = enqueue_file(ctx, &args.target, &request, path)?;
+        if ctx.out.json {
+            ctx.out.json(&BatchDocument { ids })?;
+        } else {
+            for id in &ids {
+                ctx.out.line(&id.to_string())?;
+            }
+            ctx.out.info(&format!("enqueued {} jobs of {}", ids.len(), args.target));
+        }
+        return Ok(Exit::Ok);
+    }
     let mut client = ctx.connect()?;
     let mut tx = client.transaction()?;
     let jobs = enqueue::enqueue(&mut tx, &request).with_context(|| format!("enqueueing {}", args.target))?;
     tx.commit()?;
 
-    if args.batch.is_some() {
-        if ctx.out.json {
-            ctx.out.json(&BatchDocument { ids: jobs.iter().map(|job| job.id).collect() })?;
-        } else {
-            for job in &jobs {
-                ctx.out.line(&job.id.to_string())?;
-            }
-            ctx.out.info(&format!("enqueued {} jobs of {}", jobs.len(), args.target));
-        }
-        return Ok(Exit::Ok);
-    }
     let job = &jobs[0];
     if job.existing {
         ctx.out.info(&format!(
@@ -74,25 +80,57 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     Ok(Exit::Ok)
 }
 
-/// One input per line of a JSON Lines file; blank lines are skipped; any bad line refuses all.
-fn read_batch(path: &std::path::Path) -> Result<Vec<Value>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading the batch file {}", path.display()))?;
-    let mut inputs = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+/// `wf enqueue --batch FILE`: one job per input line of a JSON Lines file (blank lines skipped), in
+/// one transaction. The file is read and enqueued a chunk of lines at a time, so the command's
+/// memory is a chunk's whatever the file's size (and the ids); the first line that is not a JSON
+/// object, or a chunk with inputs that do not match the input schema, refuses the whole file.
+/// Returns the ids, in the order of the lines, once the transaction has committed.
+fn enqueue_file(ctx: &Ctx, target: &str, request: &Request<'_>, path: &Path) -> Result<Vec<Uuid>> {
+    let reading = || format!("reading the batch file {}", path.display());
+    let file = File::open(path).with_context(reading)?;
+    let size = file.metadata().with_context(reading)?.len();
+    let mut lines = BufReader::new(file);
+    let mut client = ctx.connect()?;
+    let mut tx = client.transaction()?;
+    let enqueueing = || format!("enqueueing {target}");
+    let mut batch = enqueue::Batch::open(&mut tx, request).with_context(enqueueing)?;
+    let bar = ctx.out.progress(size, &format!("enqueueing {} (bytes read)", path.display()));
+    let (mut ids, mut line, mut read) = (Vec::new(), 0, 0);
+    let mut text = String::new();
+    loop {
+        let (mut inputs, mut numbers) = (Vec::with_capacity(enqueue::ENQUEUE_CHUNK), Vec::new());
+        while inputs.len() < enqueue::ENQUEUE_CHUNK {
+            text.clear();
+            let bytes = lines.read_line(&mut text).with_context(reading)?;
+            if bytes == 0 {
+                break;
+            }
+            (line, read) = (line + 1, read + bytes as u64);
+            if text.trim().is_empty() {
+                continue;
+            }
+            let value: Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} line {line}: not valid JSON (nothing was enqueued)", path.display()))?;
+            if !value.is_object() {
+                bail!("{} line {line}: each line must be a JSON object (nothing was enqueued)", path.display());
+            }
+            inputs.push(value);
+            numbers.push(line);
         }
-        let value: Value = serde_json::from_str(line)
-            .with_context(|| format!("{} line {}: not valid JSON (nothing was enqueued)", path.display(), n + 1))?;
-        if !value.is_object() {
-            bail!("{} line {}: each line must be a JSON object (nothing was enqueued)", path.display(), n + 1);
+        if inputs.is_empty() {
+            break;
         }
-        inputs.push(value);
+        let enqueued = batch.push(&mut tx, &inputs, &numbers).with_context(enqueueing)?;
+        ids.extend(enqueued.iter().map(|job| job.id));
+        bar.set_position(read);
     }
-    if inputs.is_empty() {
+    if ids.is_empty() {
         bail!("{} has no inputs", path.display());
     }
-    Ok(inputs)
+    batch.finish(&mut tx)?;
+    tx.commit()?;
+    bar.finish_and_clear();
+    Ok(ids)
 }
 
 /// `wf enqueue --batch --json`: the jobs' ids, in the order of the file's lines.

@@ -131,6 +131,63 @@ fn batch_enqueues_every_line_in_one_transaction() {
     assert_eq!(job_count(&env), 500);
 }
 
+/// A batch file longer than the chunks it is enqueued in (5,000 lines each) is still one
+/// transaction: every line a job, in line order, all pinned alike; a bad line in its last chunk
+/// refuses all of it, named by its line in the file (blank lines count), the problems listed up
+/// to 20.
+#[test]
+fn a_batch_of_many_chunks_is_one_transaction_in_line_order() {
+    let env = TestEnv::new();
+    synced(&env);
+    let lines = |bad: &[(usize, &str)]| -> String {
+        let mut text = String::from("{\"n\": 0}\n\n");
+        for n in 1..12_000 {
+            let line = n + 2;
+            match bad.iter().find(|(at, _)| *at == line) {
+                Some((_, input)) => text.push_str(input),
+                None => text.push_str(&format!("{{\"n\": {n}}}")),
+            }
+            text.push('\n');
+        }
+        text
+    };
+    let batch = path(&env, "many.jsonl");
+    std::fs::write(&batch, lines(&[])).unwrap();
+    let ids = env.wf(["enqueue", "t/typed", "--batch", batch.to_str().unwrap(), "--json"]).ok().json();
+    let ids: Vec<uuid::Uuid> = ids["ids"].as_array().unwrap().iter().map(uuid).collect();
+    assert_eq!(ids.len(), 12_000);
+    let listed: Vec<(i64, i64, i64)> = env
+        .db()
+        .query(
+            "SELECT (j.input->>'n')::bigint, count(*) OVER (PARTITION BY j.created_at, j.commit_sha),
+                    (SELECT count(*) FROM job_queue q WHERE q.job_id = j.id)
+               FROM unnest($1::uuid[]) WITH ORDINALITY AS i(id, n) JOIN job j ON j.id = i.id ORDER BY i.n",
+            &[&ids],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    assert_eq!(listed, (0..12_000).map(|n| (n, 12_000, 1)).collect::<Vec<_>>());
+
+    let refused = |bad: &[(usize, &str)], needles: &[&str]| {
+        std::fs::write(&batch, lines(bad)).unwrap();
+        let run = env.wf(["enqueue", "t/typed", "--batch", batch.to_str().unwrap()]).run();
+        assert_eq!(run.code, 1, "{run:?}");
+        for needle in needles {
+            assert!(run.stderr.contains(needle), "the error should say {needle:?}: {}", run.stderr);
+        }
+        assert_eq!(job_count(&env), 12_000, "a refused batch enqueues nothing");
+    };
+    refused(
+        &[(11_500, r#"{"n": -1}"#), (11_900, r#"{"n": "x"}"#)],
+        &["line 11500: input at /n", "line 11900: input at /n"],
+    );
+    refused(&[(11_990, "[1]")], &["many.jsonl line 11990: each line must be a JSON object"]);
+    let many: Vec<(usize, &str)> = (11_001..11_026).map(|line| (line, r#"{"n": -1}"#)).collect();
+    refused(&many, &["line 11020: input at /n", "; and 5 more"]);
+}
+
 #[test]
 fn results_and_exit_codes_follow_the_outcome() {
     let env = TestEnv::new();
