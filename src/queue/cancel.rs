@@ -1,6 +1,8 @@
 //! Cancel: a waiting job is completed as canceled at once; a running job gets the soft-cancel
 //! mark that its worker's next heartbeat acts on. Cancel is terminal and idempotent.
 
+use std::collections::{HashMap, HashSet};
+
 use anyhow::{Result, bail};
 use postgres::Client;
 use uuid::Uuid;
@@ -36,7 +38,7 @@ pub(crate) fn cancel(
     reason: Option<&str>,
 ) -> Result<Vec<(Uuid, CancelOutcome)>> {
     let mut tx = client.transaction()?;
-    let known: Vec<Uuid> =
+    let known: HashSet<Uuid> =
         tx.query("SELECT id FROM job WHERE id = ANY($1)", &[&ids])?.iter().map(|r| r.get(0)).collect();
     let unknown: Vec<String> = ids.iter().filter(|id| !known.contains(id)).map(Uuid::to_string).collect();
     if !unknown.is_empty() {
@@ -59,31 +61,21 @@ pub(crate) fn cancel(
           WHERE job_id = ANY($1) AND running AND canceled_by IS NULL",
         &[&running, &by, &reason],
     )?;
-    let finished: Vec<(Uuid, JobStatus)> = tx
-        .query(
-            "SELECT job_id, status FROM job_completed WHERE job_id = ANY($1) AND NOT job_id = ANY($2)",
-            &[&ids, &waiting],
-        )?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
+    let mut outcomes: HashMap<Uuid, CancelOutcome> = waiting
+        .into_iter()
+        .map(|id| (id, CancelOutcome::Canceled))
+        .chain(running.into_iter().map(|id| (id, CancelOutcome::CancelRequested)))
         .collect();
+    // The rest had finished before: canceled already, or otherwise.
+    let finished: Vec<Uuid> = ids.iter().filter(|id| !outcomes.contains_key(id)).copied().collect();
+    for row in tx.query("SELECT job_id, status FROM job_completed WHERE job_id = ANY($1)", &[&finished])? {
+        let status: JobStatus = row.get(1);
+        let outcome =
+            if status == JobStatus::Canceled { CancelOutcome::Canceled } else { CancelOutcome::AlreadyCompleted };
+        outcomes.insert(row.get(0), outcome);
+    }
     tx.commit()?;
-    Ok(ids
-        .iter()
-        .map(|id| {
-            let outcome = if waiting.contains(id) {
-                CancelOutcome::Canceled
-            } else if running.contains(id) {
-                CancelOutcome::CancelRequested
-            } else {
-                match finished.iter().find(|(done, _)| done == id) {
-                    Some((_, JobStatus::Canceled)) => CancelOutcome::Canceled,
-                    _ => CancelOutcome::AlreadyCompleted,
-                }
-            };
-            (*id, outcome)
-        })
-        .collect())
+    Ok(ids.iter().map(|id| (*id, outcomes.get(id).copied().unwrap_or(CancelOutcome::AlreadyCompleted))).collect())
 }
 
 /// Which jobs a bulk cancel takes: waiting or running ones, by app, action, tag and how they

@@ -352,7 +352,9 @@ pub(crate) fn completed_by(session: &mut Session, job_id: Uuid, claim: &str) -> 
 }
 
 /// Complete queue rows the caller has already locked (cancel, reaper), keeping what each row
-/// knew; the cancel fields given are used where the row has none.
+/// knew; the cancel fields given are used where the row has none. Like a completion, it notifies
+/// only the jobs someone waits for (`job_queue.awaited`): a bulk cancel of a million jobs queues
+/// no million notifications.
 pub(crate) fn finish_locked(
     tx: &mut Transaction<'_>,
     ids: &[Uuid],
@@ -360,28 +362,25 @@ pub(crate) fn finish_locked(
     error: Option<&Value>,
     canceled_by: Option<&str>,
     canceled_reason: Option<&str>,
-) -> Result<u64> {
+) -> Result<()> {
     if ids.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
-    let finished = tx.execute(
+    tx.execute(
         "WITH gone AS (
              DELETE FROM job_queue WHERE job_id = ANY($1)
-             RETURNING job_id, worker, started_at, restarts, canceled_by, canceled_reason
+             RETURNING job_id, worker, started_at, restarts, canceled_by, canceled_reason, awaited
+         ),
+         recorded AS (
+             INSERT INTO job_completed (job_id, status, error, worker, started_at, restarts,
+                                        canceled_by, canceled_reason)
+             SELECT job_id, $2, $3, worker, started_at, restarts,
+                    coalesce(canceled_by, $4), coalesce(canceled_reason, $5)
+               FROM gone
          )
-         INSERT INTO job_completed (job_id, status, error, worker, started_at, restarts,
-                                    canceled_by, canceled_reason)
-         SELECT job_id, $2, $3, worker, started_at, restarts,
-                coalesce(canceled_by, $4), coalesce(canceled_reason, $5)
-           FROM gone",
-        &[&ids, &status.as_str(), &error, &canceled_by, &canceled_reason],
+         SELECT pg_notify($6, job_id::text) FROM gone WHERE awaited",
+        &[&ids, &status.as_str(), &error, &canceled_by, &canceled_reason, &CHANNEL_COMPLETED],
     )?;
-    notify_completed(tx, ids)?;
-    Ok(finished)
-}
-
-fn notify_completed(tx: &mut Transaction<'_>, ids: &[Uuid]) -> Result<()> {
-    tx.execute("SELECT pg_notify($1, id::text) FROM unnest($2::uuid[]) AS id", &[&CHANNEL_COMPLETED, &ids])?;
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::support::fixtures::{enqueue, path, synced};
-use crate::support::harness::{TestEnv, wait_for};
+use crate::support::harness::{Process, TestEnv, wait_for};
 
 /// Complete a queued job the way a worker's completion transaction does: final log lines, the
 /// completion record, the queue row gone, the notification.
@@ -105,13 +105,10 @@ fn logs_follow_prints_the_lines_written_by_the_completion() {
     assert_eq!(rest, ["last 1", "last 2"], "every line, also those of the completion, is printed");
 }
 
-#[test]
-fn a_waiter_has_the_completion_of_its_job_notified_and_no_other() {
-    let env = TestEnv::new();
-    synced(&env);
-    let (waited, alone) = (enqueue(&env, "t/echo", json!({"w": 1})), enqueue(&env, "t/echo", json!({"w": 2})));
-    let mut waiter = env.wf(["result", &waited, "--wait", "--timeout", "120s", "--json"]).start();
-    let ids: Vec<uuid::Uuid> = [&waited, &alone].iter().map(|id| id.parse().unwrap()).collect();
+/// `wf result --wait` on `waited`, once it has marked its job (and `alone` is not marked); the two ids.
+fn waiting_for_the_first(env: &TestEnv, waited: &str, alone: &str) -> (Process, Vec<uuid::Uuid>) {
+    let waiter = env.wf(["result", waited, "--wait", "--timeout", "120s", "--json"]).start();
+    let ids: Vec<uuid::Uuid> = [waited, alone].iter().map(|id| id.parse().unwrap()).collect();
     wait_for(Duration::from_secs(30), "the waiter to mark its job", || {
         let awaited: Vec<bool> = env
             .db()
@@ -122,6 +119,15 @@ fn a_waiter_has_the_completion_of_its_job_notified_and_no_other() {
             .collect();
         (awaited == [true, false]).then_some(())
     });
+    (waiter, ids)
+}
+
+#[test]
+fn a_waiter_has_the_completion_of_its_job_notified_and_no_other() {
+    let env = TestEnv::new();
+    synced(&env);
+    let (waited, alone) = (enqueue(&env, "t/echo", json!({"w": 1})), enqueue(&env, "t/echo", json!({"w": 2})));
+    let (mut waiter, ids) = waiting_for_the_first(&env, &waited, &alone);
 
     // Both run and complete as a worker's statements do; the test listens as any waiter would.
     let mut db = env.db();
@@ -138,4 +144,25 @@ fn a_waiter_has_the_completion_of_its_job_notified_and_no_other() {
 
     let status = wait_for(Duration::from_secs(30), "the waiter to end", || waiter.try_wait().unwrap());
     assert!(status.success(), "{status:?}");
+}
+
+/// A cancel completes waiting jobs through the statement the reaper and a schedule's withdrawal
+/// use too: it notifies the jobs someone waits for and no other (a bulk cancel of a million jobs
+/// queues no million notifications), and the waiter ends with the job canceled (exit 4).
+#[test]
+fn a_cancel_notifies_the_waited_job_and_no_other() {
+    let env = TestEnv::new();
+    synced(&env);
+    let (waited, alone) = (enqueue(&env, "t/echo", json!({"w": 1})), enqueue(&env, "t/echo", json!({"w": 2})));
+    let (mut waiter, _) = waiting_for_the_first(&env, &waited, &alone);
+    let mut db = env.db();
+    db.batch_execute("LISTEN wf_completed").unwrap();
+    let canceled = env.wf(["cancel", &waited, &alone, "--yes", "--json"]).ok().json();
+    assert_eq!(canceled, json!([{"id": waited, "outcome": "canceled"}, {"id": alone, "outcome": "canceled"}]));
+    // The cancel has committed: the listener has its notifications by the end of its next statement.
+    db.batch_execute("SELECT 1").unwrap();
+    assert_eq!(crate::statements::notified(&mut db), vec![waited.clone()], "its waiter is told, and only it");
+
+    let status = wait_for(Duration::from_secs(30), "the waiter to end", || waiter.try_wait().unwrap());
+    assert_eq!(status.code(), Some(4), "the job ended canceled: {status:?}");
 }
