@@ -41,7 +41,7 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
     if ctx.out.json {
         let document: Vec<CancelDocument> =
             outcomes.iter().map(|&(id, outcome)| CancelDocument { id, outcome: outcome.as_str() }).collect();
-        ctx.out.json(&document)?;
+        ctx.out.json_array(&document)?;
     } else {
         let rows = outcomes.iter().map(|(id, outcome)| vec![id.to_string(), outcome.as_str().to_string()]).collect();
         ctx.out.table(&["id", "outcome"], rows)?;

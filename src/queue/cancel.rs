@@ -1,10 +1,12 @@
 //! Cancel: a waiting job is completed as canceled at once; a running job gets the soft-cancel
 //! mark that its worker's next heartbeat acts on. Cancel is terminal and idempotent.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use anyhow::{Result, bail};
 use postgres::Client;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::complete;
@@ -38,22 +40,32 @@ pub(crate) fn cancel(
     reason: Option<&str>,
 ) -> Result<Vec<(Uuid, CancelOutcome)>> {
     let mut tx = client.transaction()?;
-    let known: HashSet<Uuid> =
-        tx.query("SELECT id FROM job WHERE id = ANY($1)", &[&ids])?.iter().map(|r| r.get(0)).collect();
-    let unknown: Vec<String> = ids.iter().filter(|id| !known.contains(id)).map(Uuid::to_string).collect();
+    let unknown: Vec<String> = tx
+        .query(
+            "SELECT u.id::text FROM unnest($1::uuid[]) AS u(id) WHERE NOT EXISTS (SELECT FROM job j WHERE j.id = u.id)",
+            &[&ids],
+        )?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
     if !unknown.is_empty() {
         bail!("no such job: {} (nothing was canceled)", unknown.join(", "));
     }
     // Lock every queue row, waiting (not skipping): a claim or reaper pass in flight finishes
     // first, and we decide on the row as it is after them. Sorted to avoid lock-order deadlocks.
-    let queued =
-        tx.query("SELECT job_id, running FROM job_queue WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE", &[&ids])?;
+    // Read as it streams: a bulk cancel may hold a million rows.
+    let params: [&(dyn ToSql + Sync); 1] = [&ids];
+    let mut queued = tx.query_raw(
+        "SELECT job_id, running FROM job_queue WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE",
+        params.iter().copied(),
+    )?;
     let mut waiting = Vec::new();
     let mut running = Vec::new();
-    for row in &queued {
+    while let Some(row) = queued.next()? {
         let id: Uuid = row.get(0);
         if row.get::<_, bool>(1) { running.push(id) } else { waiting.push(id) }
     }
+    drop(queued);
     complete::finish_locked(&mut tx, &waiting, JobStatus::Canceled, None, Some(by), reason)?;
     // The first mark wins: a second cancel of a running job does not rewrite who asked.
     tx.execute(
@@ -107,7 +119,9 @@ impl Matching<'_> {
 /// The ids of the jobs in the queue that match. The queue holds only waiting and running jobs, so
 /// this reads the queue, not the history.
 pub(crate) fn matching(client: &mut Client, matching: &Matching<'_>) -> Result<Vec<Uuid>> {
-    let rows = client.query(
+    let params: [&(dyn ToSql + Sync); 4] =
+        [&matching.app, &matching.action, &matching.tag, &matching.status.map(JobStatus::as_str)];
+    let rows = client.query_raw(
         "SELECT q.job_id
            FROM job_queue q JOIN job j ON j.id = q.job_id
           WHERE ($1::text IS NULL OR j.app_key = $1)
@@ -120,7 +134,7 @@ pub(crate) fn matching(client: &mut Client, matching: &Matching<'_>) -> Result<V
                     ELSE true
                 END
           ORDER BY q.job_id",
-        &[&matching.app, &matching.action, &matching.tag, &matching.status.map(JobStatus::as_str)],
+        params.iter().copied(),
     )?;
-    Ok(rows.iter().map(|row| row.get(0)).collect())
+    Ok(rows.map(|row| Ok(row.get(0))).collect()?)
 }
