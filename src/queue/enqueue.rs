@@ -46,6 +46,7 @@ pub(crate) enum Origin {
 pub(crate) struct Request<'a> {
     pub app: &'a str,
     pub action: &'a str,
+    /// What `enqueue` enqueues, a job each; a `Batch` is given its inputs chunk by chunk instead.
     pub inputs: Vec<Value>,
     pub priority: i32,
     /// Overrides the pinned tag.
