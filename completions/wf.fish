@@ -375,7 +375,7 @@ complete -c wf -n "__fish_wf_using_subcommand prune" -l yes -d 'Do not ask for c
 complete -c wf -n "__fish_wf_using_subcommand prune" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand prune" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand prune" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand bench" -l jobs -d 'Jobs per measurement' -r
+complete -c wf -n "__fish_wf_using_subcommand bench" -l jobs -d 'Jobs per measurement (at most 2,000 for the enqueues of a transaction each)' -r
 complete -c wf -n "__fish_wf_using_subcommand bench" -l workers -d 'Concurrent claimers for the claim-to-complete rate' -r
 complete -c wf -n "__fish_wf_using_subcommand bench" -l batch -d 'Jobs each claimer claims, and completes, per statement (as a worker claims for its idle slots); 1 is the seed\'s one job per claim' -r
 complete -c wf -n "__fish_wf_using_subcommand bench" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r

@@ -483,7 +483,7 @@ pub(crate) struct PruneArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
-    /// Jobs per measurement.
+    /// Jobs per measurement (at most 2,000 for the enqueues of a transaction each).
     #[arg(long, default_value_t = 2000)]
     pub jobs: u32,
     /// Concurrent claimers for the claim-to-complete rate.
