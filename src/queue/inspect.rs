@@ -216,7 +216,7 @@ pub fn list_statement<'a>(filter: &Filter<'a>, limit: i64, offset: i64) -> (Stri
     // A status of the queue: its rows in the state, joined to their jobs, are gathered in full
     // (MATERIALIZED) and the page is sorted out of them; with the page's LIMIT in sight, the
     // planner walks every job newest first instead, expecting the page among the first few.
-    let (with, view, page) = match filter.status.map(status_rows) {
+    let (with, view, outer_page) = match filter.status.map(status_rows) {
         None => (
             String::new(),
             job_view(&format!("(SELECT * FROM job j WHERE {jobs} ORDER BY j.created_at DESC, j.id {page})")),
@@ -243,7 +243,7 @@ pub fn list_statement<'a>(filter: &Filter<'a>, limit: i64, offset: i64) -> (Stri
          SELECT * FROM ({view}) v
           WHERE ($1::text IS NULL OR v.status = $1)
           ORDER BY v.created_at DESC, v.id
-          {page}"
+          {outer_page}"
     );
     let params: Vec<Box<dyn ToSql + Sync + 'a>> = vec![
         Box::new(filter.status.map(JobStatus::as_str)),

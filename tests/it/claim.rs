@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::harness::{TestEnv, wait_for};
-use crate::support::plans::{explain, fill, nodes};
+use crate::support::plans::{buffers, explain, fill, nodes};
 
 /// EXPLAIN ANALYZE one claim of one job (rolled back), as a worker runs it.
 fn explain_claim(env: &TestEnv, tags: &[&str]) -> Value {
@@ -44,8 +44,8 @@ fn assert_index_walk(plan: &Value, when: &str) {
             assert!(rows <= 10.0, "{when}: a sort of {rows} rows:\n{text}");
         }
     }
-    let buffers = root["Shared Hit Blocks"].as_i64().unwrap_or(0) + root["Shared Read Blocks"].as_i64().unwrap_or(0);
-    assert!(buffers < 400, "{when}: the claim touched {buffers} buffers:\n{text}");
+    let touched = buffers(root);
+    assert!(touched < 400, "{when}: the claim touched {touched} buffers:\n{text}");
     assert!(text.contains("job_queue_claim_idx"), "{when}: the claim index is not used:\n{text}");
     assert!(root["Actual Rows"].as_i64().unwrap_or(0) >= 1, "{when}: the claim took no job:\n{text}");
 }

@@ -19,7 +19,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::support::harness::TestEnv;
-use crate::support::plans::{explain, fill, nodes};
+use crate::support::plans::{buffers, explain, fill, nodes};
 use wf::db::Session;
 use wf::queue::CHANNEL_COMPLETED;
 use wf::queue::claim;
@@ -66,9 +66,6 @@ fn claim_jobs(session: &mut Session, count: usize, prefix: &str) -> Vec<Held> {
 /// those of every CTE a node reads (with the reading node); a data-modifying CTE that no node reads
 /// runs after the rest, and its counts are only its own.
 fn total_buffers(plan: &Value) -> i64 {
-    let buffers = |node: &Value| {
-        node["Shared Hit Blocks"].as_i64().unwrap_or(0) + node["Shared Read Blocks"].as_i64().unwrap_or(0)
-    };
     let root = &plan[0]["Plan"];
     let all = nodes(root);
     let read = |cte: &str| all.iter().any(|node| node.get("CTE Name").and_then(Value::as_str) == Some(cte));

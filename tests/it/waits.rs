@@ -105,10 +105,21 @@ fn logs_follow_prints_the_lines_written_by_the_completion() {
     assert_eq!(rest, ["last 1", "last 2"], "every line, also those of the completion, is printed");
 }
 
-/// `wf result --wait` on `waited`, once it has marked its job (and `alone` is not marked); the two ids.
-fn waiting_for_the_first(env: &TestEnv, waited: &str, alone: &str) -> (Process, Vec<uuid::Uuid>) {
-    let waiter = env.wf(["result", waited, "--wait", "--timeout", "120s", "--json"]).start();
-    let ids: Vec<uuid::Uuid> = [waited, alone].iter().map(|id| id.parse().unwrap()).collect();
+/// Two jobs waiting, `wf result --wait` on the first once it has marked its job (and the second is
+/// not marked), and a connection listening for completions as any waiter does.
+struct OneAwaited {
+    waiter: Process,
+    waited: String,
+    alone: String,
+    ids: Vec<uuid::Uuid>,
+    listener: postgres::Client,
+}
+
+fn one_of_two_awaited(env: &TestEnv) -> OneAwaited {
+    synced(env);
+    let (waited, alone) = (enqueue(env, "t/echo", json!({"w": 1})), enqueue(env, "t/echo", json!({"w": 2})));
+    let waiter = env.wf(["result", &waited, "--wait", "--timeout", "120s", "--json"]).start();
+    let ids: Vec<uuid::Uuid> = vec![waited.parse().unwrap(), alone.parse().unwrap()];
     wait_for(Duration::from_secs(30), "the waiter to mark its job", || {
         let awaited: Vec<bool> = env
             .db()
@@ -119,19 +130,17 @@ fn waiting_for_the_first(env: &TestEnv, waited: &str, alone: &str) -> (Process, 
             .collect();
         (awaited == [true, false]).then_some(())
     });
-    (waiter, ids)
+    let mut listener = env.db();
+    listener.batch_execute("LISTEN wf_completed").unwrap();
+    OneAwaited { waiter, waited, alone, ids, listener }
 }
 
 #[test]
 fn a_waiter_has_the_completion_of_its_job_notified_and_no_other() {
     let env = TestEnv::new();
-    synced(&env);
-    let (waited, alone) = (enqueue(&env, "t/echo", json!({"w": 1})), enqueue(&env, "t/echo", json!({"w": 2})));
-    let (mut waiter, ids) = waiting_for_the_first(&env, &waited, &alone);
+    let OneAwaited { mut waiter, waited, ids, listener: mut db, .. } = one_of_two_awaited(&env);
 
     // Both run and complete as a worker's statements do; the test listens as any waiter would.
-    let mut db = env.db();
-    db.batch_execute("LISTEN wf_completed").unwrap();
     db.execute(
         "UPDATE job_queue SET running = true, started_at = now(), worker = 'w#' || job_id WHERE job_id = ANY($1)",
         &[&ids],
@@ -152,11 +161,7 @@ fn a_waiter_has_the_completion_of_its_job_notified_and_no_other() {
 #[test]
 fn a_cancel_notifies_the_waited_job_and_no_other() {
     let env = TestEnv::new();
-    synced(&env);
-    let (waited, alone) = (enqueue(&env, "t/echo", json!({"w": 1})), enqueue(&env, "t/echo", json!({"w": 2})));
-    let (mut waiter, _) = waiting_for_the_first(&env, &waited, &alone);
-    let mut db = env.db();
-    db.batch_execute("LISTEN wf_completed").unwrap();
+    let OneAwaited { mut waiter, waited, alone, listener: mut db, .. } = one_of_two_awaited(&env);
     let canceled = env.wf(["cancel", &waited, &alone, "--yes", "--json"]).ok().json();
     assert_eq!(canceled, json!([{"id": waited, "outcome": "canceled"}, {"id": alone, "outcome": "canceled"}]));
     // The cancel has committed: the listener has its notifications by the end of its next statement.

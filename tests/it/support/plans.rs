@@ -46,6 +46,11 @@ pub(crate) fn explain(env: &TestEnv, sql: &str, types: &str, arguments: &str) ->
     plan
 }
 
+/// The shared buffers a plan node touched (its children's included), read or found in memory.
+pub(crate) fn buffers(node: &Value) -> i64 {
+    node["Shared Hit Blocks"].as_i64().unwrap_or(0) + node["Shared Read Blocks"].as_i64().unwrap_or(0)
+}
+
 /// Every plan node, depth first.
 pub(crate) fn nodes(plan: &Value) -> Vec<&Value> {
     let mut all = vec![plan];
