@@ -663,6 +663,8 @@ fn schedule_add_list_pause_resume_tick_rm() {
   "withdrawn": 0
 }"#,
     );
+    // Paused again: run within a minute before 03:00 UTC, the tick would fire it too.
+    env.wf(["schedule", "pause", "nightly"]).ok();
     env.wf(["schedule", "add", "often", "t/echo", "--cron", "* * * * *"]).ok();
     let ticked = env.wf(["schedule", "tick", "--horizon", "1m", "--json"]).ok();
     let fired: Value = ticked.json();
