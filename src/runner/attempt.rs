@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::sandbox::{self, Limits};
 use super::scratch::{ScratchRoot, Sweep, remove_tree};
 use super::supervisor::{Status, Supervision};
-use super::{pump, resolve_bun};
+use super::{pump, resolve_bun, wrapper};
 
 /// Lines buffered between the pipes and the worker. When the worker falls behind, the action
 /// blocks on its next write instead of the worker's memory growing.
@@ -73,6 +73,9 @@ pub struct Spec {
     pub wf_exe: PathBuf,
     /// The action wrapper (`ScratchRoot::wrapper`).
     pub wrapper: PathBuf,
+    /// bun's transpiler cache holding the wrapper (`ScratchRoot::transpiled`), read-only in a
+    /// sandbox.
+    pub transpiled: Option<PathBuf>,
     /// The pinned commit's tree in the source store (read-only to the action).
     pub source: PathBuf,
     /// The action's module, relative to `source`.
@@ -109,6 +112,7 @@ impl Spec {
             // This very binary (`wf __supervise`); a worker gives its `SupervisorExe`.
             wf_exe: PathBuf::from("/proc/self/exe"),
             wrapper: root.wrapper().to_path_buf(),
+            transpiled: root.transpiled().map(Path::to_path_buf),
             source,
             entrypoint: entrypoint.to_string(),
             input,
@@ -429,6 +433,9 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths, owner: Option<sandbox::User>) -
         Isolation::Sandbox(options) => {
             plan.set =
                 vec![("PATH".to_string(), sandbox::PATH.to_string()), ("HOME".to_string(), sandbox::HOME.to_string())];
+            if spec.transpiled.is_some() {
+                plan.set.push((wrapper::CACHE_VARIABLE.to_string(), sandbox::TRANSPILED.to_string()));
+            }
             plan.command = vec![
                 sandbox::BUN.to_string(),
                 "run".to_string(),
@@ -443,6 +450,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths, owner: Option<sandbox::User>) -
             plan.sandbox = Some(sandbox::Plan {
                 source: spec.source.clone(),
                 wrapper: spec.wrapper.clone(),
+                transpiled: spec.transpiled.clone(),
                 bun: bun.to_path_buf(),
                 io: paths.io.clone(),
                 work: paths.work.clone(),
@@ -454,6 +462,9 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths, owner: Option<sandbox::User>) -
             });
         }
         Isolation::None => {
+            if let Some(transpiled) = &spec.transpiled {
+                plan.set.push((wrapper::CACHE_VARIABLE.to_string(), utf8(transpiled)?));
+            }
             plan.command = vec![
                 utf8(bun)?,
                 "run".to_string(),

@@ -20,8 +20,8 @@
 //!   user with no capability, no_new_privs, and no supplementary group of the worker's.
 //! - **Mount namespace.** A fresh tmpfs root with only the system's read-only `/usr` (and `/bin`,
 //!   `/lib`, ...), a few files of `/etc`, a minimal `/dev`, a fresh `/proc` and `/tmp`, and under
-//!   `/wf` the pinned commit (read-only), the wrapper and bun (read-only), and the attempt's `io`
-//!   and `work` directories; plus the operator's `--allow-write` folders. Nothing of `WF_HOME`, of
+//!   `/wf` the pinned commit, the wrapper, its transpiled form and bun (all read-only), and the
+//!   attempt's `io` and `work` directories; plus the operator's `--allow-write` folders. Nothing of `WF_HOME`, of
 //!   the store's other commits, or of other attempts. The action has no capability to remount, and
 //!   in any namespace it creates for itself the kernel locks these mounts as they are.
 //! - **Limits.** RLIMIT_NPROC fences the tasks (threads count) of the sandbox user in its own user
@@ -51,6 +51,8 @@ use super::supervisor::Signals;
 /// Where the attempt's things are inside the sandbox.
 pub(crate) const SOURCE: &str = "/wf/source";
 pub(crate) const WRAPPER: &str = "/wf/wrapper.mjs";
+/// bun's transpiler cache holding the wrapper, when the worker made one.
+pub(crate) const TRANSPILED: &str = "/wf/transpiled";
 pub(crate) const BUN: &str = "/wf/bin/bun";
 pub(crate) const IO: &str = "/wf/io";
 pub(crate) const WORK: &str = "/wf/work";
@@ -143,6 +145,8 @@ pub(crate) struct Plan {
     /// The pinned commit's tree, bound read-only at SOURCE.
     pub source: PathBuf,
     pub wrapper: PathBuf,
+    /// bun's transpiler cache holding the wrapper, bound read-only at TRANSPILED.
+    pub transpiled: Option<PathBuf>,
     pub bun: PathBuf,
     /// The attempt's input and result, bound at IO.
     pub io: PathBuf,
@@ -353,6 +357,7 @@ fn supervisor_gone(go: &OwnedFd) -> bool {
 struct Private {
     source: OwnedFd,
     wrapper: OwnedFd,
+    transpiled: Option<OwnedFd>,
     bun: OwnedFd,
     io: OwnedFd,
     work: OwnedFd,
@@ -368,6 +373,7 @@ impl Private {
         Ok(Private {
             source: open(&plan.source)?,
             wrapper: open(&plan.wrapper)?,
+            transpiled: plan.transpiled.as_deref().map(open).transpose()?,
             bun: open(&plan.bun)?,
             io: open(&plan.io)?,
             work: open(&plan.work)?,
@@ -430,6 +436,9 @@ fn build_root(plan: &Plan, private: &Private) -> Result<()> {
     mkdir(&at("wf/bin"))?;
     bind(&fd_path(&private.source), &at(SOURCE), ro, true).context("binding the commit's tree")?;
     bind(&fd_path(&private.wrapper), &at(WRAPPER), ro, false).context("binding the wrapper")?;
+    if let Some(transpiled) = &private.transpiled {
+        bind(&fd_path(transpiled), &at(TRANSPILED), ro, false).context("binding the transpiled wrapper")?;
+    }
     bind(&fd_path(&private.bun), &at(BUN), ro & !MOUNT_ATTR_NODEV, false).context("binding bun")?;
     let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     bind(&fd_path(&private.io), &at(IO), rw, false).context("binding the attempt's io folder")?;

@@ -29,6 +29,8 @@ pub struct ScratchRoot {
     lock_path: PathBuf,
     _lock: File,
     wrapper: PathBuf,
+    /// bun's transpiler cache holding the wrapper (`transpile_wrapper`), once it is made.
+    transpiled: Option<PathBuf>,
     sweeper: Option<Sweeper>,
 }
 
@@ -100,7 +102,7 @@ impl ScratchRoot {
             .create(&dir)
             .with_context(|| format!("creating the scratch directory {}", dir.display()))?;
         remove_stale_roots(&parent, &name);
-        Ok(ScratchRoot { dir, lock_path, _lock: lock, wrapper, sweeper: Some(Sweeper::start()?) })
+        Ok(ScratchRoot { dir, lock_path, _lock: lock, wrapper, transpiled: None, sweeper: Some(Sweeper::start()?) })
     }
 
     /// A handle to this root's sweeper: a directory sent to it is removed in the background.
@@ -129,6 +131,27 @@ impl ScratchRoot {
     /// The action wrapper written for this worker (see `wrapper.mjs`).
     pub fn wrapper(&self) -> &Path {
         &self.wrapper
+    }
+
+    /// Have `bun` transpile the wrapper into a cache of this root (`wrapper::transpile`), which
+    /// every attempt started from here then reads: read-only in a sandbox.
+    pub fn transpile_wrapper(&mut self, bun: &str) -> Result<()> {
+        let cache = self.dir.join("transpiled");
+        fs::DirBuilder::new().mode(0o755).create(&cache).with_context(|| format!("creating {}", cache.display()))?;
+        super::wrapper::transpile(&super::resolve_bun(bun)?, &self.wrapper, &cache)?;
+        // Readable by the sandbox user whatever the worker's umask.
+        for entry in fs::read_dir(&cache).with_context(|| format!("reading {}", cache.display()))? {
+            let path = entry?.path();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
+                .with_context(|| format!("making {} readable", path.display()))?;
+        }
+        self.transpiled = Some(cache);
+        Ok(())
+    }
+
+    /// The transpiler cache holding the wrapper, when `transpile_wrapper` made it.
+    pub fn transpiled(&self) -> Option<&Path> {
+        self.transpiled.as_deref()
     }
 }
 

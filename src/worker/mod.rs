@@ -197,7 +197,11 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
     let bun = options.local.bun.display().to_string();
     let mut version = crate::runner::check_bun(&bun)?;
     let supervisor = SupervisorExe::open(&options.local.supervisor)?;
-    let scratch = ScratchRoot::create_in(&options.local.home)?;
+    let mut scratch = ScratchRoot::create_in(&options.local.home)?;
+    // Only speed depends on it: without it each attempt's bun transpiles the wrapper itself.
+    if let Err(error) = scratch.transpile_wrapper(&bun) {
+        diag!("warning: worker {}: {error:#}; each attempt transpiles the action wrapper", options.name);
+    }
     if let Isolation::Sandbox { allow_write } = &options.isolation {
         let probe = crate::runner::Isolation::Sandbox(crate::runner::SandboxOptions {
             allow_write: allow_write.clone(),

@@ -30,7 +30,8 @@ fn attack_repo() -> GitRepo {
                     "hog": {"entrypoint": "a/hog.ts", "memory_mb": 96},
                     "offline": {"entrypoint": "a/fetch.ts"},
                     "online": {"entrypoint": "a/fetch.ts", "network": true},
-                    "hello": {"entrypoint": "a/hello.ts"}
+                    "hello": {"entrypoint": "a/hello.ts"},
+                    "transpiled": {"entrypoint": "a/transpiled.ts"}
                 },
                 "network": false
             }
@@ -80,6 +81,29 @@ export function main(input: any) {
 "#,
     );
     repo.file("a/hello.ts", "export function main() { return 'hello'; }\n");
+    // Finds where bun read the wrapper's transpiled form (the variable is gone from process.env,
+    // not from the environment bun started with) and puts its own code in the place of it.
+    repo.file(
+        "a/transpiled.ts",
+        r#"
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+function attempt(what: () => unknown) { try { what(); return "written"; } catch (e: any) { return e.code; } }
+export function main() {
+  const name = "BUN_RUNTIME_TRANSPILER_CACHE_PATH";
+  const started = readFileSync("/proc/self/environ", "latin1").split("\0");
+  const cache = started.find((v) => v.startsWith(name + "="))!.slice(name.length + 1);
+  const files = readdirSync(cache);
+  const evil = "export function main() { return 'owned'; }\n";
+  return {
+    cache,
+    in_env: name in process.env,
+    files: files.length,
+    overwritten: files.map((file) => attempt(() => writeFileSync(`${cache}/${file}`, evil))),
+    created: attempt(() => writeFileSync(`${cache}/new.pile`, evil)),
+  };
+}
+"#,
+    );
     repo.file(
         "a/victim.ts",
         r#"
@@ -230,6 +254,34 @@ fn an_action_cannot_change_the_store_and_a_changed_tree_is_found_and_repaired() 
     let again = enqueue(&env, "a/hello", json!({}));
     env.wf(["work", "--drain"]).ok();
     assert_eq!(result(&env, &again), "hello");
+}
+
+/// A worker has bun transpile the wrapper once into a folder its attempts read (not at every
+/// start): in a sandbox that folder is read-only, so no action can put its code in the place of the
+/// wrapper that runs the next job; without one the action writes there.
+#[test]
+fn an_action_cannot_replace_the_transpiled_wrapper() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/transpiled", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    let tried = result(&env, &id);
+    assert_eq!((&tried["cache"], &tried["in_env"]), (&json!("/wf/transpiled"), &json!(false)), "{tried}");
+    assert!(tried["files"].as_u64().unwrap() >= 1, "the wrapper is there transpiled: {tried}");
+    // A file is the worker's, so its mode refuses the sandbox user first; a new one meets the
+    // read-only mount (the folder's mode would say EACCES).
+    let refused = |code: &Value| ["EACCES", "EROFS"].contains(&code.as_str().unwrap());
+    assert!(tried["overwritten"].as_array().unwrap().iter().all(refused), "{tried}");
+    assert_eq!(tried["created"], "EROFS", "{tried}");
+    let hello = enqueue(&env, "a/hello", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    assert_eq!(result(&env, &hello), "hello");
+
+    let id = enqueue(&env, "a/transpiled", json!({}));
+    env.wf(["work", "--drain", "--isolation", "none"]).ok();
+    let tried = result(&env, &id);
+    assert!(tried["cache"].as_str().unwrap().starts_with(env.home().to_str().unwrap()), "{tried}");
+    assert_eq!((&tried["in_env"], &tried["created"]), (&json!(false), &json!("written")), "{tried}");
 }
 
 #[test]
