@@ -82,11 +82,12 @@ impl Output {
     }
 
     /// The one place that decides how a table looks: NO_COLOR takes the colours away and nothing
-    /// else (the layout is the terminal's either way). Off a terminal the columns are written a
-    /// line at a time (`write_plain_table`): comfy-table held a gigabyte for the million rows of a
-    /// bulk `wf cancel`.
+    /// else (the layout is the terminal's either way). Off a terminal, and for more than
+    /// `BOXED_ROWS_MAX` rows on one, the columns are written a line at a time
+    /// (`write_plain_table`): comfy-table held a gigabyte for the million rows of a bulk
+    /// `wf cancel`.
     fn styled_table(&self, header: &[&str], rows: Vec<Vec<String>>, status: Option<usize>) -> Result<()> {
-        if !std::io::stdout().is_terminal() {
+        if !std::io::stdout().is_terminal() || rows.len() > BOXED_ROWS_MAX {
             let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
             write_plain_table(&mut stdout, header, &rows)?;
             stdout.flush()?;
@@ -139,6 +140,10 @@ impl Output {
         }
     }
 }
+
+/// The most rows a table on a terminal is drawn with boxes and colours: a longer one scrolls past
+/// anyway, and comfy-table holds all of it, several times over, before the first line is out.
+const BOXED_ROWS_MAX: usize = 10_000;
 
 fn status_color(text: &str) -> Option<Color> {
     match text.parse::<JobStatus>().ok()? {

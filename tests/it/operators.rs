@@ -307,6 +307,24 @@ fn colours_only_on_a_terminal_and_never_with_no_color_and_the_layout_is_the_same
     assert!(!piped.contains('\x1b') && !piped.contains('│'), "plain columns without a terminal: {piped:?}");
 }
 
+/// Boxes need the whole table before its first line: up to 10,000 rows a terminal gets them, beyond
+/// that plain columns written a line at a time, as a pipe does.
+#[test]
+fn a_table_too_long_to_box_is_plain_columns_on_a_terminal_too() {
+    let env = TestEnv::new();
+    synced(&env);
+    let batch = env.dir.path().join("batch.jsonl");
+    std::fs::write(&batch, "{}\n".repeat(10_001)).unwrap();
+    env.wf(["enqueue", "t/echo", "--batch", batch.to_str().unwrap()]).ok();
+    for (limit, boxed) in [("10000", true), ("10001", false)] {
+        let (code, screen) = env.wf(["jobs", "--limit", limit]).env("NO_COLOR", "1").in_terminal().finish();
+        assert_eq!(code, 0, "{}", &screen[..screen.len().min(2000)]);
+        let table = plain(&screen);
+        let rows = table.lines().filter(|line| line.contains("queued")).count();
+        assert_eq!((rows.to_string().as_str(), table.contains('│')), (limit, boxed), "--limit {limit}");
+    }
+}
+
 #[test]
 fn ctrl_c_at_a_prompt_declines_and_gives_the_cursor_back() {
     let env = TestEnv::new();
