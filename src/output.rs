@@ -127,6 +127,9 @@ impl Output {
     /// A spinner on stderr for work of unknown length.
     pub(crate) fn spinner(&self, message: &str) -> ProgressBar {
         let bar = ProgressBar::with_draw_target(None, self.draw_target());
+        // Without a style of its own a bar of unknown length draws an empty bar and "0/0", not
+        // the message.
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("static template"));
         bar.set_message(message.to_string());
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar

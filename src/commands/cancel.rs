@@ -37,7 +37,11 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         }
         ids
     };
-    let outcomes = cancel::cancel(&mut client, &ids, &ctx.config.operator, args.reason.as_deref())?;
+    // One transaction, which takes a while for many jobs (a million: half a minute).
+    let spinner = ctx.out.spinner(&format!("canceling {} job(s)", ids.len()));
+    let outcomes = cancel::cancel(&mut client, &ids, &ctx.config.operator, args.reason.as_deref());
+    spinner.finish_and_clear();
+    let outcomes = outcomes?;
     if ctx.out.json {
         let document: Vec<CancelDocument> =
             outcomes.iter().map(|&(id, outcome)| CancelDocument { id, outcome: outcome.as_str() }).collect();

@@ -83,6 +83,7 @@ fn bulk_cancel_takes_the_matching_waiting_and_running_jobs_after_a_confirmation_
     terminal.type_in(b"y");
     let (code, screen) = terminal.finish();
     assert_eq!(code, 0, "{screen:?}");
+    assert!(plain(&screen).contains("canceling 3 job(s)"), "a spinner while it works: {screen:?}");
     for id in &t {
         assert!(plain(&screen).contains(id.as_str()), "{id} in {screen:?}");
         assert_eq!(show(&env, id)["status"], "canceled");
