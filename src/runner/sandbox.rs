@@ -21,8 +21,8 @@
 //! - **Mount namespace.** A fresh tmpfs root with only the system's read-only `/usr` (and `/bin`,
 //!   `/lib`, ...), a few files of `/etc`, a minimal `/dev`, a fresh `/proc` and `/tmp`, and under
 //!   `/wf` the pinned commit, the wrapper, its transpiled form and bun (all read-only), and the
-//!   attempt's `io` and `work` directories; plus the operator's `--allow-write` folders. Nothing of `WF_HOME`, of
-//!   the store's other commits, or of other attempts. The action has no capability to remount, and
+//!   attempt's `io` and `work` directories; plus the operator's `--allow-write` folders. Nothing
+//!   of `WF_HOME`, of the store's other commits, or of other attempts. The action has no capability to remount, and
 //!   in any namespace it creates for itself the kernel locks these mounts as they are.
 //! - **Limits.** RLIMIT_NPROC fences the tasks (threads count) of the sandbox user in its own user
 //!   namespace at `max_processes`: a fork past it fails with EAGAIN. Init looks at the sandbox's

@@ -14,11 +14,11 @@
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
 
 const [entrypoint, inputPath, resultPath, mode] = process.argv.slice(2);
+const warm = mode === "warm";
 
 // Where bun found this file transpiled (set by the worker, read by bun as it started): not part of
 // the action's environment.
 delete process.env.BUN_RUNTIME_TRANSPILER_CACHE_PATH;
-const warm = mode === "warm";
 
 // Taken before the action is loaded: an action that replaces process.exit must not keep us alive.
 const exit = process.exit.bind(process);
