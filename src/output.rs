@@ -37,10 +37,16 @@ impl Output {
     /// Print a `--json` document that is an array, exactly as `json` prints it, an item at a time:
     /// the `Value` of a million small items took a gigabyte (`wf cancel` in bulk).
     pub(crate) fn json_array<T: Serialize>(&self, items: &[T]) -> Result<()> {
-        let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
-        write_json_array(&mut stdout, items)?;
-        stdout.flush()?;
-        Ok(())
+        let mut array = self.json_array_writer();
+        for item in items {
+            array.push(item)?;
+        }
+        array.finish()
+    }
+
+    /// A `--json` array to write an item at a time as the items are read (`JsonArray`).
+    pub(crate) fn json_array_writer(&self) -> JsonArray<std::io::BufWriter<std::io::StdoutLock<'static>>> {
+        JsonArray { out: std::io::BufWriter::new(std::io::stdout().lock()), items: 0 }
     }
 
     /// Print data lines to stdout.
@@ -221,26 +227,33 @@ pub(crate) fn pretty(document: &impl Serialize) -> Result<String> {
     Ok(serde_json::to_string_pretty(&serde_json::to_value(document)?)?)
 }
 
-/// `pretty` of `items` as one array, written an item at a time: each item's lines indented by the
-/// array's two spaces (a JSON string holds no raw line break, so a line is never split).
-fn write_json_array<T: Serialize>(out: &mut impl Write, items: &[T]) -> Result<()> {
-    if items.is_empty() {
-        writeln!(out, "[]")?;
-        return Ok(());
-    }
-    writeln!(out, "[")?;
-    for (n, item) in items.iter().enumerate() {
+/// `pretty` of an array, written an item at a time as they come: each item's lines indented by
+/// the array's two spaces (a JSON string holds no raw line break, so a line is never split).
+/// Nothing ends the array but `finish`.
+pub(crate) struct JsonArray<W: Write> {
+    out: W,
+    items: usize,
+}
+
+impl<W: Write> JsonArray<W> {
+    pub(crate) fn push(&mut self, item: &impl Serialize) -> Result<()> {
         let text = pretty(item)?;
+        write!(self.out, "{}", if self.items == 0 { "[\n" } else { ",\n" })?;
         for (at, line) in text.lines().enumerate() {
             if at > 0 {
-                writeln!(out)?;
+                writeln!(self.out)?;
             }
-            write!(out, "  {line}")?;
+            write!(self.out, "  {line}")?;
         }
-        writeln!(out, "{}", if n + 1 < items.len() { "," } else { "" })?;
+        self.items += 1;
+        Ok(())
     }
-    writeln!(out, "]")?;
-    Ok(())
+
+    pub(crate) fn finish(mut self) -> Result<()> {
+        write!(self.out, "{}", if self.items == 0 { "[]\n" } else { "\n]\n" })?;
+        self.out.flush()?;
+        Ok(())
+    }
 }
 
 /// A time in a document: RFC 3339 in UTC, to the millisecond (`serialize_with`).
@@ -367,17 +380,22 @@ mod tests {
 
     #[test]
     fn a_json_array_written_an_item_at_a_time_reads_as_the_whole_document() {
-        let check = |items: &[serde_json::Value]| {
+        fn written<T: Serialize>(items: &[T]) -> String {
             let mut out = Vec::new();
-            write_json_array(&mut out, items).unwrap();
-            assert_eq!(String::from_utf8(out).unwrap(), format!("{}\n", pretty(&items).unwrap()));
+            let mut array = JsonArray { out: &mut out, items: 0 };
+            for item in items {
+                array.push(item).unwrap();
+            }
+            array.finish().unwrap();
+            String::from_utf8(out).unwrap()
+        }
+        let check = |items: &[serde_json::Value]| {
+            assert_eq!(written(items), format!("{}\n", pretty(&items).unwrap()));
         };
         check(&[]);
         check(&[json!({"b": 1, "a": "two\nlines"})]);
         check(&[json!({"id": "1", "outcome": "canceled"}), json!({"z": [1, {"q": null}], "a": {}, "e": []}), json!(3)]);
         let unsorted = [Unsorted { zeta: vec![Some(1), None], alpha: "a" }, Unsorted { zeta: vec![], alpha: "b" }];
-        let mut out = Vec::new();
-        write_json_array(&mut out, &unsorted).unwrap();
-        assert_eq!(String::from_utf8(out).unwrap(), format!("{}\n", pretty(&unsorted).unwrap()));
+        assert_eq!(written(&unsorted), format!("{}\n", pretty(&unsorted).unwrap()));
     }
 }

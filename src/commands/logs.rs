@@ -15,49 +15,42 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let id = inspect::resolve_id(&mut client, &args.id)?;
     inspect::show_existing(&mut client, id)?;
-    let mut all = Vec::new();
+    // Each line is written as it is read: a job may have millions.
+    let mut json = ctx.out.json.then(|| ctx.out.json_array_writer());
     let mut attempt = 0;
-    let mut show = |entries: &[LogEntry]| -> Result<()> {
-        for entry in entries {
-            if ctx.out.json {
-                all.push(LogDocument {
-                    attempt: entry.attempt,
-                    stream: entry.stream.clone(),
-                    line: entry.line.clone(),
-                    time: entry.created_at,
-                });
-                continue;
-            }
-            if entry.attempt != attempt {
-                attempt = entry.attempt;
-                ctx.out.info(&format!("--- attempt {attempt} ---"));
-            }
-            let time = match args.timestamps {
-                true => {
-                    format!("{} ", entry.created_at.with_timezone(&Local).to_rfc3339_opts(SecondsFormat::Millis, false))
-                }
-                false => String::new(),
-            };
-            match entry.stream.as_str() {
-                "stdout" => ctx.out.line(&format!("{time}{}", entry.line))?,
-                stream => ctx.out.line(&format!("{time}[{stream}] {}", entry.line))?,
-            }
+    let mut show = |entry: LogEntry| -> Result<()> {
+        if let Some(array) = &mut json {
+            let document =
+                LogDocument { attempt: entry.attempt, stream: entry.stream, line: entry.line, time: entry.created_at };
+            return array.push(&document);
         }
-        Ok(())
+        if entry.attempt != attempt {
+            attempt = entry.attempt;
+            ctx.out.info(&format!("--- attempt {attempt} ---"));
+        }
+        let time = match args.timestamps {
+            true => {
+                format!("{} ", entry.created_at.with_timezone(&Local).to_rfc3339_opts(SecondsFormat::Millis, false))
+            }
+            false => String::new(),
+        };
+        match entry.stream.as_str() {
+            "stdout" => ctx.out.line(&format!("{time}{}", entry.line)),
+            stream => ctx.out.line(&format!("{time}[{stream}] {}", entry.line)),
+        }
     };
-    let first = inspect::last_logs(&mut client, id, args.tail, args.since)?;
-    show(&first)?;
+    let last = inspect::last_logs(&mut client, id, args.tail, args.since, &mut show)?;
     if args.follow {
-        let after = match first.last() {
-            Some(last) => last.id,
+        let after = match last {
+            Some(last) => last,
             // Nothing shown yet: from the start, unless --tail 0 or --since asked for nothing older.
             None if args.tail.is_some() || args.since.is_some() => inspect::last_log_id(&mut client, id)?,
             None => 0,
         };
         inspect::follow_logs(&mut client, id, after, &mut show)?;
     }
-    if ctx.out.json {
-        ctx.out.json(&all)?;
+    if let Some(array) = json {
+        array.finish()?;
     }
     Ok(Exit::Ok)
 }

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
 use postgres::{Client, Row};
 use serde_json::Value;
@@ -302,25 +303,33 @@ pub(crate) struct LogEntry {
     pub created_at: DateTime<Utc>,
 }
 
-/// Log lines of a job after `after_id`, in order.
-pub(crate) fn logs(client: &mut Client, id: Uuid, after_id: i64) -> Result<Vec<LogEntry>> {
-    let rows = client.query(
+/// What is done with each log line as it is read (`wf logs` prints it).
+pub(crate) type ShowLog<'a> = dyn FnMut(LogEntry) -> Result<()> + 'a;
+
+/// Log lines of a job after `after_id`, in order, each handed to `show` as it arrives (a job may
+/// have millions: read whole, a million took half a gigabyte); the id of the last, if any.
+pub(crate) fn logs(client: &mut Client, id: Uuid, after_id: i64, show: &mut ShowLog<'_>) -> Result<Option<i64>> {
+    let params: [&(dyn ToSql + Sync); 2] = [&id, &after_id];
+    let rows = client.query_raw(
         "SELECT id, attempt, stream, line, created_at FROM job_logs
           WHERE job_id = $1 AND id > $2 ORDER BY id",
-        &[&id, &after_id],
+        params,
     )?;
-    Ok(rows.iter().map(log_entry).collect())
+    show_each(rows, show)
 }
 
-/// The last `tail` log lines of a job (all when None) written since `since`, in order.
+/// The last `tail` log lines of a job (all when None) written since `since`, in order, as `logs`
+/// hands them; the id of the last, if any.
 pub(crate) fn last_logs(
     client: &mut Client,
     id: Uuid,
     tail: Option<i64>,
     since: Option<Moment>,
-) -> Result<Vec<LogEntry>> {
+    show: &mut ShowLog<'_>,
+) -> Result<Option<i64>> {
     let (since_at, since_ago) = Moment::params(since);
-    let rows = client.query(
+    let params: [&(dyn ToSql + Sync); 4] = [&id, &since_at, &since_ago, &tail];
+    let rows = client.query_raw(
         "SELECT * FROM (
              SELECT id, attempt, stream, line, created_at FROM job_logs
               WHERE job_id = $1
@@ -328,9 +337,19 @@ pub(crate) fn last_logs(
               ORDER BY id DESC
               LIMIT $4) last
           ORDER BY id",
-        &[&id, &since_at, &since_ago, &tail],
+        params,
     )?;
-    Ok(rows.iter().map(log_entry).collect())
+    show_each(rows, show)
+}
+
+fn show_each(mut rows: postgres::RowIter<'_>, show: &mut ShowLog<'_>) -> Result<Option<i64>> {
+    let mut last = None;
+    while let Some(row) = rows.next()? {
+        let entry = log_entry(&row);
+        last = Some(entry.id);
+        show(entry)?;
+    }
+    Ok(last)
 }
 
 /// The id of a job's last log line (0: none yet), where following starts after it.
@@ -349,12 +368,7 @@ const FOLLOW_POLL: Duration = Duration::from_millis(500);
 /// Hand a job's log lines after `after` to `show` as they are written, until it finished and every line was
 /// shown. "Finished?" is asked before each fetch, never after: the completion's transaction
 /// writes the last lines, so only a fetch that starts after the job was seen finished has them.
-pub(crate) fn follow_logs(
-    client: &mut Client,
-    id: Uuid,
-    mut after: i64,
-    mut show: impl FnMut(&[LogEntry]) -> Result<()>,
-) -> Result<()> {
+pub(crate) fn follow_logs(client: &mut Client, id: Uuid, mut after: i64, show: &mut ShowLog<'_>) -> Result<()> {
     let id_text = id.to_string();
     // Without a deadline, only the look's break ends the wait.
     let _: ControlFlow<()> = Listener::listen(client, CHANNEL_COMPLETED)?.look_until(
@@ -365,12 +379,10 @@ pub(crate) fn follow_logs(
             awaiting(client, id)?;
             loop {
                 let finished = show_existing(client, id)?.status.is_finished();
-                let entries = logs(client, id, after)?;
-                let Some(last) = entries.last() else {
+                let Some(last) = logs(client, id, after, show)? else {
                     return Ok(if finished { ControlFlow::Break(()) } else { ControlFlow::Continue(()) });
                 };
-                after = last.id;
-                show(&entries)?;
+                after = last;
             }
         },
     )?;

@@ -599,12 +599,25 @@ fn logs_follow_prints_lines_until_the_job_completes() {
     let env = TestEnv::new();
     synced(&env);
     let id = enqueue(&env, "t/chatty", json!({"lines": 5}));
+    assert_eq!(env.wf(["logs", &id, "--json"]).ok().json(), json!([]), "no line yet");
     let follower = env.wf(["logs", &id, "--follow"]).start();
+    // The array is written a line at a time as the lines come: still one document at the end.
+    let json_follower = env.wf(["logs", &id, "--follow", "--json"]).start();
     env.wf(["work", "--drain"]).ok();
     let run = follower.finish();
     assert_eq!(run.code, 0, "{run:?}");
     let text = run.stdout;
     assert!(text.contains("out 4") && text.contains("[stderr] err 4"), "{text}");
+    let run = json_follower.finish();
+    assert_eq!(run.code, 0, "{run:?}");
+    let lines = |document: &Value| -> Vec<(String, String)> {
+        let line = |l: &Value| (l["stream"].as_str().unwrap().to_string(), l["line"].as_str().unwrap().to_string());
+        document.as_array().unwrap().iter().map(line).collect()
+    };
+    let followed = lines(&serde_json::from_str(&run.stdout).unwrap());
+    assert_eq!(followed, lines(&env.wf(["logs", &id, "--json"]).ok().json()));
+    assert!(followed.contains(&("stdout".into(), "out 4".into())), "{followed:?}");
+    assert!(followed.contains(&("stderr".into(), "err 4".into())), "{followed:?}");
 }
 
 /// `wf jobs` on a batch of 20,000 jobs (one creation time, so newest first is by id among them):
