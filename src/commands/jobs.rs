@@ -36,7 +36,7 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
         let more = jobs.len() as i64 > args.limit;
         jobs.truncate(args.limit as usize);
         if ctx.out.json {
-            ctx.out.json(&jobs.iter().map(JobDocument::from).collect::<Vec<_>>())?;
+            ctx.out.json_array(&jobs.iter().map(JobDocument::from).collect::<Vec<_>>())?;
             return Ok(Exit::Ok);
         }
         let now = db::now(&mut client)?;
