@@ -46,13 +46,33 @@ impl Output {
 
     /// A `--json` array to write an item at a time as the items are read (`JsonArray`).
     pub(crate) fn json_array_writer(&self) -> JsonArray<std::io::BufWriter<std::io::StdoutLock<'static>>> {
-        JsonArray { out: std::io::BufWriter::new(std::io::stdout().lock()), items: 0 }
+        JsonArray::new(std::io::BufWriter::new(std::io::stdout().lock()))
+    }
+
+    /// Print the `--json` document `{"<key>": [items]}`, exactly as `json` prints it, an item at a
+    /// time: a million ids took 151 MB as a `Value`.
+    pub(crate) fn json_field_array<T: Serialize>(&self, key: &str, items: &[T]) -> Result<()> {
+        let mut array = JsonArray::in_field(std::io::BufWriter::new(std::io::stdout().lock()), key)?;
+        for item in items {
+            array.push(item)?;
+        }
+        array.finish()
     }
 
     /// Print data lines to stdout.
     pub(crate) fn line(&self, text: &str) -> Result<()> {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{text}")?;
+        Ok(())
+    }
+
+    /// Print data lines to stdout through one buffer (`line` makes a write of each).
+    pub(crate) fn lines<T: std::fmt::Display>(&self, items: impl IntoIterator<Item = T>) -> Result<()> {
+        let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+        for item in items {
+            writeln!(stdout, "{item}")?;
+        }
+        stdout.flush()?;
         Ok(())
     }
 
@@ -228,14 +248,27 @@ pub(crate) fn pretty(document: &impl Serialize) -> Result<String> {
 }
 
 /// `pretty` of an array, written an item at a time as they come: each item's lines indented by
-/// the array's two spaces (a JSON string holds no raw line break, so a line is never split).
-/// Nothing ends the array but `finish`.
+/// the array's two spaces (a JSON string holds no raw line break, so a line is never split), and
+/// by two more when the array is the one field of an object (`in_field`). Nothing ends the
+/// document but `finish`.
 pub(crate) struct JsonArray<W: Write> {
     out: W,
     items: usize,
+    /// The indentation of the array's brackets: "" for a document that is the array, "  " in a field.
+    indent: &'static str,
 }
 
 impl<W: Write> JsonArray<W> {
+    pub(crate) fn new(out: W) -> JsonArray<W> {
+        JsonArray { out, items: 0, indent: "" }
+    }
+
+    /// The array as the value of `key`, the one field of the document's object.
+    pub(crate) fn in_field(mut out: W, key: &str) -> Result<JsonArray<W>> {
+        write!(out, "{{\n  {}: ", serde_json::to_string(key)?)?;
+        Ok(JsonArray { out, items: 0, indent: "  " })
+    }
+
     pub(crate) fn push(&mut self, item: &impl Serialize) -> Result<()> {
         let text = pretty(item)?;
         write!(self.out, "{}", if self.items == 0 { "[\n" } else { ",\n" })?;
@@ -243,14 +276,21 @@ impl<W: Write> JsonArray<W> {
             if at > 0 {
                 writeln!(self.out)?;
             }
-            write!(self.out, "  {line}")?;
+            write!(self.out, "{}  {line}", self.indent)?;
         }
         self.items += 1;
         Ok(())
     }
 
     pub(crate) fn finish(mut self) -> Result<()> {
-        write!(self.out, "{}", if self.items == 0 { "[]\n" } else { "\n]\n" })?;
+        match self.items {
+            0 => write!(self.out, "[]")?,
+            _ => write!(self.out, "\n{}]", self.indent)?,
+        }
+        if !self.indent.is_empty() {
+            write!(self.out, "\n}}")?;
+        }
+        writeln!(self.out)?;
         self.out.flush()?;
         Ok(())
     }
@@ -380,9 +420,12 @@ mod tests {
 
     #[test]
     fn a_json_array_written_an_item_at_a_time_reads_as_the_whole_document() {
-        fn written<T: Serialize>(items: &[T]) -> String {
+        fn written<T: Serialize>(items: &[T], field: Option<&str>) -> String {
             let mut out = Vec::new();
-            let mut array = JsonArray { out: &mut out, items: 0 };
+            let mut array = match field {
+                Some(key) => JsonArray::in_field(&mut out, key).unwrap(),
+                None => JsonArray::new(&mut out),
+            };
             for item in items {
                 array.push(item).unwrap();
             }
@@ -390,12 +433,14 @@ mod tests {
             String::from_utf8(out).unwrap()
         }
         let check = |items: &[serde_json::Value]| {
-            assert_eq!(written(items), format!("{}\n", pretty(&items).unwrap()));
+            assert_eq!(written(items, None), format!("{}\n", pretty(&items).unwrap()));
+            let document = json!({"ids \"quoted\"": items});
+            assert_eq!(written(items, Some("ids \"quoted\"")), format!("{}\n", pretty(&document).unwrap()));
         };
         check(&[]);
         check(&[json!({"b": 1, "a": "two\nlines"})]);
         check(&[json!({"id": "1", "outcome": "canceled"}), json!({"z": [1, {"q": null}], "a": {}, "e": []}), json!(3)]);
         let unsorted = [Unsorted { zeta: vec![Some(1), None], alpha: "a" }, Unsorted { zeta: vec![], alpha: "b" }];
-        assert_eq!(written(&unsorted), format!("{}\n", pretty(&unsorted).unwrap()));
+        assert_eq!(written(&unsorted, None), format!("{}\n", pretty(&unsorted).unwrap()));
     }
 }

@@ -5,7 +5,6 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -45,11 +44,9 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     if let Some(path) = &args.batch {
         let ids = enqueue_file(ctx, &args.target, &request, path)?;
         if ctx.out.json {
-            ctx.out.json(&BatchDocument { ids })?;
+            ctx.out.json_field_array("ids", &ids)?;
         } else {
-            for id in &ids {
-                ctx.out.line(&id.to_string())?;
-            }
+            ctx.out.lines(ids.iter())?;
             ctx.out.info(&format!("enqueued {} jobs of {}", ids.len(), args.target));
         }
         return Ok(Exit::Ok);
@@ -131,10 +128,4 @@ fn enqueue_file(ctx: &Ctx, target: &str, request: &Request<'_>, path: &Path) -> 
     tx.commit()?;
     bar.finish_and_clear();
     Ok(ids)
-}
-
-/// `wf enqueue --batch --json`: the jobs' ids, in the order of the file's lines.
-#[derive(Serialize)]
-struct BatchDocument {
-    ids: Vec<Uuid>,
 }
