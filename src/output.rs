@@ -282,6 +282,12 @@ impl<W: Write> JsonArray<W> {
         Ok(())
     }
 
+    /// Write what the buffer holds: a document being followed is read as it grows.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        self.out.flush()?;
+        Ok(())
+    }
+
     pub(crate) fn finish(mut self) -> Result<()> {
         match self.items {
             0 => write!(self.out, "[]")?,

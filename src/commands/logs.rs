@@ -1,6 +1,8 @@
 //! `wf logs ID [--follow] [--tail N] [--since D] [--timestamps]`: a job's output, attempt by
 //! attempt.
 
+use std::cell::{Cell, RefCell};
+
 use anyhow::Result;
 use chrono::{DateTime, Local, SecondsFormat, Utc};
 use serde::Serialize;
@@ -15,14 +17,17 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let id = inspect::resolve_id(&mut client, &args.id)?;
     inspect::show_existing(&mut client, id)?;
-    // Each line is written as it is read: a job may have millions.
-    let mut json = ctx.out.json.then(|| ctx.out.json_array_writer());
+    // Each line is written as it is read: a job may have millions. A follower's lines leave the
+    // buffer as they come (the plain lines: stdout is line-buffered).
+    let json = RefCell::new(ctx.out.json.then(|| ctx.out.json_array_writer()));
+    let following = Cell::new(false);
     let mut attempt = 0;
     let mut show = |entry: LogEntry| -> Result<()> {
-        if let Some(array) = &mut json {
+        if let Some(array) = json.borrow_mut().as_mut() {
             let document =
                 LogDocument { attempt: entry.attempt, stream: entry.stream, line: entry.line, time: entry.created_at };
-            return array.push(&document);
+            array.push(&document)?;
+            return if following.get() { array.flush() } else { Ok(()) };
         }
         if entry.attempt != attempt {
             attempt = entry.attempt;
@@ -41,6 +46,10 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
     };
     let last = inspect::last_logs(&mut client, id, args.tail, args.since, &mut show)?;
     if args.follow {
+        if let Some(array) = json.borrow_mut().as_mut() {
+            array.flush()?;
+        }
+        following.set(true);
         let after = match last {
             Some(last) => last,
             // Nothing shown yet: from the start, unless --tail 0 or --since asked for nothing older.
@@ -49,7 +58,7 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
         };
         inspect::follow_logs(&mut client, id, after, &mut show)?;
     }
-    if let Some(array) = json {
+    if let Some(array) = json.into_inner() {
         array.finish()?;
     }
     Ok(Exit::Ok)

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::fixtures::{enqueue, path, synced};
 use crate::support::harness::{Process, TestEnv, wait_for};
@@ -74,15 +74,35 @@ fn logs_follow_prints_the_lines_written_by_the_completion() {
     db.execute("INSERT INTO job_logs (job_id, attempt, stream, line) VALUES ($1, 1, 'stdout', 'first')", &[&job])
         .unwrap();
 
+    let printed_by = |follower: &mut Process| {
+        let (lines, printed) = mpsc::channel();
+        let stdout = follower.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let _ = lines.send(line.unwrap());
+            }
+        });
+        printed
+    };
     let mut follower = env.wf(["logs", &id, "--follow"]).start();
-    let (lines, printed) = mpsc::channel();
-    let stdout = follower.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let _ = lines.send(line.unwrap());
-        }
-    });
+    let printed = printed_by(&mut follower);
     assert_eq!(printed.recv_timeout(Duration::from_secs(30)).unwrap(), "first");
+    // With --json too, a line already written is printed while the job runs, not when the
+    // document ends.
+    let mut json_follower = env.wf(["logs", &id, "--follow", "--json"]).start();
+    let json_printed = printed_by(&mut json_follower);
+    let mut document = String::new();
+    let mut json_printed_until = |line: &str| {
+        while !document.contains(&format!(r#""line": "{line}""#)) {
+            document.push_str(&json_printed.recv_timeout(Duration::from_secs(30)).expect("a line while the job runs"));
+        }
+    };
+    json_printed_until("first");
+    // And a line written while it follows.
+    db.execute("INSERT INTO job_logs (job_id, attempt, stream, line) VALUES ($1, 1, 'stdout', 'second')", &[&job])
+        .unwrap();
+    assert_eq!(printed.recv_timeout(Duration::from_secs(30)).unwrap(), "second");
+    json_printed_until("second");
 
     // The completion writes the last lines, and commits while the follower is between two of its
     // statements: it is held on the completion table until then. Whichever it runs there, the
@@ -103,6 +123,12 @@ fn logs_follow_prints_the_lines_written_by_the_completion() {
     assert!(status.success(), "{status:?}");
     let rest: Vec<String> = printed.try_iter().collect();
     assert_eq!(rest, ["last 1", "last 2"], "every line, also those of the completion, is printed");
+    let status = wait_for(Duration::from_secs(30), "the JSON follower to end", || json_follower.try_wait().unwrap());
+    assert!(status.success(), "{status:?}");
+    document.extend(json_printed.iter());
+    let lines: Vec<Value> = serde_json::from_str(&document).unwrap();
+    let lines: Vec<&str> = lines.iter().map(|line| line["line"].as_str().unwrap()).collect();
+    assert_eq!(lines, ["first", "second", "last 1", "last 2"], "{document}");
 }
 
 /// Two jobs waiting, `wf result --wait` on the first once it has marked its job (and the second is
