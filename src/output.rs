@@ -1,5 +1,6 @@
 //! Tables, JSON, progress and confirmation: the terminal rules, in one place.
 
+use std::fmt::{Display, Write as _};
 use std::io::{IsTerminal, Write};
 
 use anyhow::Result;
@@ -96,8 +97,9 @@ impl Output {
         diag!("warning: {text}");
     }
 
-    /// A table on stdout: boxed on a TTY, plain columns otherwise.
-    pub(crate) fn table(&self, header: &[&str], rows: Vec<Vec<String>>) -> Result<()> {
+    /// A table on stdout: boxed on a TTY, plain columns otherwise. A cell is anything printable,
+    /// written when the table is (a million rows of strings took 140 MB more).
+    pub(crate) fn table<R: AsRef<[C]>, C: Display>(&self, header: &[&str], rows: Vec<R>) -> Result<()> {
         self.styled_table(header, rows, None)
     }
 
@@ -112,7 +114,12 @@ impl Output {
     /// `BOXED_ROWS_MAX` rows on one, the columns are written a line at a time
     /// (`write_plain_table`): comfy-table held a gigabyte for the million rows of a bulk
     /// `wf cancel`.
-    fn styled_table(&self, header: &[&str], rows: Vec<Vec<String>>, status: Option<usize>) -> Result<()> {
+    fn styled_table<R: AsRef<[C]>, C: Display>(
+        &self,
+        header: &[&str],
+        rows: Vec<R>,
+        status: Option<usize>,
+    ) -> Result<()> {
         if !std::io::stdout().is_terminal() || rows.len() > BOXED_ROWS_MAX {
             let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
             write_plain_table(&mut stdout, header, &rows)?;
@@ -125,7 +132,8 @@ impl Output {
         table.set_content_arrangement(ContentArrangement::Dynamic);
         table.set_header(header.to_vec());
         for row in rows {
-            table.add_row(row.into_iter().enumerate().map(|(column, text)| {
+            table.add_row(row.as_ref().iter().enumerate().map(|(column, cell)| {
+                let text = cell.to_string();
                 let paint = if color && Some(column) == status { status_color(&text) } else { None };
                 match paint {
                     Some(paint) => Cell::new(text).fg(paint),
@@ -318,10 +326,14 @@ pub(crate) fn rfc3339_or_null<S: Serializer>(time: &Option<DateTime<Utc>>, seria
 /// A table as plain columns, for a pipe or a file: each cell padded to its column's width (in
 /// terminal columns) between a space on either side, a cell of several lines over as many lines,
 /// no space at the end of a line.
-fn write_plain_table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> Result<()> {
+fn write_plain_table<R: AsRef<[C]>, C: Display>(out: &mut impl Write, header: &[&str], rows: &[R]) -> Result<()> {
+    // The cells of the row at hand as text, each written twice: once for the widths, once for
+    // the line.
+    let mut texts: Vec<String> = Vec::new();
     let mut widths: Vec<usize> = header.iter().map(|title| title.width()).collect();
     for row in rows {
-        for (column, text) in row.iter().enumerate() {
+        cell_texts(row.as_ref(), &mut texts)?;
+        for (column, text) in texts.iter().enumerate() {
             let widest = text.split('\n').map(UnicodeWidthStr::width).max().unwrap_or(0);
             match widths.get_mut(column) {
                 Some(width) => *width = (*width).max(widest),
@@ -347,7 +359,18 @@ fn write_plain_table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]
     };
     write_row(&mut header.iter().copied())?;
     for row in rows {
-        write_row(&mut row.iter().map(String::as_str))?;
+        cell_texts(row.as_ref(), &mut texts)?;
+        write_row(&mut texts.iter().map(String::as_str))?;
+    }
+    Ok(())
+}
+
+/// `row`'s cells written into `texts`, one string each, their buffers reused from row to row.
+fn cell_texts<C: Display>(row: &[C], texts: &mut Vec<String>) -> Result<()> {
+    texts.resize_with(row.len(), String::new);
+    for (text, cell) in texts.iter_mut().zip(row) {
+        text.clear();
+        write!(text, "{cell}")?;
     }
     Ok(())
 }

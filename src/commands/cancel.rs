@@ -1,6 +1,8 @@
 //! `wf cancel ID...` or `wf cancel --app A --action X --tag T --status S`: waiting jobs at once,
 //! running ones by a mark their worker acts on.
 
+use std::fmt::Display;
+
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 use uuid::Uuid;
@@ -47,16 +49,19 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
             outcomes.iter().map(|&(id, outcome)| CancelDocument { id, outcome: outcome.as_str() }).collect();
         ctx.out.json_array(&document)?;
     } else {
-        let rows = outcomes.iter().map(|(id, outcome)| vec![id.to_string(), outcome.as_str().to_string()]).collect();
+        let rows: Vec<[&dyn Display; 2]> = outcomes.iter().map(|(id, outcome)| [id as &dyn Display, outcome]).collect();
         ctx.out.table(&["id", "outcome"], rows)?;
     }
-    let finished: Vec<String> = outcomes
-        .iter()
-        .filter(|(_, outcome)| *outcome == CancelOutcome::AlreadyCompleted)
-        .map(|(id, _)| id.to_string())
-        .collect();
-    if !finished.is_empty() && !bulk {
-        return Err(anyhow!("already completed, not canceled: {}", finished.join(", ")).into());
+    // Named ids that had finished otherwise fail the command; in bulk they are in the table.
+    if !bulk {
+        let finished: Vec<String> = outcomes
+            .iter()
+            .filter(|(_, outcome)| *outcome == CancelOutcome::AlreadyCompleted)
+            .map(|(id, _)| id.to_string())
+            .collect();
+        if !finished.is_empty() {
+            return Err(anyhow!("already completed, not canceled: {}", finished.join(", ")).into());
+        }
     }
     Ok(Exit::Ok)
 }

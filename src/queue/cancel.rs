@@ -32,6 +32,12 @@ impl CancelOutcome {
     }
 }
 
+impl std::fmt::Display for CancelOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Cancel jobs in one transaction. An unknown id fails the whole call and changes nothing.
 pub(crate) fn cancel(
     client: &mut Client,
