@@ -188,11 +188,11 @@ impl<'r, 'a> Batch<'r, 'a> {
                FROM unnest($15::uuid[], $16::jsonb[]) WITH ORDINALITY AS i(id, input, n), due
               ORDER BY i.n
              {on_conflict}
-             RETURNING id, scheduled_for
+             RETURNING id, scheduled_for, created_at
          ),
          queued AS (
-             INSERT INTO job_queue (job_id, tag, priority, scheduled_for)
-             SELECT id, $9, $10, scheduled_for FROM pinned
+             INSERT INTO job_queue (job_id, tag, priority, scheduled_for, created_at)
+             SELECT id, $9, $10, scheduled_for, created_at FROM pinned
          )
          SELECT id, scheduled_for FROM pinned"
         ))?;

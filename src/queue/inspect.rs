@@ -200,10 +200,10 @@ pub(crate) fn list(client: &mut Client, filter: &Filter<'_>, limit: i64, offset:
 }
 
 /// The statement `list` runs and its parameters. Without a status, the page is taken from `job`
-/// alone, and with a status of the queue from the queue's rows in that state joined to their jobs,
-/// before the queue and completion rows are joined to the page's jobs: jobs created together (a
-/// batch) share their creation time, and the order of the page's jobs among them (by id) is a sort
-/// of the whole batch, which should not also join each.
+/// alone, and with a status of the queue from the queue's rows in that state alone, before the
+/// queue and completion rows are joined to the page's jobs: jobs created together (a batch) share
+/// their creation time, and the order of the page's jobs among them (by id) is a sort of the whole
+/// batch, which should not also join each.
 pub fn list_statement<'a>(filter: &Filter<'a>, limit: i64, offset: i64) -> (String, Vec<Box<dyn ToSql + Sync + 'a>>) {
     let (since_at, since_ago) = Moment::params(filter.since);
     let (until_at, until_ago) = Moment::params(filter.until);
@@ -214,34 +214,42 @@ pub fn list_statement<'a>(filter: &Filter<'a>, limit: i64, offset: i64) -> (Stri
                 AND j.created_at >= coalesce($5, now() - make_interval(secs => $6), '-infinity')
                 AND j.created_at < coalesce($7, now() - make_interval(secs => $8), 'infinity')";
     let page = "LIMIT $9 OFFSET $10";
-    // A status of the queue: its rows in the state, joined to their jobs, are gathered in full
-    // (MATERIALIZED) and the page is sorted out of them; with the page's LIMIT in sight, the
-    // planner walks every job newest first instead, expecting the page among the first few.
-    let (with, view, outer_page) = match filter.status.map(status_rows) {
-        None => (
-            String::new(),
-            job_view(&format!("(SELECT * FROM job j WHERE {jobs} ORDER BY j.created_at DESC, j.id {page})")),
-            "",
-        ),
+    let of_jobs = match filter.app.is_some() || filter.action.is_some() || filter.schedule.is_some() {
+        true => format!("AND EXISTS (SELECT FROM job j WHERE j.id = q.job_id AND {jobs})"),
+        false => String::new(),
+    };
+    let (view, outer_page) = match filter.status.map(status_rows) {
+        None => (job_view(&format!("(SELECT * FROM job j WHERE {jobs} ORDER BY j.created_at DESC, j.id {page})")), ""),
+        // A status of the queue: the page is sorted out of the queue's rows in that state by the
+        // creation time each keeps (migration 16), and only its jobs are joined. A filter on the
+        // job's own columns looks each row's job up, only when one is given. Rows enqueued before
+        // migration 16 have no time of their own and take their job's (found by the index of
+        // such rows).
         Some(StatusRows::Queue(state)) => (
-            format!(
-                "WITH in_state AS MATERIALIZED (
-                     SELECT j.id, j.created_at FROM job_queue q JOIN job j ON j.id = q.job_id
-                      WHERE {state} AND {jobs})"
-            ),
             job_view(&format!(
-                "(SELECT j.* FROM (SELECT id FROM in_state ORDER BY created_at DESC, id {page}) s
-                   JOIN job j ON j.id = s.id)"
+                "(SELECT j.* FROM (
+                      (SELECT q.job_id, q.created_at FROM job_queue q
+                        WHERE {state} AND q.created_at IS NOT NULL
+                          AND ($3::text IS NULL OR q.tag = $3)
+                          AND q.created_at >= coalesce($5, now() - make_interval(secs => $6), '-infinity')
+                          AND q.created_at < coalesce($7, now() - make_interval(secs => $8), 'infinity')
+                          {of_jobs}
+                        ORDER BY q.created_at DESC, q.job_id
+                        LIMIT $9::bigint + $10::bigint)
+                      UNION ALL
+                      (SELECT q.job_id, j.created_at FROM job_queue q JOIN job j ON j.id = q.job_id
+                        WHERE {state} AND q.created_at IS NULL AND {jobs}
+                        ORDER BY j.created_at DESC, j.id
+                        LIMIT $9::bigint + $10::bigint)
+                      ORDER BY created_at DESC, job_id {page}) s
+                   JOIN job j ON j.id = s.job_id)"
             )),
             "",
         ),
-        Some(StatusRows::Completed(rows)) => {
-            (String::new(), format!("{} WHERE {jobs} AND {rows}", job_view("job")), page)
-        }
+        Some(StatusRows::Completed(rows)) => (format!("{} WHERE {jobs} AND {rows}", job_view("job")), page),
     };
     let sql = format!(
-        "{with}
-         SELECT * FROM ({view}) v
+        "SELECT * FROM ({view}) v
           WHERE ($1::text IS NULL OR v.status = $1)
           ORDER BY v.created_at DESC, v.id
           {outer_page}"

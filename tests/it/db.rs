@@ -66,7 +66,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
              DROP TABLE source_commit, source_blob;
              ALTER TABLE action DROP COLUMN warm;
              ALTER TABLE job DROP COLUMN warm;
-             ALTER TABLE job_queue DROP COLUMN awaited;
+             ALTER TABLE job_queue DROP COLUMN awaited, DROP COLUMN created_at;
              CREATE INDEX job_queue_due_idx ON job_queue (tag, scheduled_for) WHERE NOT running AND canceled_by IS NULL;
              ALTER TABLE job_queue ADD FOREIGN KEY (job_id) REFERENCES job (id);
              DELETE FROM wf_migration WHERE version > 1;",
@@ -76,7 +76,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     assert_eq!(behind.code, 1, "{behind:?}");
     assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
-    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]));
+    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]));
     env.wf(["actions"]).ok();
     let indexes: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");
@@ -94,6 +94,15 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     let unsuccessful: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname = 'job_completed_unsuccessful_idx'");
     assert_eq!(unsuccessful, 1, "migration 15 indexes the unsuccessful completions");
+    // Migration 16 leaves the queue rows there as they are (no creation time of their own) and
+    // indexes them; `wf jobs --status` lists them by their job's.
+    let unknown: bool = env.scalar(
+        "SELECT q.created_at IS NULL AND to_regclass('job_queue_created_unknown_idx') IS NOT NULL
+           FROM job_queue q WHERE q.job_id = '00000000-0000-0000-0000-00000000000a'",
+    );
+    assert!(unknown, "migration 16 does not rewrite the queue");
+    let running = env.wf(["jobs", "--status", "running", "--json"]).ok().json();
+    assert_eq!(running[0]["id"], "00000000-0000-0000-0000-00000000000a", "{running:#}");
 
     env.db()
         .execute("INSERT INTO wf_migration (version, name, checksum) VALUES (99, '0099_future.sql', 'x')", &[])

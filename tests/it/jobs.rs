@@ -37,6 +37,16 @@ fn enqueue_pins_the_catalog_and_reports_the_job() {
     assert_eq!(pinned.get::<_, i32>(1), 30);
     assert_eq!(pinned.get::<_, String>(2), "default");
     assert_eq!(pinned.get::<_, Value>(3), json!({"a": 1}));
+    // Its queue row keeps the job's creation time (`wf jobs --status queued` sorts by it).
+    let kept: bool = env
+        .db()
+        .query_one(
+            "SELECT q.created_at = j.created_at FROM job_queue q JOIN job j ON j.id = q.job_id WHERE j.id = $1",
+            &[&uuid(&job["id"])],
+        )
+        .unwrap()
+        .get(0);
+    assert!(kept);
     // The app tag is the effective tag when the action has none; --tag overrides both.
     let other = env.wf(["enqueue", "other/echo", "--json"]).ok().json();
     assert_eq!(other["tag"], "other");
@@ -627,7 +637,7 @@ fn logs_follow_prints_lines_until_the_job_completes() {
 /// only, each with its status.
 #[test]
 fn jobs_finds_a_rare_status_by_index_and_pages_a_batch_in_order() {
-    use crate::support::plans::{buffers, fill};
+    use crate::support::plans::{buffers, fill, nodes};
     use postgres::types::ToSql;
     use wf::queue::inspect::{Filter, list_statement};
     use wf::queue::job::JobStatus;
@@ -662,6 +672,21 @@ fn jobs_finds_a_rare_status_by_index_and_pages_a_batch_in_order() {
     };
 
     let queue_pages: i64 = env.db().query_one("SELECT pg_relation_size('job_queue') / 8192", &[]).unwrap().get(0);
+    // The statement as `wf jobs` runs it: its buffers in all, and those of `job` (its scans'
+    // and its index's).
+    let explained = |status: JobStatus| -> (i64, i64, Value) {
+        let (sql, params) = list_statement(&Filter { status: Some(status), ..Filter::default() }, 21, 0);
+        let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|param| param.as_ref()).collect();
+        let plan: Value =
+            env.db().query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"), &params).unwrap().get(0);
+        let root = &plan[0]["Plan"];
+        let of_jobs = nodes(root)
+            .into_iter()
+            .filter(|node| node["Relation Name"] == "job" && node.get("Plans").is_none())
+            .map(buffers)
+            .sum();
+        (buffers(root), of_jobs, plan)
+    };
     for status in [JobStatus::Running, JobStatus::Scheduled, JobStatus::Failure, JobStatus::Canceled] {
         let listed = ids(&env.wf(["jobs", "--status", status.as_str(), "--json"]).ok().json());
         let expected = planned(
@@ -672,32 +697,57 @@ fn jobs_finds_a_rare_status_by_index_and_pages_a_batch_in_order() {
         assert!(!expected.is_empty());
         assert_eq!(listed, expected, "wf jobs --status {}", status.as_str());
 
-        // The statement as `wf jobs` runs it: 18 to 41 buffers by the indexes here, and a status
-        // of the queue may read the queue's pages besides (228 here: a queue not vacuumed since
-        // 15,000 of its rows went); a walk over the batch, or over its 15,000 completions, touched
-        // 187 to 733.
-        let (sql, params) = list_statement(&Filter { status: Some(status), ..Filter::default() }, 21, 0);
-        let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|param| param.as_ref()).collect();
-        let plan: Value =
-            env.db().query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"), &params).unwrap().get(0);
-        let root = &plan[0]["Plan"];
-        let touched = buffers(root);
+        // 18 to 41 buffers by the indexes here, and a status of the queue may read the queue's
+        // pages besides (228 here: a queue not vacuumed since 15,000 of its rows went); a walk
+        // over the batch, or over its 15,000 completions, touched 187 to 733.
+        let (touched, _, plan) = explained(status);
         let bound = if status.is_finished() { 100 } else { 100 + queue_pages };
         assert!(touched < bound, "wf jobs --status {}: {touched} buffers\n{plan:#}", status.as_str());
     }
+    // The 4,986 queued jobs: the page is sorted out of the queue's rows by the creation time each
+    // keeps (migration 16), and only its jobs are read; joined to their jobs first, the queued
+    // rows took 391 buffers of `job` (the whole table), the page alone 63. In all: the queue's
+    // pages, and the page's 21 jobs looked up in job, job_queue and job_completed (3 buffers each).
+    let (touched, of_jobs, plan) = explained(JobStatus::Queued);
+    assert!(of_jobs < 100, "wf jobs --status queued: {of_jobs} buffers of job\n{plan:#}");
+    assert!(touched < 250 + queue_pages, "wf jobs --status queued: {touched} buffers\n{plan:#}");
 
     // Pages of the batch's queued jobs, then of the batch without a status: in order, each job
     // with its own status.
-    for page in ["1", "2"] {
-        let listed = ids(&env.wf(["jobs", "--status", "queued", "--limit", "6", "--page", page, "--json"]).ok().json());
-        let offset: i64 = if page == "1" { 0 } else { 6 };
-        let expected = planned(
-            "SELECT j.id::text FROM job j JOIN planned p ON p.id = j.id WHERE p.status = 'queued'
-              ORDER BY j.created_at DESC, j.id LIMIT 6 OFFSET $1",
-            &[&offset],
-        );
-        assert_eq!(listed, expected, "wf jobs --status queued --page {page}");
-    }
+    let queued_pages = || {
+        for page in ["1", "2"] {
+            let listed =
+                ids(&env.wf(["jobs", "--status", "queued", "--limit", "6", "--page", page, "--json"]).ok().json());
+            let offset: i64 = if page == "1" { 0 } else { 6 };
+            let expected = planned(
+                "SELECT j.id::text FROM job j JOIN planned p ON p.id = j.id WHERE p.status = 'queued'
+                  ORDER BY j.created_at DESC, j.id LIMIT 6 OFFSET $1",
+                &[&offset],
+            );
+            assert_eq!(listed, expected, "wf jobs --status queued --page {page}");
+            // A filter on the job's own columns looks the queue rows' jobs up: the same page when
+            // all match, none when none does.
+            let filtered = |flag: &str, value: &str| -> Vec<String> {
+                let args = ["jobs", "--status", "queued", flag, value, "--limit", "6", "--page", page, "--json"];
+                ids(&env.wf(args).ok().json())
+            };
+            assert_eq!(filtered("--app", "a"), expected);
+            assert_eq!(filtered("--action", "b"), expected);
+            assert_eq!(filtered("--app", "other"), Vec::<String>::new());
+        }
+    };
+    queued_pages();
+    // Queue rows enqueued before migration 16 have no creation time of their own: with every
+    // other queued job made so, the pages are the same, the jobs of both kinds in one order.
+    env.db()
+        .batch_execute(
+            "UPDATE job_queue SET created_at = NULL
+              WHERE job_id IN (SELECT id FROM (SELECT id, row_number() OVER (ORDER BY id) AS n
+                                                 FROM planned WHERE status = 'queued') queued
+                                WHERE n % 2 = 0)",
+        )
+        .unwrap();
+    queued_pages();
     for page in ["1", "2"] {
         let listed = env.wf(["jobs", "--limit", "6", "--page", page, "--json"]).ok().json();
         let offset: i64 = if page == "1" { 0 } else { 6 };

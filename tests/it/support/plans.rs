@@ -5,7 +5,8 @@ use serde_json::Value;
 
 use crate::support::harness::TestEnv;
 
-/// Fill the queue with `count` jobs spread over `tags`, straight in SQL, then ANALYZE it.
+/// Fill the queue with `count` jobs spread over `tags`, straight in SQL as an enqueue writes them
+/// (the queue row with its job's creation time), then ANALYZE it.
 pub(crate) fn fill(env: &TestEnv, count: i64, tags: &[&str], priority: &str, due: &str) {
     let tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
     env.db()
@@ -21,8 +22,8 @@ pub(crate) fn fill(env: &TestEnv, count: i64, tags: &[&str], priority: &str, due
                      SELECT id, 'a', 'b', gen_random_uuid(), 'c', 'e.ts', 60, tag, priority, '{{}}', 'manual', due
                        FROM new
                  )
-                 INSERT INTO job_queue (job_id, tag, priority, scheduled_for)
-                 SELECT id, tag, priority, due FROM new"
+                 INSERT INTO job_queue (job_id, tag, priority, scheduled_for, created_at)
+                 SELECT id, tag, priority, due, now() FROM new"
             ),
             &[&count, &tags],
         )
