@@ -68,7 +68,7 @@ impl Output {
     }
 
     /// Print data lines to stdout through one buffer (`line` makes a write of each).
-    pub(crate) fn lines<T: std::fmt::Display>(&self, items: impl IntoIterator<Item = T>) -> Result<()> {
+    pub(crate) fn lines<T: Display>(&self, items: impl IntoIterator<Item = T>) -> Result<()> {
         let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
         for item in items {
             writeln!(stdout, "{item}")?;
