@@ -214,12 +214,31 @@ pub fn list_statement<'a>(filter: &Filter<'a>, limit: i64, offset: i64) -> (Stri
                 AND j.created_at >= coalesce($5, now() - make_interval(secs => $6), '-infinity')
                 AND j.created_at < coalesce($7, now() - make_interval(secs => $8), 'infinity')";
     let page = "LIMIT $9 OFFSET $10";
+    // A page of jobs filtered by app, tag or schedule walks that filter's listing index (the first
+    // of them given), whose entries are those jobs newest first: the filter's column is compared
+    // as a range of one value, and leads the order, so that no other index gives that order. With
+    // an equality, the planner, expecting the filter's jobs spread evenly among the newest, walked
+    // the index of creation times instead, through every job until theirs: 13.8 s a page for a
+    // tag's batch of 1,000,000 among 13,000,000 jobs, where its own index takes 1.2 s.
+    let listing = [("app_key", "$2", filter.app), ("tag", "$3", filter.tag), ("schedule_name", "$11", filter.schedule)]
+        .into_iter()
+        .find_map(|(column, param, value)| value.map(|_| (column, param)));
+    let (page_jobs, page_order) = match listing {
+        Some((column, param)) => (
+            jobs.replace(
+                &format!("({param}::text IS NULL OR j.{column} = {param})"),
+                &format!("j.{column} >= {param}::text AND j.{column} <= {param}::text"),
+            ),
+            format!("j.{column}, j.created_at DESC, j.id"),
+        ),
+        None => (jobs.to_string(), "j.created_at DESC, j.id".to_string()),
+    };
     let of_jobs = match filter.app.is_some() || filter.action.is_some() || filter.schedule.is_some() {
         true => format!("AND EXISTS (SELECT FROM job j WHERE j.id = q.job_id AND {jobs})"),
         false => String::new(),
     };
     let (view, outer_page) = match filter.status.map(status_rows) {
-        None => (job_view(&format!("(SELECT * FROM job j WHERE {jobs} ORDER BY j.created_at DESC, j.id {page})")), ""),
+        None => (job_view(&format!("(SELECT * FROM job j WHERE {page_jobs} ORDER BY {page_order} {page})")), ""),
         // A status of the queue: the page is sorted out of the queue's rows in that state by the
         // creation time each keeps (migration 16), and only its jobs are joined. A filter on the
         // job's own columns looks each row's job up, only when one is given. Rows enqueued before

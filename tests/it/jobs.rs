@@ -630,6 +630,41 @@ fn logs_follow_prints_lines_until_the_job_completes() {
     assert!(followed.contains(&("stderr".into(), "err 4".into())), "{followed:?}");
 }
 
+/// A page of one tag's jobs walks that tag's listing index, also where the planner expects the
+/// tag's jobs among the newest: here its 5,000 jobs (a fifth of all, one batch) are older than the
+/// 20,000 of another tag. Walking the index of creation times, the page read every newer job first.
+/// (A filter on the app or the schedule takes its page the same way.)
+#[test]
+fn a_page_of_a_tags_jobs_walks_the_tags_index() {
+    use crate::support::plans::{buffers, fill};
+    use postgres::types::ToSql;
+    use wf::queue::inspect::{Filter, list_statement};
+
+    let env = TestEnv::new();
+    fill(&env, 5_000, &["rare"], "0", "now()");
+    fill(&env, 20_000, &["default"], "0", "now()");
+    env.db().batch_execute("ANALYZE job").unwrap();
+    let listed = env.wf(["jobs", "--tag", "rare", "--limit", "5", "--page", "2", "--json"]).ok().json();
+    let listed: Vec<&str> = listed.as_array().unwrap().iter().map(|job| job["id"].as_str().unwrap()).collect();
+    let expected: Vec<String> = env
+        .db()
+        .query("SELECT id::text FROM job WHERE tag = 'rare' ORDER BY created_at DESC, id LIMIT 5 OFFSET 5", &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(listed, expected);
+
+    let (sql, params) = list_statement(&Filter { tag: Some("rare"), ..Filter::default() }, 21, 0);
+    let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|param| param.as_ref()).collect();
+    let plan: Value =
+        env.db().query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"), &params).unwrap().get(0);
+    // The tag's 5,000 entries and their jobs' pages (its batch is sorted by id), then the page's
+    // joins: 162 buffers; through the newer jobs first, 504.
+    let touched = buffers(&plan[0]["Plan"]);
+    assert!(touched < 300, "wf jobs --tag rare: {touched} buffers\n{plan:#}");
+}
+
 /// `wf jobs` on a batch of 20,000 jobs (one creation time, so newest first is by id among them):
 /// a status held by a few jobs (running, scheduled, failure, canceled) is found by an index or
 /// among the queue's rows, not by a walk over every job for its computed status; the waiting jobs
