@@ -207,31 +207,35 @@ pub(crate) fn list(client: &mut Client, filter: &Filter<'_>, limit: i64, offset:
 pub fn list_statement<'a>(filter: &Filter<'a>, limit: i64, offset: i64) -> (String, Vec<Box<dyn ToSql + Sync + 'a>>) {
     let (since_at, since_ago) = Moment::params(filter.since);
     let (until_at, until_ago) = Moment::params(filter.until);
-    let jobs = "($2::text IS NULL OR j.app_key = $2)
-                AND ($3::text IS NULL OR j.tag = $3)
-                AND ($4::text IS NULL OR j.action_key = $4)
-                AND ($11::text IS NULL OR j.schedule_name = $11)
-                AND j.created_at >= coalesce($5, now() - make_interval(secs => $6), '-infinity')
-                AND j.created_at < coalesce($7, now() - make_interval(secs => $8), 'infinity')";
+    // The jobs the filter admits, `lead` (one of the columns) compared as a range of one value.
+    let job_filter = |lead: Option<&str>| -> String {
+        let columns = [("app_key", "$2"), ("tag", "$3"), ("action_key", "$4"), ("schedule_name", "$11")];
+        let mut parts: Vec<String> = columns
+            .into_iter()
+            .map(|(column, param)| match lead == Some(column) {
+                true => format!("j.{column} >= {param}::text AND j.{column} <= {param}::text"),
+                false => format!("({param}::text IS NULL OR j.{column} = {param})"),
+            })
+            .collect();
+        parts.push("j.created_at >= coalesce($5, now() - make_interval(secs => $6), '-infinity')".to_string());
+        parts.push("j.created_at < coalesce($7, now() - make_interval(secs => $8), 'infinity')".to_string());
+        parts.join("\n                AND ")
+    };
+    let jobs = job_filter(None);
     let page = "LIMIT $9 OFFSET $10";
     // A page of jobs filtered by app, tag or schedule walks that filter's listing index (the first
     // of them given), whose entries are those jobs newest first: the filter's column is compared
     // as a range of one value, and leads the order, so that no other index gives that order. With
     // an equality, the planner, expecting the filter's jobs spread evenly among the newest, walked
     // the index of creation times instead, through every job until theirs: 13.8 s a page for a
-    // tag's batch of 1,000,000 among 13,000,000 jobs, where its own index takes 1.2 s.
-    let listing = [("app_key", "$2", filter.app), ("tag", "$3", filter.tag), ("schedule_name", "$11", filter.schedule)]
+    // tag's batch of 1,000,000 among 13,000,000 jobs, 0.85 s by the tag's index.
+    let lead = [("app_key", filter.app), ("tag", filter.tag), ("schedule_name", filter.schedule)]
         .into_iter()
-        .find_map(|(column, param, value)| value.map(|_| (column, param)));
-    let (page_jobs, page_order) = match listing {
-        Some((column, param)) => (
-            jobs.replace(
-                &format!("({param}::text IS NULL OR j.{column} = {param})"),
-                &format!("j.{column} >= {param}::text AND j.{column} <= {param}::text"),
-            ),
-            format!("j.{column}, j.created_at DESC, j.id"),
-        ),
-        None => (jobs.to_string(), "j.created_at DESC, j.id".to_string()),
+        .find_map(|(column, value)| value.map(|_| column));
+    let page_jobs = job_filter(lead);
+    let page_order = match lead {
+        Some(column) => format!("j.{column}, j.created_at DESC, j.id"),
+        None => "j.created_at DESC, j.id".to_string(),
     };
     let of_jobs = match filter.app.is_some() || filter.action.is_some() || filter.schedule.is_some() {
         true => format!("AND EXISTS (SELECT FROM job j WHERE j.id = q.job_id AND {jobs})"),
