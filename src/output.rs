@@ -38,11 +38,7 @@ impl Output {
     /// Print a `--json` document that is an array, exactly as `json` prints it, an item at a time:
     /// the `Value` of a million small items took a gigabyte (`wf cancel` in bulk).
     pub(crate) fn json_array<T: Serialize>(&self, items: &[T]) -> Result<()> {
-        let mut array = self.json_array_writer();
-        for item in items {
-            array.push(item)?;
-        }
-        array.finish()
+        self.json_array_writer().write_all(items)
     }
 
     /// A `--json` array to write an item at a time as the items are read (`JsonArray`).
@@ -53,11 +49,7 @@ impl Output {
     /// Print the `--json` document `{"<key>": [items]}`, exactly as `json` prints it, an item at a
     /// time: a million ids took 151 MB as a `Value`.
     pub(crate) fn json_field_array<T: Serialize>(&self, key: &str, items: &[T]) -> Result<()> {
-        let mut array = JsonArray::in_field(std::io::BufWriter::new(std::io::stdout().lock()), key)?;
-        for item in items {
-            array.push(item)?;
-        }
-        array.finish()
+        JsonArray::in_field(std::io::BufWriter::new(std::io::stdout().lock()), key)?.write_all(items)
     }
 
     /// Print data lines to stdout.
@@ -288,6 +280,14 @@ impl<W: Write> JsonArray<W> {
         }
         self.items += 1;
         Ok(())
+    }
+
+    /// Every item, then the end of the document.
+    pub(crate) fn write_all<T: Serialize>(mut self, items: &[T]) -> Result<()> {
+        for item in items {
+            self.push(item)?;
+        }
+        self.finish()
     }
 
     /// Write what the buffer holds: a document being followed is read as it grows.

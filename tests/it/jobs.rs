@@ -636,9 +636,8 @@ fn logs_follow_prints_lines_until_the_job_completes() {
 /// (A filter on the app or the schedule takes its page the same way.)
 #[test]
 fn a_page_of_a_tags_jobs_walks_the_tags_index() {
-    use crate::support::plans::{buffers, fill};
-    use postgres::types::ToSql;
-    use wf::queue::inspect::{Filter, list_statement};
+    use crate::support::plans::{buffers, explain_listing, fill};
+    use wf::queue::inspect::Filter;
 
     let env = TestEnv::new();
     fill(&env, 5_000, &["rare"], "0", "now()");
@@ -655,10 +654,7 @@ fn a_page_of_a_tags_jobs_walks_the_tags_index() {
         .collect();
     assert_eq!(listed, expected);
 
-    let (sql, params) = list_statement(&Filter { tag: Some("rare"), ..Filter::default() }, 21, 0);
-    let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|param| param.as_ref()).collect();
-    let plan: Value =
-        env.db().query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"), &params).unwrap().get(0);
+    let plan = explain_listing(&env, &Filter { tag: Some("rare"), ..Filter::default() });
     // The tag's 5,000 entries and their jobs' pages (its batch is sorted by id), then the page's
     // joins: 162 buffers; through the newer jobs first, 504.
     let touched = buffers(&plan[0]["Plan"]);
@@ -672,9 +668,9 @@ fn a_page_of_a_tags_jobs_walks_the_tags_index() {
 /// only, each with its status.
 #[test]
 fn jobs_finds_a_rare_status_by_index_and_pages_a_batch_in_order() {
-    use crate::support::plans::{buffers, fill, nodes};
+    use crate::support::plans::{buffers, explain_listing, fill, nodes};
     use postgres::types::ToSql;
-    use wf::queue::inspect::{Filter, list_statement};
+    use wf::queue::inspect::Filter;
     use wf::queue::job::JobStatus;
 
     let env = TestEnv::new();
@@ -710,10 +706,7 @@ fn jobs_finds_a_rare_status_by_index_and_pages_a_batch_in_order() {
     // The statement as `wf jobs` runs it: its buffers in all, and those of `job` (its scans'
     // and its index's).
     let explained = |status: JobStatus| -> (i64, i64, Value) {
-        let (sql, params) = list_statement(&Filter { status: Some(status), ..Filter::default() }, 21, 0);
-        let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|param| param.as_ref()).collect();
-        let plan: Value =
-            env.db().query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"), &params).unwrap().get(0);
+        let plan = explain_listing(&env, &Filter { status: Some(status), ..Filter::default() });
         let root = &plan[0]["Plan"];
         let of_jobs = nodes(root)
             .into_iter()

@@ -47,6 +47,14 @@ pub(crate) fn explain(env: &TestEnv, sql: &str, types: &str, arguments: &str) ->
     plan
 }
 
+/// EXPLAIN ANALYZE the page of `wf jobs` for `filter` (21 jobs, the first page), as `wf jobs`
+/// runs it: the statement of `inspect::list_statement` with its parameters.
+pub(crate) fn explain_listing(env: &TestEnv, filter: &wf::queue::inspect::Filter<'_>) -> Value {
+    let (sql, params) = wf::queue::inspect::list_statement(filter, 21, 0);
+    let params: Vec<&(dyn postgres::types::ToSql + Sync)> = params.iter().map(|param| param.as_ref()).collect();
+    env.db().query_one(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"), &params).unwrap().get(0)
+}
+
 /// The shared buffers a plan node touched (its children's included), read or found in memory.
 pub(crate) fn buffers(node: &Value) -> i64 {
     node["Shared Hit Blocks"].as_i64().unwrap_or(0) + node["Shared Read Blocks"].as_i64().unwrap_or(0)
