@@ -604,6 +604,54 @@ fn status_counts_each_tag_and_jobs_filters() {
     assert_eq!(running[0]["id"], zombie.as_str());
 }
 
+/// `wf status` counts the waiting jobs from the claim index alone (the tag and due time of each),
+/// not from the queue's rows: after a VACUUM (as autovacuum leaves a backlog), no waiting row is
+/// read; the running ones are read from their rows. Counts as the rows say.
+#[test]
+fn status_counts_the_waiting_jobs_from_the_claim_index() {
+    use crate::support::plans::{buffers, explain, fill, nodes};
+
+    let env = TestEnv::new();
+    fill(&env, 20_000, &["default", "other"], "n % 3", "now() - interval '1 minute'");
+    fill(&env, 1_000, &["other"], "0", "now() + interval '1 hour'");
+    // Committed with the WAL flushed (the test server commits asynchronously, and VACUUM marks no
+    // page all-visible while its rows' commits may still be lost), which the fill's commits are
+    // before it.
+    env.db()
+        .batch_execute(
+            "SET synchronous_commit = on;
+             UPDATE job_queue SET running = true, worker = 'w', started_at = now(), ping = now()
+              WHERE job_id IN (SELECT job_id FROM job_queue WHERE tag = 'default' LIMIT 3)",
+        )
+        .unwrap();
+    env.db().batch_execute("VACUUM (ANALYZE, INDEX_CLEANUP ON) job_queue").unwrap();
+
+    let status = env.wf(["status", "--json"]).ok().json();
+    let counts: Vec<(String, i64, i64, i64)> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tag| {
+            let count = |key: &str| tag[key].as_i64().unwrap();
+            (tag["tag"].as_str().unwrap().to_string(), count("queued"), count("scheduled"), count("running"))
+        })
+        .collect();
+    assert_eq!(counts, [("default".to_string(), 9_997, 0, 3), ("other".to_string(), 10_000, 1_000, 0)]);
+    assert!(status[0]["oldest_wait_s"].as_f64().unwrap() >= 60.0, "{status}");
+
+    let plan = explain(&env, wf::queue::inspect::STATUS_SQL, "float8", "60");
+    let plan = &plan[0]["Plan"];
+    let queue_pages: i64 = env.scalar("SELECT (pg_relation_size('job_queue') / 8192)::bigint");
+    let waiting = nodes(plan)
+        .into_iter()
+        .find(|node| node["Index Name"] == "job_queue_claim_idx")
+        .unwrap_or_else(|| panic!("the waiting jobs counted from the claim index\n{plan:#}"));
+    assert_eq!(waiting["Node Type"], "Index Only Scan", "{plan:#}");
+    assert_eq!(waiting["Heap Fetches"], 0, "{plan:#}");
+    let touched = buffers(plan);
+    assert!(touched * 4 < queue_pages, "wf status: {touched} buffers, the queue has {queue_pages} pages\n{plan:#}");
+}
+
 #[test]
 fn logs_follow_prints_lines_until_the_job_completes() {
     let env = TestEnv::new();
