@@ -11,7 +11,7 @@ use super::{CommandResult, Ctx};
 use crate::cli::CancelArgs;
 use crate::error::Exit;
 use crate::output::confirm;
-use crate::queue::cancel::{self, CancelOutcome, Matching};
+use crate::queue::cancel::{self, CancelOutcome, Ids, Matching};
 use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
@@ -41,7 +41,8 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
     };
     // One transaction, which takes a while for many jobs (a million: half a minute).
     let spinner = ctx.out.spinner(&format!("canceling {} job(s)", ids.len()));
-    let outcomes = cancel::cancel(&mut client, &ids, &ctx.config.operator, args.reason.as_deref());
+    let from = if bulk { Ids::Matched } else { Ids::Named };
+    let outcomes = cancel::cancel(&mut client, &ids, from, &ctx.config.operator, args.reason.as_deref());
     spinner.finish_and_clear();
     let outcomes = outcomes?;
     if ctx.out.json {

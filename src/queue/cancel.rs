@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 
 use anyhow::{Result, bail};
-use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
+use postgres::{Client, Transaction};
 use uuid::Uuid;
 
 use super::complete;
@@ -38,25 +38,52 @@ impl std::fmt::Display for CancelOutcome {
     }
 }
 
-/// Cancel jobs in one transaction. An unknown id fails the whole call and changes nothing.
+/// Where the ids of a cancel come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ids {
+    /// Named by the operator: an unknown id fails the whole call and changes nothing.
+    Named,
+    /// Found by `matching`: each was a job when it was matched, and retention deletes no job while
+    /// it is in the queue, so they are not looked up again (a million: 4 s of the server's, and
+    /// the list sent once more); one that left the queue since is reported as it ended.
+    Matched,
+}
+
+/// Cancel jobs in one transaction: each job's outcome, in the order given.
 pub(crate) fn cancel(
     client: &mut Client,
     ids: &[Uuid],
+    from: Ids,
     by: &str,
     reason: Option<&str>,
 ) -> Result<Vec<(Uuid, CancelOutcome)>> {
     let mut tx = client.transaction()?;
-    let unknown: Vec<String> = tx
-        .query(
-            "SELECT u.id::text FROM unnest($1::uuid[]) AS u(id) WHERE NOT EXISTS (SELECT FROM job j WHERE j.id = u.id)",
-            &[&ids],
-        )?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    if !unknown.is_empty() {
-        bail!("no such job: {} (nothing was canceled)", unknown.join(", "));
+    if from == Ids::Named {
+        let unknown: Vec<String> = tx
+            .query(
+                "SELECT u.id::text FROM unnest($1::uuid[]) AS u(id)
+                  WHERE NOT EXISTS (SELECT FROM job j WHERE j.id = u.id)",
+                &[&ids],
+            )?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        if !unknown.is_empty() {
+            bail!("no such job: {} (nothing was canceled)", unknown.join(", "));
+        }
     }
+    let outcomes = cancel_in(&mut tx, ids, by, reason)?;
+    tx.commit()?;
+    Ok(outcomes)
+}
+
+/// Cancel jobs that exist, in the caller's transaction: each job's outcome, in the order given.
+fn cancel_in(
+    tx: &mut Transaction<'_>,
+    ids: &[Uuid],
+    by: &str,
+    reason: Option<&str>,
+) -> Result<Vec<(Uuid, CancelOutcome)>> {
     // Lock every queue row, waiting (not skipping): a claim or reaper pass in flight finishes
     // first, and we decide on the row as it is after them. Sorted to avoid lock-order deadlocks.
     // Read as it streams: a bulk cancel may hold a million rows.
@@ -72,7 +99,7 @@ pub(crate) fn cancel(
         if row.get::<_, bool>(1) { running.push(id) } else { waiting.push(id) }
     }
     drop(queued);
-    complete::finish_locked(&mut tx, &waiting, JobStatus::Canceled, None, Some(by), reason)?;
+    complete::finish_locked(tx, &waiting, JobStatus::Canceled, None, Some(by), reason)?;
     // The first mark wins: a second cancel of a running job does not rewrite who asked.
     tx.execute(
         "UPDATE job_queue SET canceled_by = $2, canceled_reason = $3
@@ -92,7 +119,6 @@ pub(crate) fn cancel(
             if status == JobStatus::Canceled { CancelOutcome::Canceled } else { CancelOutcome::AlreadyCompleted };
         outcomes.insert(row.get(0), outcome);
     }
-    tx.commit()?;
     Ok(ids.iter().map(|id| (*id, outcomes.get(id).copied().unwrap_or(CancelOutcome::AlreadyCompleted))).collect())
 }
 

@@ -92,6 +92,41 @@ fn bulk_cancel_takes_the_matching_waiting_and_running_jobs_after_a_confirmation_
     env.wf(["cancel", "--app", "t", "t/echo"]).run().expect_code(2);
 }
 
+/// A job a bulk cancel matched may finish, and even be pruned, while the operator reads the prompt:
+/// the cancel goes on with the others and reports it as completed.
+#[test]
+fn a_bulk_cancel_reports_a_matched_job_that_finished_and_was_pruned_meanwhile() {
+    let env = TestEnv::new();
+    synced(&env);
+    let waiting = enqueue(&env, "t/echo", json!({"n": 1}));
+    let finishing = env.wf(["enqueue", "t/echo", "--tag", "fast", "--input", "{}"]).ok().stdout.trim().to_string();
+
+    let mut terminal = env.wf(["cancel", "--app", "t"]).in_terminal();
+    terminal.wait_for("cancel 2 job(s) of app t");
+    env.wf(["work", "--drain", "--tag", "fast"]).ok();
+    env.db()
+        .execute(
+            "UPDATE job_completed SET completed_at = now() - interval '31 days' WHERE job_id = $1::text::uuid",
+            &[&finishing],
+        )
+        .unwrap();
+    let pruned = env.wf(["prune", "--older-than", "30d", "--yes", "--json"]).ok().json();
+    assert_eq!(pruned["deleted"], 1, "{pruned}");
+    terminal.type_in(b"y");
+    let (code, screen) = terminal.finish();
+    assert_eq!(code, 0, "{screen:?}");
+    let screen = plain(&screen);
+    // The table's row of the job: its id, then its outcome (between the table's rules).
+    let outcome = |id: &str| {
+        let row = screen.lines().find(|line| line.contains(id))?;
+        let words = row.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'));
+        words.filter(|word| !word.is_empty()).last().map(str::to_string)
+    };
+    assert_eq!(outcome(&waiting).as_deref(), Some("canceled"), "{screen}");
+    assert_eq!(outcome(&finishing).as_deref(), Some("already_completed"), "{screen}");
+    assert_eq!(show(&env, &waiting)["status"], "canceled");
+}
+
 #[test]
 fn a_failure_is_followed_by_its_retries_through_the_enqueue_path_and_keeps_its_completion() {
     let env = TestEnv::new();
