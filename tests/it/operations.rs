@@ -119,8 +119,8 @@ fn a_bulk_cancel_reports_a_matched_job_that_finished_and_was_pruned_meanwhile() 
     // The table's row of the job: its id, then its outcome (between the table's rules).
     let outcome = |id: &str| {
         let row = screen.lines().find(|line| line.contains(id))?;
-        let words = row.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'));
-        words.filter(|word| !word.is_empty()).last().map(str::to_string)
+        let mut words = row.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'));
+        words.rfind(|word| !word.is_empty()).map(str::to_string)
     };
     assert_eq!(outcome(&waiting).as_deref(), Some("canceled"), "{screen}");
     assert_eq!(outcome(&finishing).as_deref(), Some("already_completed"), "{screen}");
