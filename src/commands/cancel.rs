@@ -24,7 +24,11 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
             tag: args.tag.as_deref(),
             status: args.status,
         };
-        let found = cancel::matching(&mut client, &matching)?;
+        // Seconds for millions of queued jobs: said on a terminal meanwhile.
+        let spinner = ctx.out.spinner(&format!("finding the waiting and running jobs of {}", matching.describe()));
+        let found = cancel::matching(&mut client, &matching);
+        spinner.finish_and_clear();
+        let found = found?;
         if found.is_empty() {
             ctx.out.info(&format!("no waiting or running job of {}", matching.describe()));
         } else {

@@ -33,7 +33,11 @@ fn prune_jobs(
 ) -> Result<(u64, Option<i64>), CommandError> {
     let status = args.status;
     let cutoff = prune::cutoff(client, older_than)?;
-    let candidates = prune::count(client, cutoff, status)?;
+    // Seconds for millions of completed jobs: said on a terminal meanwhile.
+    let spinner = ctx.out.spinner(&format!("counting the jobs completed before {}", time_cell(Some(cutoff))));
+    let candidates = prune::count(client, cutoff, status);
+    spinner.finish_and_clear();
+    let candidates = candidates?;
     if args.dry_run {
         if !ctx.out.json {
             ctx.out.info(&format!(

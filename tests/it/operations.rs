@@ -84,6 +84,10 @@ fn bulk_cancel_takes_the_matching_waiting_and_running_jobs_after_a_confirmation_
     let (code, screen) = terminal.finish();
     assert_eq!(code, 0, "{screen:?}");
     assert!(plain(&screen).contains("canceling 3 job(s)"), "a spinner while it works: {screen:?}");
+    assert!(
+        plain(&screen).contains("finding the waiting and running jobs of action echo, tag default"),
+        "a spinner while it matches: {screen:?}"
+    );
     for id in &t {
         assert!(plain(&screen).contains(id.as_str()), "{id} in {screen:?}");
         assert_eq!(show(&env, id)["status"], "canceled");

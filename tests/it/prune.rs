@@ -6,6 +6,7 @@ use wf::queue::prune::BATCH_SQL;
 use crate::support::fixtures::{enqueue, enqueue_batch, synced};
 use crate::support::harness::TestEnv;
 use crate::support::plans::{explain, fill, nodes};
+use crate::support::terminal::plain;
 
 #[test]
 fn prune_deletes_only_old_completed_jobs_with_their_logs() {
@@ -56,6 +57,13 @@ fn prune_deletes_only_old_completed_jobs_with_their_logs() {
     let only_failures = env.wf(["prune", "--older-than", "30d", "--status", "failure", "--yes", "--json"]).ok().json();
     assert_eq!(only_failures, json!({"deleted": 1}));
     env.wf(["show", &failed]).run().expect_code(1);
+    // On a terminal: a spinner while it counts, then the question; refused, nothing deleted.
+    let mut terminal = env.wf(["prune", "--older-than", "30d"]).in_terminal();
+    terminal.wait_for("delete 2500 completed job(s)");
+    terminal.type_in(b"n");
+    let (code, screen) = terminal.finish();
+    assert_ne!(code, 0, "{screen:?}");
+    assert!(plain(&screen).contains("counting the jobs completed before"), "a spinner while it counts: {screen:?}");
     let pruned = env.wf(["prune", "--older-than", "30d", "--yes", "--json"]).ok().json();
     assert_eq!(pruned, json!({"deleted": 2500}));
 
