@@ -648,8 +648,8 @@ fn status_counts_the_waiting_jobs_from_the_claim_index() {
         .unwrap_or_else(|| panic!("the waiting jobs counted from the claim index\n{plan:#}"));
     assert_eq!(waiting["Node Type"], "Index Only Scan", "{plan:#}");
     // 37 buffers in a run on a busy machine, against 260 pages of rows (reading the rows: all of
-    // them). A page the VACUUM could not mark all-visible (pinned meanwhile by the server's own
-    // writers, on a busy machine) is read for its rows: a few pages, not the queue.
+    // them). A page the VACUUM left not all-visible is read for its rows: on that busy machine, the
+    // pages of 1,074 rows (why the VACUUM left them is not known); a few pages, not the queue.
     let touched = buffers(plan);
     assert!(touched * 4 < queue_pages, "wf status: {touched} buffers, the queue has {queue_pages} pages\n{plan:#}");
 }
