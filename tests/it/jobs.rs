@@ -614,6 +614,7 @@ fn status_counts_the_waiting_jobs_from_the_claim_index() {
     let env = TestEnv::new();
     fill(&env, 20_000, &["default", "other"], "n % 3", "now() - interval '1 minute'");
     fill(&env, 1_000, &["other"], "0", "now() + interval '1 hour'");
+    fill(&env, 2, &["busy"], "0", "now()");
     // Committed with the WAL flushed (the test server commits asynchronously, and VACUUM marks no
     // page all-visible while its rows' commits may still be lost), which the fill's commits are
     // before it.
@@ -621,7 +622,7 @@ fn status_counts_the_waiting_jobs_from_the_claim_index() {
         .batch_execute(
             "SET synchronous_commit = on;
              UPDATE job_queue SET running = true, worker = 'w', started_at = now(), ping = now()
-              WHERE job_id IN (SELECT job_id FROM job_queue WHERE tag = 'default' LIMIT 3)",
+              WHERE job_id IN (SELECT job_id FROM job_queue WHERE tag = 'default' LIMIT 3) OR tag = 'busy'",
         )
         .unwrap();
     env.db().batch_execute("VACUUM (ANALYZE, INDEX_CLEANUP ON) job_queue").unwrap();
@@ -636,8 +637,14 @@ fn status_counts_the_waiting_jobs_from_the_claim_index() {
             (tag["tag"].as_str().unwrap().to_string(), count("queued"), count("scheduled"), count("running"))
         })
         .collect();
-    assert_eq!(counts, [("default".to_string(), 9_997, 0, 3), ("other".to_string(), 10_000, 1_000, 0)]);
-    assert!(status[0]["oldest_wait_s"].as_f64().unwrap() >= 60.0, "{status}");
+    let expected = [("busy", 0, 0, 2), ("default", 9_997, 0, 3), ("other", 10_000, 1_000, 0)];
+    let expected: Vec<(String, i64, i64, i64)> = expected
+        .iter()
+        .map(|&(tag, queued, scheduled, running)| (tag.to_string(), queued, scheduled, running))
+        .collect();
+    assert_eq!(counts, expected, "a tag with running jobs only is listed too");
+    assert_eq!(status[0]["oldest_wait_s"], Value::Null, "{status}");
+    assert!(status[1]["oldest_wait_s"].as_f64().unwrap() >= 60.0, "{status}");
 
     let plan = explain(&env, wf::queue::inspect::STATUS_SQL, "float8", "60");
     let plan = &plan[0]["Plan"];
