@@ -494,7 +494,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub batch: u32,
     /// Also measure end to end with a trivial bun action (at most 200 jobs), with and without the
-    /// sandbox, the same action warm (at most 5,000 jobs), and a bare loop starting bun for each job;
+    /// sandbox, the same action warm (at most 5,000 jobs), and a bare loop starting bun for each job,
+    /// taking turns in 4 rounds (a worker's run timed from its first claim to its last completion);
     /// for each, the processor time per job of wf and every process it started (`cpu ms/job`), and
     /// of the database server when it runs on this host (`db cpu ms/job`, also for claim + complete).
     #[arg(long)]

@@ -131,6 +131,25 @@ fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
 
 /// The floor runs the seed's statements on a scratch schema of its own, over the same connections,
 /// and drops the schema.
+/// With `--bun` the bare loop and the three end-to-end runs take turns, round after round (a change
+/// in the host's speed weighs on all alike): the terminal shows each round's measurements in turn.
+#[test]
+fn bench_with_bun_alternates_its_measurements_in_rounds() {
+    let env = TestEnv::new();
+    let (code, screen) = env.wf(["bench", "--bun", "--jobs", "8", "--workers", "2"]).in_terminal().finish();
+    assert_eq!(code, 0, "{screen:?}");
+    let screen = crate::support::terminal::plain(&screen);
+    let mut from = 0;
+    for round in 1..=4 {
+        for measurement in ["bare bun loop", "bun end to end", "bun end to end, no sandbox", "bun end to end, warm"] {
+            let shown = format!("{measurement}, round {round} of 4");
+            let at = screen[from..].find(&shown).unwrap_or_else(|| panic!("{shown:?} after {from}: {screen}"));
+            from += at + shown.len();
+        }
+    }
+    assert_nothing_left(&env);
+}
+
 #[test]
 fn bench_floor_measures_the_seeds_statements_and_leaves_nothing_behind() {
     let env = TestEnv::new();
