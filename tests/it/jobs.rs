@@ -68,13 +68,7 @@ fn input_comes_from_json_a_file_or_stdin() {
     let from_file = enqueue_raw(&env, &["--input", &format!("@{}", file.display())]);
     let from_stdin = env.wf(["enqueue", "t/echo", "--input", "-"]).stdin_bytes(br#"{"from":"stdin"}"#);
     assert_eq!(from_stdin.code, 0, "{from_stdin:?}");
-    let inputs: Vec<Value> = env
-        .db()
-        .query("SELECT input FROM job ORDER BY created_at, input->>'from'", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let inputs: Vec<Value> = env.column("SELECT input FROM job ORDER BY created_at, input->>'from'");
     assert!(inputs.contains(&json!({"from": "file"})), "{inputs:?} ({from_file})");
     assert!(inputs.contains(&json!({"from": "stdin"})), "{inputs:?}");
 }
@@ -386,13 +380,7 @@ fn a_job_runs_the_commit_it_pinned_not_the_catalogs_newest() {
     assert_eq!(new["version"], 2, "the job enqueued after the sync runs the new code");
     let shown = env.wf(["show", &after, "--json"]).ok().json();
     assert_eq!(shown["commit_sha"], second.as_str());
-    let timeouts: Vec<i32> = env
-        .db()
-        .query("SELECT timeout_s FROM job ORDER BY created_at", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let timeouts: Vec<i32> = env.column("SELECT timeout_s FROM job ORDER BY created_at");
     assert_eq!(timeouts, vec![30, 5]);
 }
 
@@ -407,13 +395,7 @@ fn priority_then_scheduled_time_decide_the_order() {
     let earlier =
         env.wf(["enqueue", "t/echo", "--priority", "5", "--at", "2000-01-01T00:00:00Z"]).ok().stdout.trim().to_string();
     env.wf(["work", "--drain", "--concurrency", "1"]).ok();
-    let order: Vec<String> = env
-        .db()
-        .query("SELECT job_id::text FROM job_completed ORDER BY started_at", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let order: Vec<String> = env.column("SELECT job_id::text FROM job_completed ORDER BY started_at");
     assert_eq!(order, vec![high_first, high_second, earlier, mid, low]);
 }
 
@@ -702,13 +684,8 @@ fn a_page_of_a_tags_jobs_walks_the_tags_index() {
     env.db().batch_execute("ANALYZE job").unwrap();
     let listed = env.wf(["jobs", "--tag", "rare", "--limit", "5", "--page", "2", "--json"]).ok().json();
     let listed: Vec<&str> = listed.as_array().unwrap().iter().map(|job| job["id"].as_str().unwrap()).collect();
-    let expected: Vec<String> = env
-        .db()
-        .query("SELECT id::text FROM job WHERE tag = 'rare' ORDER BY created_at DESC, id LIMIT 5 OFFSET 5", &[])
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let expected: Vec<String> =
+        env.column("SELECT id::text FROM job WHERE tag = 'rare' ORDER BY created_at DESC, id LIMIT 5 OFFSET 5");
     assert_eq!(listed, expected);
 
     let plan = explain_listing(&env, &Filter { tag: Some("rare"), ..Filter::default() });

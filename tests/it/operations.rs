@@ -407,13 +407,8 @@ fn a_tick_whose_horizon_is_shorter_than_the_interval_between_ticks_loses_no_fire
         assert!(fired.iter().all(|f| f.error.is_none()), "{fired:?}");
         now += chrono::Duration::seconds(rng.i64(40..=80));
     }
-    let fires: Vec<DateTime<Utc>> = env
-        .db()
-        .query("SELECT scheduled_for FROM job WHERE schedule_name = 'quarter' ORDER BY 1", &[])
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let fires: Vec<DateTime<Utc>> =
+        env.column("SELECT scheduled_for FROM job WHERE schedule_name = 'quarter' ORDER BY 1");
     let expected: Vec<DateTime<Utc>> =
         (1..=fires.len() as i64).map(|n| start + chrono::Duration::seconds(15 * n)).collect();
     assert_eq!(fires, expected, "every fire time, each once");

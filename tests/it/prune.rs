@@ -67,8 +67,7 @@ fn prune_deletes_only_old_completed_jobs_with_their_logs() {
     let pruned = env.wf(["prune", "--older-than", "30d", "--yes", "--json"]).ok().json();
     assert_eq!(pruned, json!({"deleted": 2500}));
 
-    let left: Vec<String> =
-        env.db().query("SELECT id::text FROM job ORDER BY 1", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let left: Vec<String> = env.column("SELECT id::text FROM job ORDER BY 1");
     let mut expected = vec![recent.clone(), queued, running, in_queue.clone()];
     expected.sort();
     assert_eq!(left, expected, "only the recent, queued and running jobs remain");

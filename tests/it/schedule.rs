@@ -78,7 +78,7 @@ fn a_tick_enqueues_every_fire_time_in_the_horizon_once() {
         }
     });
     assert_eq!(scheduled_jobs(&env, "minutely"), minutes(5), "each fire time once");
-    let inputs: Vec<Value> = env.db().query("SELECT input FROM job", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let inputs: Vec<Value> = env.column("SELECT input FROM job");
     assert!(inputs.iter().all(|i| i["k"] == 1));
 }
 

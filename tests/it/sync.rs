@@ -141,12 +141,7 @@ fn action_row(env: &TestEnv, app: &str, action: &str) -> Option<Value> {
 }
 
 fn action_keys(env: &TestEnv) -> Vec<String> {
-    env.db()
-        .query("SELECT app_key || '/' || action_key FROM action ORDER BY 1", &[])
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
+    env.column("SELECT app_key || '/' || action_key FROM action ORDER BY 1")
 }
 
 fn commit_dir(env: &TestEnv, id: &str, sha: &str) -> PathBuf {

@@ -242,6 +242,11 @@ impl TestEnv {
         self.db().query_one(sql, &[]).unwrap().get(0)
     }
 
+    /// Run a query and return the first column of every row, in the query's order.
+    pub(crate) fn column<T: for<'a> postgres::types::FromSql<'a>>(&self, sql: &str) -> Vec<T> {
+        self.db().query(sql, &[]).unwrap().iter().map(|row| row.get(0)).collect()
+    }
+
     /// Run a query with bind parameters and return the first column of the single row.
     pub(crate) fn scalar_of<T: for<'a> postgres::types::FromSql<'a>>(
         &self,
