@@ -150,6 +150,14 @@ impl Output {
         bar
     }
 
+    /// Run `work` with a spinner saying `message` meanwhile, cleared when it ends (also on error).
+    pub(crate) fn spinning<T>(&self, message: &str, work: impl FnOnce() -> T) -> T {
+        let spinner = self.spinner(message);
+        let done = work();
+        spinner.finish_and_clear();
+        done
+    }
+
     /// A spinner on stderr for work of unknown length.
     pub(crate) fn spinner(&self, message: &str) -> ProgressBar {
         let bar = ProgressBar::with_draw_target(None, self.draw_target());

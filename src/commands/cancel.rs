@@ -25,10 +25,8 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
             status: args.status,
         };
         // Seconds for millions of queued jobs: said on a terminal meanwhile.
-        let spinner = ctx.out.spinner(&format!("finding the waiting and running jobs of {}", matching.describe()));
-        let found = cancel::matching(&mut client, &matching);
-        spinner.finish_and_clear();
-        let found = found?;
+        let finding = format!("finding the waiting and running jobs of {}", matching.describe());
+        let found = ctx.out.spinning(&finding, || cancel::matching(&mut client, &matching))?;
         if found.is_empty() {
             ctx.out.info(&format!("no waiting or running job of {}", matching.describe()));
         } else {
@@ -44,11 +42,10 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         ids
     };
     // One transaction, which takes a while for many jobs (a million: half a minute).
-    let spinner = ctx.out.spinner(&format!("canceling {} job(s)", ids.len()));
     let from = if bulk { Ids::Matched } else { Ids::Named };
-    let outcomes = cancel::cancel(&mut client, &ids, from, &ctx.config.operator, args.reason.as_deref());
-    spinner.finish_and_clear();
-    let outcomes = outcomes?;
+    let outcomes = ctx.out.spinning(&format!("canceling {} job(s)", ids.len()), || {
+        cancel::cancel(&mut client, &ids, from, &ctx.config.operator, args.reason.as_deref())
+    })?;
     if ctx.out.json {
         let document: Vec<CancelDocument> =
             outcomes.iter().map(|&(id, outcome)| CancelDocument { id, outcome: outcome.as_str() }).collect();

@@ -34,10 +34,8 @@ fn prune_jobs(
     let status = args.status;
     let cutoff = prune::cutoff(client, older_than)?;
     // Seconds for millions of completed jobs: said on a terminal meanwhile.
-    let spinner = ctx.out.spinner(&format!("counting the jobs completed before {}", time_cell(Some(cutoff))));
-    let candidates = prune::count(client, cutoff, status);
-    spinner.finish_and_clear();
-    let candidates = candidates?;
+    let counting = format!("counting the jobs completed before {}", time_cell(Some(cutoff)));
+    let candidates = ctx.out.spinning(&counting, || prune::count(client, cutoff, status))?;
     if args.dry_run {
         if !ctx.out.json {
             ctx.out.info(&format!(
