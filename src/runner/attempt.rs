@@ -1,10 +1,10 @@
 //! One attempt of one job: start the supervisor, pump its output, stop it on demand, read the
 //! result, clean up.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, ExitStatus, Stdio};
@@ -221,12 +221,7 @@ impl Running {
     pub fn submit(&mut self, input: &Value, env: &[(String, String)]) -> Result<()> {
         let paths = Paths::new(&self.scratch);
         empty_dir(&paths.work).with_context(|| format!("emptying {}", paths.work.display()))?;
-        match fs::remove_file(&paths.result) {
-            Err(error) if error.kind() != io::ErrorKind::NotFound => {
-                return Err(error).with_context(|| format!("removing {}", paths.result.display()));
-            }
-            _ => {}
-        }
+        remove_file(&paths.result).with_context(|| format!("removing {}", paths.result.display()))?;
         write_input(&paths, input, self.owner)?;
         let nonce = Uuid::new_v4().simple().to_string();
         let ends = self.supervisor.ends.as_ref().context("submit is for a warm runner")?;
@@ -392,13 +387,26 @@ fn prepare_scratch(paths: &Paths, input: &Value, owner: Option<sandbox::User>) -
     write_input(paths, input, owner)
 }
 
-/// The attempt's input file, the action's to read.
+/// The attempt's input file, the action's to read. `io` is the sandbox user's, and a warm runner's
+/// action lives on between its jobs: whatever it left in the input's place is removed, not opened
+/// (it could be a link to a file of the host), and the file is made anew. Made anew, it is also not
+/// a truncated file, which ext4 writes out to the disk at once.
 fn write_input(paths: &Paths, input: &Value, owner: Option<sandbox::User>) -> io::Result<()> {
-    fs::write(&paths.input, serde_json::to_vec(input)?)?;
+    remove_file(&paths.input)?;
+    let mut file = fs::OpenOptions::new().write(true).create_new(true).open(&paths.input)?;
+    file.write_all(&serde_json::to_vec(input)?)?;
     if let Some(user) = owner {
-        std::os::unix::fs::chown(&paths.input, Some(user.uid), Some(user.gid))?;
+        std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid))?;
     }
     Ok(())
+}
+
+/// Remove a file, or a link (never its target); nothing there is no error.
+fn remove_file(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
 }
 
 /// Remove everything in `dir`, not `dir` itself (a warm runner's working directory stays its cwd).
@@ -616,8 +624,21 @@ fn read_result(path: &Path, code: i32) -> Option<Outcome> {
         return None;
     }
     let limit = MAX_RESULT_BYTES + RESULT_ENVELOPE;
+    // The action can write `io`: a link there is not followed out of the sandbox, and a pipe is
+    // opened without waiting for a writer, then refused.
+    let file = match fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return None,
+        Err(error) if error.raw_os_error() == Some(libc::ELOOP) => return Some(not_a_result()),
+        Err(error) => {
+            return Some(Outcome::failed("ResultUnreadable", format!("the result cannot be opened: {error}")));
+        }
+    };
+    if !file.metadata().ok()?.is_file() {
+        return Some(not_a_result());
+    }
     let mut bytes = Vec::new();
-    File::open(path).ok()?.take(limit as u64 + 1).read_to_end(&mut bytes).ok()?;
+    file.take(limit as u64 + 1).read_to_end(&mut bytes).ok()?;
     if bytes.len() > limit {
         return Some(Outcome::failed(
             "ResultTooLarge",
@@ -636,6 +657,10 @@ fn read_result(path: &Path, code: i32) -> Option<Outcome> {
         }
         _ => None,
     }
+}
+
+fn not_a_result() -> Outcome {
+    Outcome::failed("ResultUnreadable", "the result is not a regular file")
 }
 
 /// The supervisor's account of how the attempt ended, if it wrote one.

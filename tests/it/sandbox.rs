@@ -31,7 +31,8 @@ fn attack_repo() -> GitRepo {
                     "offline": {"entrypoint": "a/fetch.ts"},
                     "online": {"entrypoint": "a/fetch.ts", "network": true},
                     "hello": {"entrypoint": "a/hello.ts"},
-                    "transpiled": {"entrypoint": "a/transpiled.ts"}
+                    "transpiled": {"entrypoint": "a/transpiled.ts"},
+                    "links": {"entrypoint": "a/links.ts"}
                 },
                 "network": false
             }
@@ -150,6 +151,23 @@ export async function main() {
     for (const signal of ["SIGSTOP", "SIGKILL"]) { try { process.kill(pid, signal); } catch {} }
   }
   await new Promise(() => setInterval(() => {}, 1000));
+}
+"#,
+    );
+    // Once the wrapper has written its result and bun is exiting, puts in the result's place a link
+    // to a path of the host (which the worker, outside the sandbox, would resolve) or a pipe (which
+    // would block a reader that opens it until a writer comes).
+    repo.file(
+        "a/links.ts",
+        r#"
+import { symlinkSync, unlinkSync } from "node:fs";
+export function main(input: any) {
+  process.once("exit", () => {
+    unlinkSync("/wf/io/result.json");
+    if (input.link) symlinkSync(input.link, "/wf/io/result.json");
+    else Bun.spawnSync(["mkfifo", "/wf/io/result.json"]);
+  });
+  return "honest";
 }
 "#,
     );
@@ -309,6 +327,31 @@ fn an_action_cannot_reach_a_sibling_job() {
             assert_eq!(done.status, "failure", "and killed");
         }
     }
+}
+
+/// The worker reads the result the wrapper left in the attempt's `io` folder, which the action can
+/// write: a link there is not followed to a file of the host (here one shaped like a result), and a
+/// pipe there does not hold the worker up. Each job fails as unreadable; the next job runs.
+#[test]
+fn the_worker_follows_no_link_and_opens_no_pipe_the_action_leaves_for_its_result() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let stolen = env.home().join("stolen.json");
+    std::fs::write(&stolen, r#"{"ok": true, "result": "read from the host through a link"}"#).unwrap();
+    let linked = enqueue(&env, "a/links", json!({"link": stolen}));
+    let piped = enqueue(&env, "a/links", json!({}));
+    let after = enqueue(&env, "a/hello", json!({}));
+    let mut w = worker(&env, "w", &["--concurrency", "1"]);
+    for id in [&linked, &piped, &after] {
+        wait_completed(&env, id, Duration::from_secs(60));
+    }
+    crate::support::checks::kill(&mut w);
+    for (id, what) in [(&linked, "a link"), (&piped, "a pipe")] {
+        let error = error(&env, id);
+        assert_eq!(error["name"], "ResultUnreadable", "{what} in the result's place: {error}");
+        assert!(error["message"].as_str().unwrap().contains("not a regular file"), "{what}: {error}");
+    }
+    assert_eq!(result(&env, &after), "hello");
 }
 
 /// An action that signals everything it can see cannot stop or kill its supervisor: its timeout

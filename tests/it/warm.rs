@@ -21,7 +21,8 @@ fn synced_warm(env: &TestEnv) -> GitRepo {
                     "step": {"entrypoint": "w/step.ts", "warm": true, "timeout": 3},
                     "step_long": {"entrypoint": "w/step.ts", "warm": true, "timeout": 600},
                     "hog": {"entrypoint": "w/step.ts", "warm": true, "memory_mb": 100},
-                    "cold": {"entrypoint": "w/step.ts"}
+                    "cold": {"entrypoint": "w/step.ts"},
+                    "linker": {"entrypoint": "w/link.ts", "warm": true}
                 }
             }
         }
@@ -59,6 +60,19 @@ export async function main(input: any) {
     job: process.env.WF_JOB_ID, attempt: process.env.WF_ATTEMPT, token: Boolean(process.env.WF_TOKEN),
     action: process.env.WF_ACTION,
   };
+}
+"#,
+    );
+    // Leaves, in the place of its input, a link to a path of the host, for the worker to write the
+    // next job's input through.
+    repo.file(
+        "w/link.ts",
+        r#"
+import { readFileSync, symlinkSync, unlinkSync } from "node:fs";
+export function main(input: any) {
+  const seen = JSON.parse(readFileSync("/wf/io/input.json", "utf8"));
+  if (input.victim) { unlinkSync("/wf/io/input.json"); symlinkSync(input.victim, "/wf/io/input.json"); }
+  return { n: input.n, seen };
 }
 "#,
     );
@@ -226,6 +240,29 @@ fn a_canceled_warm_job_ends_its_runner_and_is_never_undone() {
     let (status, after, _) = ended(&env, &after);
     assert_eq!((status.as_str(), &after["runs"]), ("success", &json!(1)), "a fresh runner after the cancel: {after}");
     assert_ne!(after["runner"], first["runner"]);
+}
+
+/// A warm runner's next input goes where the action can write between its jobs: a link it left
+/// there is not followed, so no file of the host is written or given to the sandbox user, and the
+/// next job gets its own input.
+#[test]
+fn a_warm_runner_writes_no_input_through_a_link_its_action_left() {
+    use std::os::unix::fs::MetadataExt;
+    let env = TestEnv::new();
+    synced_warm(&env);
+    let victim = env.home().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let before = std::fs::metadata(&victim).unwrap();
+    let first = enqueue(&env, "w/linker", json!({"n": 1, "victim": victim}));
+    let second = enqueue(&env, "w/linker", json!({"n": 2}));
+    env.wf(["work", "--drain", "--concurrency", "1"]).ok();
+    let after = std::fs::metadata(&victim).unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious", "the host's file is not written");
+    assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()), "nor given away");
+    let (status, result, _) = ended(&env, &first);
+    assert_eq!((status.as_str(), &result["n"]), ("success", &json!(1)), "{result}");
+    let (status, result, _) = ended(&env, &second);
+    assert_eq!((status.as_str(), &result["seen"]), ("success", &json!({"n": 2})), "its own input: {result}");
 }
 
 /// The processes of the warm runners of `action` (each test here has its own action names), found
