@@ -252,7 +252,7 @@ complete -c wf -n "__fish_wf_using_subcommand logs" -s f -l follow -d 'Keep prin
 complete -c wf -n "__fish_wf_using_subcommand logs" -l timestamps -d 'Start each line with the time it was written (local time zone, RFC 3339)'
 complete -c wf -n "__fish_wf_using_subcommand logs" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand logs" -s q -l quiet -d 'Hide progress and informational messages'
-complete -c wf -n "__fish_wf_using_subcommand logs" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand logs" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wf -n "__fish_wf_using_subcommand status" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand status" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
 json\t''"

@@ -75,6 +75,10 @@ pub(crate) enum Command {
     /// Print a job's result (exit 4 when it failed or was canceled, 3 when not finished).
     Result(ResultArgs),
     /// Print a job's logs.
+    ///
+    /// On a terminal, control characters the action wrote (escape sequences among them) are shown
+    /// as `\xNN` instead of sent to the terminal; into a pipe or a file, and with --json, each line is
+    /// as the action wrote it.
     Logs(LogsArgs),
     /// Queue depth per tag: queued, scheduled, running, zombies, oldest wait.
     Status,

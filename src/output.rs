@@ -418,11 +418,40 @@ pub(crate) fn fit(text: &str, width: usize) -> String {
     cut
 }
 
+/// An action's text for a terminal: its control characters (C0 but the tab, DEL, C1) shown as
+/// `\xNN` instead of acted on, so that no action's output can move the operator's cursor, clear
+/// the screen, retitle the window or write the clipboard.
+pub(crate) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let escaped = |c: char| c.is_control() && c != '\t';
+    if !text.chars().any(escaped) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escaped(c) {
+            let _ = write!(shown, "\\x{:02x}", u32::from(c));
+        } else {
+            shown.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(shown)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn an_actions_control_characters_are_shown_not_acted_on() {
+        assert_eq!(escape_controls("plain\ttext, é ✓"), "plain\ttext, é ✓");
+        assert!(matches!(escape_controls("plain"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(
+            escape_controls("\x1b]0;owned\x07\x1b[2J\r\u{7f}\u{9b}1m"),
+            "\\x1b]0;owned\\x07\\x1b[2J\\x0d\\x7f\\x9b1m"
+        );
+    }
 
     #[derive(Serialize)]
     struct Unsorted {

@@ -2,6 +2,7 @@
 //! attempt.
 
 use std::cell::{Cell, RefCell};
+use std::io::IsTerminal;
 
 use anyhow::Result;
 use chrono::{DateTime, Local, SecondsFormat, Utc};
@@ -10,7 +11,7 @@ use serde::Serialize;
 use super::{CommandResult, Ctx};
 use crate::cli::LogsArgs;
 use crate::error::Exit;
-use crate::output::rfc3339;
+use crate::output::{escape_controls, rfc3339};
 use crate::queue::inspect::{self, LogEntry};
 
 pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
@@ -21,6 +22,9 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
     // buffer as they come (the plain lines: stdout is line-buffered).
     let json = RefCell::new(ctx.out.json.then(|| ctx.out.json_array_writer()));
     let following = Cell::new(false);
+    // On a terminal the action's control characters are shown, not acted on; into a pipe or a
+    // file, each line is written as the action wrote it.
+    let terminal = std::io::stdout().is_terminal();
     let mut attempt = 0;
     let mut show = |entry: LogEntry| -> Result<()> {
         if let Some(array) = json.borrow_mut().as_mut() {
@@ -39,9 +43,10 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
             }
             false => String::new(),
         };
+        let line = if terminal { escape_controls(&entry.line) } else { entry.line.as_str().into() };
         match entry.stream.as_str() {
-            "stdout" => ctx.out.line(&format!("{time}{}", entry.line)),
-            stream => ctx.out.line(&format!("{time}[{stream}] {}", entry.line)),
+            "stdout" => ctx.out.line(&format!("{time}{line}")),
+            stream => ctx.out.line(&format!("{time}[{stream}] {line}")),
         }
     };
     let last = inspect::last_logs(&mut client, id, args.tail, args.since, &mut show)?;

@@ -32,7 +32,8 @@ fn attack_repo() -> GitRepo {
                     "online": {"entrypoint": "a/fetch.ts", "network": true},
                     "hello": {"entrypoint": "a/hello.ts"},
                     "transpiled": {"entrypoint": "a/transpiled.ts"},
-                    "links": {"entrypoint": "a/links.ts"}
+                    "links": {"entrypoint": "a/links.ts"},
+                    "terminal": {"entrypoint": "a/terminal.ts"}
                 },
                 "network": false
             }
@@ -168,6 +169,18 @@ export function main(input: any) {
     else Bun.spawnSync(["mkfifo", "/wf/io/result.json"]);
   });
   return "honest";
+}
+"#,
+    );
+    // Writes what would drive the terminal of an operator reading its logs: clear the screen, set
+    // the window's title, write the clipboard (OSC 52), and a C1 control sequence.
+    repo.file(
+        "a/terminal.ts",
+        r#"
+export function main() {
+  console.log("\x1b[2J\x1b[H\x1b]0;owned\x07title set");
+  console.error("\x1b]52;c;b3duZWQ=\x07clipboard written\u009b31mred");
+  return "done";
 }
 "#,
     );
@@ -352,6 +365,26 @@ fn the_worker_follows_no_link_and_opens_no_pipe_the_action_leaves_for_its_result
         assert!(error["message"].as_str().unwrap().contains("not a regular file"), "{what}: {error}");
     }
     assert_eq!(result(&env, &after), "hello");
+}
+
+/// `wf logs` on a terminal shows an action's control characters instead of sending them to the
+/// terminal; into a pipe, the lines are as the action wrote them.
+#[test]
+fn an_actions_output_cannot_drive_the_terminal_of_an_operator_reading_its_logs() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/terminal", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    let (code, screen) = env.wf(["logs", &id]).in_terminal().finish();
+    assert_eq!(code, 0, "{screen:?}");
+    for sent in ["\x1b[2J", "\x1b]0;", "\x1b]52;", "\u{9b}", "\x07"] {
+        assert!(!screen.contains(sent), "{sent:?} reached the terminal: {screen:?}");
+    }
+    assert!(screen.contains(r"\x1b[2J\x1b[H\x1b]0;owned\x07title set"), "{screen:?}");
+    assert!(screen.contains(r"[stderr] \x1b]52;c;b3duZWQ=\x07clipboard written\x9b31mred"), "{screen:?}");
+    let piped = env.wf(["logs", &id]).ok().stdout;
+    assert!(piped.contains("\x1b[2J\x1b[H\x1b]0;owned\x07title set\n"), "{piped:?}");
+    assert!(piped.contains("\u{9b}31mred"), "{piped:?}");
 }
 
 /// An action that signals everything it can see cannot stop or kill its supervisor: its timeout
