@@ -7,8 +7,8 @@
 //! (`plan_cache_mode = force_generic_plan`), each written so that its generic plan is the right one
 //! (the claim's limits are literals, `claim::claim_sql`; `tests/it/claim.rs` checks those plans on a
 //! deep queue). A generic plan is made anew when its tables are analyzed; a statement is also
-//! prepared again after PLAN_LIFETIME, and a claim that was slow has the next one prepared again
-//! (its plan was made for a queue much smaller than the one it meets).
+//! prepared again after PLAN_LIFETIME, and a claim that was slow several times in a row has the next
+//! one prepared again (its plan was made for a queue much smaller than the one it meets).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -29,11 +29,21 @@ pub const PLANNER: [&str; 4] =
 /// How long a prepared statement's plan is kept.
 const PLAN_LIFETIME: Duration = Duration::from_secs(60);
 
+/// Slow calls in a row after which a statement is prepared anew (see `slow_call`).
+const SLOW_CALLS_TO_REPLAN: u32 = 3;
+
 pub struct Session {
     client: Client,
-    prepared: HashMap<&'static str, (Statement, Instant)>,
+    prepared: HashMap<&'static str, Prepared>,
     /// Whether the connection was set to generic plans.
     generic: bool,
+}
+
+struct Prepared {
+    statement: Statement,
+    at: Instant,
+    /// Calls in a row that were slow (`slow_call`).
+    slow: u32,
 }
 
 impl Session {
@@ -51,14 +61,14 @@ impl Session {
     }
 
     fn statement(&mut self, sql: &'static str) -> Result<Statement> {
-        if let Some((statement, prepared)) = self.prepared.get(sql)
-            && prepared.elapsed() < PLAN_LIFETIME
+        if let Some(prepared) = self.prepared.get(sql)
+            && prepared.at.elapsed() < PLAN_LIFETIME
         {
-            return Ok(statement.clone());
+            return Ok(prepared.statement.clone());
         }
         self.configure()?;
         let statement = self.client.prepare(sql)?;
-        self.prepared.insert(sql, (statement.clone(), Instant::now()));
+        self.prepared.insert(sql, Prepared { statement: statement.clone(), at: Instant::now(), slow: 0 });
         Ok(statement)
     }
 
@@ -88,9 +98,18 @@ impl Session {
         }
     }
 
-    /// Prepare `sql` anew at its next call, planned for the tables as they are then.
-    pub fn forget(&mut self, sql: &'static str) {
-        self.prepared.remove(sql);
+    /// Note whether the last call of `sql` was slow: after SLOW_CALLS_TO_REPLAN slow calls in a row
+    /// it is prepared anew at its next call, planned for the tables as they are then. A plan gone
+    /// wrong is slow at every call; one slow call is more often the machine's moment (a commit
+    /// waiting for the disk, a process waiting for a core), and planning a claim again costs the
+    /// server about 3 ms: on a loaded machine, one replan in eight calls took a third of the
+    /// server's time for the statement.
+    pub fn slow_call(&mut self, sql: &'static str, slow: bool) {
+        let Some(prepared) = self.prepared.get_mut(sql) else { return };
+        prepared.slow = if slow { prepared.slow + 1 } else { 0 };
+        if prepared.slow >= SLOW_CALLS_TO_REPLAN {
+            self.prepared.remove(sql);
+        }
     }
 
     pub fn query(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {

@@ -187,7 +187,8 @@ pub(crate) fn with_limits(sql: &str, k: usize) -> String {
     sql.replace(FETCH_LIMIT, &format!("LIMIT {k}\n")).replace(BATCH_LIMIT, &format!("LIMIT {k}\n),"))
 }
 
-/// A claim slower than this is planned anew (a claim takes well under a millisecond on a deep queue).
+/// A claim slower than this is slow (a claim takes well under a millisecond on a deep queue): see
+/// `Session::slow_call`.
 const REPLAN_AFTER: Duration = Duration::from_millis(10);
 
 /// The limits `claim_sql` writes in: the locking fetch's, and the batch's.
@@ -209,10 +210,8 @@ pub(crate) fn run(session: &mut Session, sql: &'static str, params: &[&(dyn ToSq
     let began = Instant::now();
     let rows = session.query(sql, params)?;
     // A plan made while the queue was nearly empty scans it once it is deep, until the next ANALYZE:
-    // a slow claim has the next one planned anew, for the queue as it is then.
-    if began.elapsed() > REPLAN_AFTER {
-        session.forget(sql);
-    }
+    // claims slow again and again have the next one planned anew, for the queue as it is then.
+    session.slow_call(sql, began.elapsed() > REPLAN_AFTER);
     Ok(rows)
 }
 

@@ -294,3 +294,29 @@ fn claim_time_at_depth() {
         }
     }
 }
+
+/// A session prepares a statement anew only after several slow calls in a row: one slow call is more
+/// often the machine's moment than a wrong plan, and planning the claim again costs the server
+/// milliseconds. Which statement the connection runs is read from `pg_prepared_statements`.
+#[test]
+fn a_statement_is_planned_anew_after_slow_calls_in_a_row_not_after_one() {
+    let env = TestEnv::new();
+    let mut session = wf::db::Session::new(env.db());
+    const SQL: &str = "SELECT count(*) FROM job_queue";
+    let prepared = |session: &mut wf::db::Session| -> Vec<String> {
+        session.query(SQL, &[]).unwrap();
+        let rows =
+            session.client().query("SELECT name FROM pg_prepared_statements WHERE statement = $1", &[&SQL]).unwrap();
+        rows.iter().map(|row| row.get(0)).collect()
+    };
+    let first = prepared(&mut session);
+    assert_eq!(first.len(), 1, "{first:?}");
+    for slow in [true, true, false, true, true] {
+        session.slow_call(SQL, slow);
+        assert_eq!(prepared(&mut session), first, "no two slow calls in a row were followed by a third");
+    }
+    session.slow_call(SQL, true);
+    let again = prepared(&mut session);
+    assert_eq!(again.len(), 1, "the old statement is closed: {again:?}");
+    assert_ne!(again, first, "three slow calls in a row: prepared anew");
+}
