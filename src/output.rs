@@ -252,7 +252,28 @@ fn set_interrupt(action: &SigAction) -> std::io::Result<SigAction> {
 
 /// A document as `--json` prints it (see `Output::json`).
 pub(crate) fn pretty(document: &impl Serialize) -> Result<String> {
-    Ok(serde_json::to_string_pretty(&serde_json::to_value(document)?)?)
+    Ok(escape_c1(serde_json::to_string_pretty(&serde_json::to_value(document)?)?))
+}
+
+/// JSON text with DEL and the C1 controls (U+007F to U+009F) in its strings written as `\u00XX`.
+/// serde_json escapes only the C0 controls, and some terminals act on a C1 control (U+009B opens a
+/// control sequence as ESC [ does): an action's result or error shown by `wf result` or `wf show`
+/// must not drive the terminal. The same value for a JSON reader: outside its strings JSON text is
+/// ASCII.
+pub(crate) fn escape_c1(json: String) -> String {
+    let c1 = |c: char| ('\u{7f}'..='\u{9f}').contains(&c);
+    if !json.contains(c1) {
+        return json;
+    }
+    let mut escaped = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if c1(c) {
+            let _ = write!(escaped, "\\u{:04x}", u32::from(c));
+        } else {
+            escaped.push(c);
+        }
+    }
+    escaped
 }
 
 /// `pretty` of an array, written an item at a time as they come: each item's lines indented by
@@ -442,6 +463,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn c1_controls_in_json_are_escaped_and_the_value_is_the_same() {
+        let value = json!({"result": "a\u{9b}31m\u{7f}b é\u{a0}", "n": 1});
+        let text = pretty(&value).unwrap();
+        assert!(text.contains(r"a\u009b31m\u007fb é"), "{text}");
+        assert!(!text.contains(['\u{9b}', '\u{7f}']), "{text}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), value);
+        assert_eq!(
+            escape_c1(value.to_string()),
+            value.to_string().replace('\u{9b}', r"\u009b").replace('\u{7f}', r"\u007f")
+        );
+    }
 
     #[test]
     fn an_actions_control_characters_are_shown_not_acted_on() {

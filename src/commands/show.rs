@@ -6,7 +6,7 @@ use super::render::JobDocument;
 use super::{CommandResult, Ctx};
 use crate::cli::ShowArgs;
 use crate::error::Exit;
-use crate::output::time_cell;
+use crate::output::{escape_c1, time_cell};
 use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
@@ -17,7 +17,7 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
         ctx.out.json(&JobDocument::from(&job))?;
         return Ok(Exit::Ok);
     }
-    let compact = |value: &Option<Value>| value.as_ref().map_or("-".to_string(), Value::to_string);
+    let compact = |value: &Option<Value>| value.as_ref().map_or("-".to_string(), |value| escape_c1(value.to_string()));
     let text = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".to_string());
     let rows = vec![
         ("id", job.id.to_string()),

@@ -180,7 +180,7 @@ export function main(input: any) {
 export function main() {
   console.log("\x1b[2J\x1b[H\x1b]0;owned\x07title set");
   console.error("\x1b]52;c;b3duZWQ=\x07clipboard written\u009b31mred");
-  return "done";
+  return { shown: "\u009b31mred\u007f" };
 }
 "#,
     );
@@ -368,7 +368,8 @@ fn the_worker_follows_no_link_and_opens_no_pipe_the_action_leaves_for_its_result
 }
 
 /// `wf logs` on a terminal shows an action's control characters instead of sending them to the
-/// terminal; into a pipe, the lines are as the action wrote them.
+/// terminal; into a pipe, the lines are as the action wrote them. `wf result` and `wf show` write
+/// its result as JSON with every control character escaped.
 #[test]
 fn an_actions_output_cannot_drive_the_terminal_of_an_operator_reading_its_logs() {
     let env = TestEnv::new();
@@ -385,6 +386,12 @@ fn an_actions_output_cannot_drive_the_terminal_of_an_operator_reading_its_logs()
     let piped = env.wf(["logs", &id]).ok().stdout;
     assert!(piped.contains("\x1b[2J\x1b[H\x1b]0;owned\x07title set\n"), "{piped:?}");
     assert!(piped.contains("\u{9b}31mred"), "{piped:?}");
+    // Its result, through JSON: the C1 control and DEL escaped too, the value the same.
+    for args in [vec!["result", &id], vec!["show", &id]] {
+        let shown = env.wf(args.clone()).ok().stdout;
+        assert!(shown.contains(r"\u009b31mred\u007f") && !shown.contains(['\u{9b}', '\u{7f}']), "{args:?}: {shown:?}");
+    }
+    assert_eq!(result(&env, &id), json!({"shown": "\u{9b}31mred\u{7f}"}));
 }
 
 /// An action that signals everything it can see cannot stop or kill its supervisor: its timeout
