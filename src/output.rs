@@ -1,5 +1,6 @@
 //! Tables, JSON, progress and confirmation: the terminal rules, in one place.
 
+use std::borrow::Cow;
 use std::fmt::{Display, Write as _};
 use std::io::{IsTerminal, Write};
 
@@ -262,18 +263,10 @@ pub(crate) fn pretty(document: &impl Serialize) -> Result<String> {
 /// ASCII.
 pub(crate) fn escape_c1(json: String) -> String {
     let c1 = |c: char| ('\u{7f}'..='\u{9f}').contains(&c);
-    if !json.contains(c1) {
-        return json;
+    if let Cow::Owned(escaped) = escape(&json, c1, |out, c| write!(out, "\\u{:04x}", u32::from(c))) {
+        return escaped;
     }
-    let mut escaped = String::with_capacity(json.len() + 16);
-    for c in json.chars() {
-        if c1(c) {
-            let _ = write!(escaped, "\\u{:04x}", u32::from(c));
-        } else {
-            escaped.push(c);
-        }
-    }
-    escaped
+    json
 }
 
 /// `pretty` of an array, written an item at a time as they come: each item's lines indented by
@@ -442,20 +435,28 @@ pub(crate) fn fit(text: &str, width: usize) -> String {
 /// An action's text for a terminal: its control characters (C0 but the tab, DEL, C1) shown as
 /// `\xNN` instead of acted on, so that no action's output can move the operator's cursor, clear
 /// the screen, retitle the window or write the clipboard.
-pub(crate) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
-    let escaped = |c: char| c.is_control() && c != '\t';
-    if !text.chars().any(escaped) {
-        return std::borrow::Cow::Borrowed(text);
+pub(crate) fn escape_controls(text: &str) -> Cow<'_, str> {
+    escape(text, |c| c.is_control() && c != '\t', |out, c| write!(out, "\\x{:02x}", u32::from(c)))
+}
+
+/// `text` with each character `chosen` picks written by `written` instead (borrowed when none is).
+fn escape(
+    text: &str,
+    chosen: impl Fn(char) -> bool,
+    written: impl Fn(&mut String, char) -> std::fmt::Result,
+) -> Cow<'_, str> {
+    if !text.contains(&chosen) {
+        return Cow::Borrowed(text);
     }
-    let mut shown = String::with_capacity(text.len() + 8);
+    let mut escaped = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        if escaped(c) {
-            let _ = write!(shown, "\\x{:02x}", u32::from(c));
+        if chosen(c) {
+            let _ = written(&mut escaped, c);
         } else {
-            shown.push(c);
+            escaped.push(c);
         }
     }
-    std::borrow::Cow::Owned(shown)
+    Cow::Owned(escaped)
 }
 
 #[cfg(test)]
@@ -480,7 +481,7 @@ mod tests {
     #[test]
     fn an_actions_control_characters_are_shown_not_acted_on() {
         assert_eq!(escape_controls("plain\ttext, é ✓"), "plain\ttext, é ✓");
-        assert!(matches!(escape_controls("plain"), std::borrow::Cow::Borrowed(_)));
+        assert!(matches!(escape_controls("plain"), Cow::Borrowed(_)));
         assert_eq!(
             escape_controls("\x1b]0;owned\x07\x1b[2J\r\u{7f}\u{9b}1m"),
             "\\x1b]0;owned\\x07\\x1b[2J\\x0d\\x7f\\x9b1m"
