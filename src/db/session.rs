@@ -61,15 +61,20 @@ impl Session {
     }
 
     fn statement(&mut self, sql: &'static str) -> Result<Statement> {
+        Ok(self.prepared_statement(sql)?.0)
+    }
+
+    /// The statement of `sql`, prepared if need be, and how many of its calls in a row were slow.
+    fn prepared_statement(&mut self, sql: &'static str) -> Result<(Statement, u32)> {
         if let Some(prepared) = self.prepared.get(sql)
             && prepared.at.elapsed() < PLAN_LIFETIME
         {
-            return Ok(prepared.statement.clone());
+            return Ok((prepared.statement.clone(), prepared.slow));
         }
         self.configure()?;
         let statement = self.client.prepare(sql)?;
         self.prepared.insert(sql, Prepared { statement: statement.clone(), at: Instant::now(), slow: 0 });
-        Ok(statement)
+        Ok((statement, 0))
     }
 
     /// Set the connection's planner settings, once, outside any transaction (a setting made in a
@@ -104,12 +109,31 @@ impl Session {
     /// waiting for the disk, a process waiting for a core), and planning a claim again costs the
     /// server about 3 ms: on a loaded machine, one replan in eight calls took a third of the
     /// server's time for the statement.
-    pub fn slow_call(&mut self, sql: &'static str, slow: bool) {
+    fn slow_call(&mut self, sql: &'static str, slow: bool) {
         let Some(prepared) = self.prepared.get_mut(sql) else { return };
         prepared.slow = if slow { prepared.slow + 1 } else { 0 };
         if prepared.slow >= SLOW_CALLS_TO_REPLAN {
             self.prepared.remove(sql);
         }
+    }
+
+    /// `query`, noting whether the call took longer than `slow_after` (`slow_call`). The streak is
+    /// looked up again only when there is one to count or to end: a statement's text is hashed
+    /// for each lookup, and this runs for every claim.
+    pub fn query_watched(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+        slow_after: Duration,
+    ) -> Result<Vec<Row>> {
+        let began = Instant::now();
+        let (statement, streak) = self.prepared_statement(sql)?;
+        let rows = self.client.query(&statement, params)?;
+        let slow = began.elapsed() > slow_after;
+        if slow || streak > 0 {
+            self.slow_call(sql, slow);
+        }
+        Ok(rows)
     }
 
     pub fn query(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {

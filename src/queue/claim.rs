@@ -27,7 +27,7 @@
 //! ```
 
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -207,12 +207,9 @@ pub fn claim(session: &mut Session, tags: &[String], claims: &[String], window: 
 
 /// Run a statement that claims (`claim_sql`, `complete::then_claim_sql`).
 pub(crate) fn run(session: &mut Session, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
-    let began = Instant::now();
-    let rows = session.query(sql, params)?;
     // A plan made while the queue was nearly empty scans it once it is deep, until the next ANALYZE:
     // claims slow again and again have the next one planned anew, for the queue as it is then.
-    session.slow_call(sql, began.elapsed() > REPLAN_AFTER);
-    Ok(rows)
+    session.query_watched(sql, params, REPLAN_AFTER)
 }
 
 /// A claimed job from `CLAIMED_COLUMNS`, read from the row's column `first` on.
