@@ -803,11 +803,7 @@ impl<'a> Claimers<'a> {
                                     let completion = noop(one);
                                     let (recorded, next) =
                                         complete::then_claim(client, &completion, &tags, &claims(n), CLAIM_WINDOW)?;
-                                    let recorded = match recorded {
-                                        Some(recorded) => recorded,
-                                        None => complete::complete(client, &completion)?,
-                                    };
-                                    if recorded == Recorded::Fenced {
+                                    if !recorded && complete::complete(client, &completion)? == Recorded::Fenced {
                                         bail!("the bench lost its claimed job to another claimer");
                                     }
                                     next

@@ -115,26 +115,25 @@ macro_rules! claim_ctes {
         concat!(
             priorities_cte!(),
             ",
--- At most $2's cardinality jobs, and never more than 64 (CLAIM_BATCH_MAX). A worker runs the
--- statement with the batch's size written into this LIMIT and the fetch's (`claim_sql`): a plan
--- made once for any $2 would take a LIMIT it cannot see for a tenth of the queue.
+-- The best due jobs, numbered in that order: at most $2's cardinality, and never more than 64
+-- (CLAIM_BATCH_MAX). A worker runs the statement with the batch's size written into this LIMIT and
+-- the fetch's (`claim_sql`): a plan made once for any $2 would take a LIMIT it cannot see for a
+-- tenth of the queue. The numbering and the LIMIT share one order, so one sort serves both.
 peek AS (
-    SELECT r.job_id, r.n
-      FROM (SELECT c.job_id, row_number() OVER (ORDER BY p.priority DESC, c.scheduled_for) AS n
-              FROM priorities p
-             CROSS JOIN LATERAL (
-                   SELECT q.job_id, q.scheduled_for
-                     FROM job_queue q
-                    WHERE q.tag = p.tag AND q.priority = p.priority
-                      AND NOT q.running AND q.canceled_by IS NULL
-                      AND q.scheduled_for <= now()
-                    ORDER BY q.scheduled_for
-                    LIMIT cardinality($2::text[])
-                      FOR UPDATE SKIP LOCKED) c
-             WHERE p.due) r
-     WHERE r.n <= cardinality($2::text[])
-     ORDER BY r.n
-     LIMIT 64
+    SELECT c.job_id, row_number() OVER (ORDER BY p.priority DESC, c.scheduled_for) AS n
+      FROM priorities p
+     CROSS JOIN LATERAL (
+           SELECT q.job_id, q.scheduled_for
+             FROM job_queue q
+            WHERE q.tag = p.tag AND q.priority = p.priority
+              AND NOT q.running AND q.canceled_by IS NULL
+              AND q.scheduled_for <= now()
+            ORDER BY q.scheduled_for
+            LIMIT cardinality($2::text[])
+              FOR UPDATE SKIP LOCKED) c
+     WHERE p.due
+     ORDER BY p.priority DESC, c.scheduled_for
+     LIMIT least(cardinality($2::text[]), 64)
 ),
 -- Each job its own claim id: one owner per job, fenced per attempt, however many come at once.
 -- Ping is stamped with running = true: a worker that dies before its first heartbeat leaves a
@@ -193,7 +192,7 @@ const REPLAN_AFTER: Duration = Duration::from_millis(10);
 
 /// The limits `claim_sql` writes in: the locking fetch's, and the batch's.
 const FETCH_LIMIT: &str = "LIMIT cardinality($2::text[])\n";
-const BATCH_LIMIT: &str = "LIMIT 64\n),";
+const BATCH_LIMIT: &str = "LIMIT least(cardinality($2::text[]), 64)\n),";
 
 /// Claim the best due jobs of `tags`, up to as many as there are claim ids (one for each job),
 /// best first: a worker with k free slots claims up to k jobs in one statement. A batch takes from

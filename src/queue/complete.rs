@@ -241,10 +241,10 @@ pub const COMPLETE_ONE_SQL: ByLines = complete_sql!(one_done!());
 /// `COMPLETE_ONE_SQL` and the claim of the slot's next jobs (`claim::claim_sql`) as one statement,
 /// with `k` claim ids: one round trip and one commit where a transaction took four round trips.
 /// Parameters: the claim's ($1 tags, $2 claim ids, $3 window), then the completion's, each moved
-/// up by three ($4 to $10, and with `lines` $11 to $13). Each row is one claimed job after the
-/// number of jobs recorded (0 or 1), of notifications sent and of jobs whose row was held (0 or 1);
-/// a single row of nulls after them when nothing was claimed. One snapshot serves both: the job
-/// completed is running, so the claim could not take it anyway.
+/// up by three ($4 to $10, and with `lines` $11 to $13). Each row is one claimed job after whether
+/// the job was recorded and whether its waiters were notified (`notified` runs only when read, and
+/// has one row at most); a single row of nulls after them when nothing was claimed. One snapshot
+/// serves both: the job completed is running, so the claim could not take it anyway.
 ///
 /// The statement waits for no other transaction: its gate locks the job's queue row with SKIP
 /// LOCKED (`held`), and its claim skips locked rows too. A locking read that meets a row updated
@@ -253,8 +253,9 @@ pub const COMPLETE_ONE_SQL: ByLines = complete_sql!(one_done!());
 /// can hold the row of the job we now complete. Had the gate waited for it, that wait would have
 /// aged this statement's snapshot and its own claim would have held other workers' rows the same
 /// way (and with the claim before the gate, two such statements deadlocked, each waiting in its gate
-/// for the other). A row held is written nowhere (`held_count` is 1): the caller completes it with
-/// `complete`, which waits for the holder, a statement that itself waits for nothing.
+/// for the other). A row held is written nowhere: the caller completes a job not recorded with
+/// `complete`, which waits for the holder (a statement that itself waits for nothing), and finds
+/// whether the claim still owns the job.
 pub fn then_claim_sql(k: usize, lines: bool) -> &'static str {
     macro_rules! completion_held {
         ($logged:expr) => {
@@ -286,9 +287,7 @@ fn by_limit(completion: &str) -> Vec<String> {
                 "\nWITH RECURSIVE\n{completion},
 subscribed AS (SELECT DISTINCT unnest($1::text[]) AS tag FROM (SELECT count(*) FROM gate) AS completed_first),
 {claim}
-SELECT (SELECT count(*) FROM recorded) AS recorded, (SELECT count(*) FROM notified) AS notified,
-       (SELECT count(*) FROM done d JOIN job_queue q ON q.job_id = d.job_id AND q.worker = d.claim
-         WHERE NOT EXISTS (SELECT FROM held)) AS held_count,
+SELECT EXISTS (SELECT FROM recorded) AS recorded, EXISTS (SELECT FROM notified) AS notified,
        {}
   FROM (SELECT) AS one
   LEFT JOIN (claimed c JOIN job j ON j.id = c.job_id) ON true",
@@ -318,29 +317,26 @@ fn parameters_moved(sql: &str, by: usize) -> String {
 
 /// Complete one attempt and claim up to `claims.len()` jobs of `tags` for the slot, in one
 /// statement (`then_claim_sql`): each keeps its meaning, the completion its gate (a refused one
-/// writes nothing, and the claim goes on), the claim its order and window. The completion is None
-/// when another transaction held the job's queue row: nothing of it was written, and the caller
-/// completes it with `complete` (the jobs claimed are claimed either way).
+/// writes nothing, and the claim goes on), the claim its order and window. Returns whether the
+/// completion was recorded, and the jobs claimed. Not recorded: another transaction held the job's
+/// queue row, or the claim no longer owns the job; nothing of it was written either way, and the
+/// caller completes it with `complete`, which tells which (a second statement, on those rare paths
+/// only; the jobs claimed are claimed either way).
 pub(crate) fn then_claim(
     session: &mut Session,
     completion: &Completion,
     tags: &[String],
     claims: &[String],
     window: Duration,
-) -> Result<(Option<Recorded>, Vec<Claimed>)> {
+) -> Result<(bool, Vec<Claimed>)> {
     let claims = &claims[..claims.len().min(CLAIM_BATCH_MAX)];
     let columns = Columns::of(std::slice::from_ref(completion));
     let window = window.as_secs_f64();
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![&tags, &claims, &window];
     params.extend(columns.one());
     let rows = claim::run(session, then_claim_sql(claims.len(), columns.lines()), &params)?;
-    let count = |column: usize| rows.first().map_or(0, |row| row.get::<_, i64>(column));
-    let recorded = match (count(0), count(2)) {
-        (1, _) => Some(Recorded::Completed),
-        (_, 1) => None,
-        _ => Some(Recorded::Fenced),
-    };
-    let jobs = rows.iter().filter(|row| row.get::<_, Option<Uuid>>(3).is_some()).map(|row| claim::claimed(row, 3));
+    let recorded = rows.first().is_some_and(|row| row.get::<_, bool>(0));
+    let jobs = rows.iter().filter(|row| row.get::<_, Option<Uuid>>(2).is_some()).map(|row| claim::claimed(row, 2));
     Ok((recorded, claim::in_claim_order(jobs.collect(), claims)))
 }
 

@@ -638,7 +638,8 @@ fn completion(job: &Claimed, (status, result, error): Ending, mut logs: LogBuffe
 /// round trip and one commit do both; the jobs claimed are handed to the slots (this one takes the
 /// first when it looks next). When there is nothing to claim for (the budget is spent, the worker is stopping)
 /// or the job failed (its completion commits with its retry), the job is completed alone; so it is
-/// too, after the claim, when another transaction held its queue row (`complete::then_claim`). Anything
+/// too, after the claim, when the statement did not record it (another transaction held its queue
+/// row, or the claim lost the job: `complete::then_claim`). Anything
 /// but a clean commit leaves the completion to `record_completion`, which tells whether a commit
 /// whose answer was lost landed; the jobs such a commit may have claimed are never run by this
 /// worker: the reaper recovers them after the window, as it does those of a worker that died.
@@ -665,17 +666,16 @@ fn record_and_claim(
             for _ in jobs.len()..claims.len() {
                 shared.unreserve();
             }
-            match recorded {
-                Some(Recorded::Completed) => finished(shared, job, completion.status, claimed),
-                Some(Recorded::Fenced) => completion_skipped(shared, job),
-                None => {}
+            if recorded {
+                finished(shared, job, completion.status, claimed);
             }
             let more = jobs.len() > 1;
             if shared.hand(jobs.into_iter(), claimed_at) && more {
                 shared.wake.bump();
             }
-            // Another transaction held the job's row: the completion waits for it alone.
-            if recorded.is_none() {
+            // Another transaction held the job's row, or the claim lost the job: the completion
+            // alone waits for the holder, and finds which.
+            if !recorded {
                 record_completion(shared, connection, job, claimed, completion, false);
             }
         }

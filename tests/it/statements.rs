@@ -158,9 +158,9 @@ fn completion_gate(db: &mut Client, one: bool, lines: bool) {
 }
 
 /// The completion that claims (`then_claim_sql`) as a worker's slot runs it: `job` completed as
-/// `claim`, the next job claimed as `next`. Returns the number of jobs recorded, of jobs whose row
-/// another transaction held, and the ids claimed.
-fn complete_then_claim(db: &mut Client, job: Uuid, claim: &str, next: &str) -> (i64, i64, Vec<Option<Uuid>>) {
+/// `claim`, the next job claimed as `next`. Returns whether the job was recorded, and the ids
+/// claimed.
+fn complete_then_claim(db: &mut Client, job: Uuid, claim: &str, next: &str) -> (bool, Vec<Option<Uuid>>) {
     complete_then_claim_as(db, job, claim, next, true)
 }
 
@@ -171,7 +171,7 @@ fn complete_then_claim_as(
     claim: &str,
     next: &str,
     lines: bool,
-) -> (i64, i64, Vec<Option<Uuid>>) {
+) -> (bool, Vec<Option<Uuid>>) {
     let (result, error) = (serde_json::json!({"ok": true}), None::<&serde_json::Value>);
     let params: [&(dyn postgres::types::ToSql + Sync); 13] = [
         &vec!["default"],
@@ -190,8 +190,7 @@ fn complete_then_claim_as(
     ];
     let used = if lines { &params[..] } else { &params[..10] };
     let rows = db.query(complete::then_claim_sql(1, lines), used).unwrap();
-    let count = |column: usize| rows.first().map(|row| row.get(column)).unwrap_or(-1);
-    (count(0), count(2), rows.iter().map(|row| row.get(3)).collect())
+    (rows[0].get(0), rows.iter().map(|row| row.get(2)).collect())
 }
 
 /// The payloads of the notifications the connection has received.
@@ -217,8 +216,8 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
         (row.get(0), row.get(1))
     };
 
-    let (recorded, held, claimed) = complete_then_claim(&mut db, job, "w#1", "w#3");
-    assert_eq!((recorded, held), (0, 0), "w#1 does not own the job");
+    let (recorded, claimed) = complete_then_claim(&mut db, job, "w#1", "w#3");
+    assert!(!recorded, "w#1 does not own the job");
     assert_eq!(traces(&mut db, job), (1, 0, 0), "nothing of a foreign completion is written");
     assert_eq!(claimed.len(), 1, "the claim goes on: {claimed:?}");
     let first = claimed[0].expect("a job claimed");
@@ -228,8 +227,8 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
 
     // A client waits for the job (`wf result --wait` marks it so).
     db.execute("UPDATE job_queue SET awaited = true WHERE job_id = $1", &[&job]).unwrap();
-    let (recorded, held, claimed) = complete_then_claim(&mut db, job, "w#2", "w#4");
-    assert_eq!((recorded, held), (1, 0));
+    let (recorded, claimed) = complete_then_claim(&mut db, job, "w#2", "w#4");
+    assert!(recorded);
     assert_eq!(traces(&mut db, job), (0, 1, 1), "the owner's completion is whole: queue row gone, record and logs in");
     let second = claimed[0].expect("a job claimed");
     assert!(waiting.contains(&second) && second != first, "the other waiting job: {second}");
@@ -238,8 +237,8 @@ fn a_completion_with_the_next_claim_keeps_its_gate_and_claims_either_way() {
     assert_eq!(complete(&mut db, first, "w#3", true), 1);
     assert_eq!(notified(&mut db), Vec::<String>::new(), "no notification for a job nobody waits for");
 
-    let (recorded, held, claimed) = complete_then_claim(&mut db, job, "w#2", "w#5");
-    assert_eq!((recorded, held, claimed), (0, 0, vec![None]), "only once, and one row of nothing when nothing is left");
+    let (recorded, claimed) = complete_then_claim(&mut db, job, "w#2", "w#5");
+    assert_eq!((recorded, claimed), (false, vec![None]), "only once, and one row of nothing when nothing is left");
 }
 
 /// A completion without last lines runs the statement without the part that writes them: the
@@ -250,10 +249,10 @@ fn a_completion_without_lines_with_the_next_claim_records_and_claims() {
     let mut db = env.db();
     let job = running(&mut db, "w#1", 0);
     let next = queued(&mut db);
-    assert_eq!(complete_then_claim_as(&mut db, job, "w#9", "w#2", false), (0, 0, vec![Some(next)]), "not the owner");
+    assert_eq!(complete_then_claim_as(&mut db, job, "w#9", "w#2", false), (false, vec![Some(next)]), "not the owner");
     assert_eq!(traces(&mut db, job), (1, 0, 0), "nothing of a foreign completion is written");
     let after = queued(&mut db);
-    assert_eq!(complete_then_claim_as(&mut db, job, "w#1", "w#3", false), (1, 0, vec![Some(after)]));
+    assert_eq!(complete_then_claim_as(&mut db, job, "w#1", "w#3", false), (true, vec![Some(after)]));
     assert_eq!(traces(&mut db, job), (0, 1, 0), "queue row gone, the record in, no lines");
     let owner: String = db.query_one("SELECT worker FROM job_queue WHERE job_id = $1", &[&after]).unwrap().get(0);
     assert_eq!(owner, "w#3");
@@ -263,7 +262,7 @@ fn a_completion_without_lines_with_the_next_claim_records_and_claims() {
 fn a_completion_with_the_next_claim_waits_for_no_lock_and_leaves_a_held_row_to_complete() {
     // Another worker's claim may hold this job's row (a locking read that met the row after this
     // job's claim locks it until its own commit). The statement does not wait for it: it writes
-    // nothing of the completion, says the row was held, and claims; `complete` then waits.
+    // nothing of the completion, says it was not recorded, and claims; `complete` then waits.
     let env = TestEnv::new();
     let mut db = env.db();
     // Were the statement to wait, the test would fail here instead of hanging.
@@ -274,12 +273,13 @@ fn a_completion_with_the_next_claim_waits_for_no_lock_and_leaves_a_held_row_to_c
     let mut holder = other.transaction().unwrap();
     holder.execute("SELECT 1 FROM job_queue WHERE job_id = $1 FOR UPDATE", &[&job]).unwrap();
 
-    assert_eq!(complete_then_claim(&mut db, job, "w#9", "w#2"), (0, 0, vec![Some(next)]), "not the owner: not held");
+    assert_eq!(complete_then_claim(&mut db, job, "w#9", "w#2"), (false, vec![Some(next)]), "not the owner");
+    assert_eq!(traces(&mut db, job), (1, 0, 0), "nothing of a foreign completion is written");
     assert_eq!(complete(&mut db, next, "w#2", true), 1);
     let next = queued(&mut db);
     assert_eq!(
         complete_then_claim(&mut db, job, "w#1", "w#3"),
-        (0, 1, vec![Some(next)]),
+        (false, vec![Some(next)]),
         "the owner's row held: nothing recorded, the next job claimed"
     );
     assert_eq!(traces(&mut db, job), (1, 0, 0), "nothing of the completion is written");
