@@ -385,7 +385,7 @@ complete -c wf -n "__fish_wf_using_subcommand bench" -l bun -d 'Also measure end
 complete -c wf -n "__fish_wf_using_subcommand bench" -l floor -d 'Also measure the floor: the seed\'s minimal claim and completion statements, prepared, on a scratch schema, over the same connections, in 5 rounds alternating with claim + complete (a change in the host\'s speed weighs on both alike); prints the spine\'s rate against it'
 complete -c wf -n "__fish_wf_using_subcommand bench" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand bench" -s q -l quiet -d 'Hide progress and informational messages'
-complete -c wf -n "__fish_wf_using_subcommand bench" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "db" -d 'Manage the database: the embedded cluster and migrations'
 complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "source" -d 'Manage git sources of actions'
 complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "sync" -d 'Fetch a source, materialize a commit into the store (marker last), then update the catalog'

@@ -149,6 +149,9 @@ pub(crate) struct Report {
     pub floor: Option<Rate>,
     /// The database server's processor time during `floor`, when it runs on this host.
     pub floor_db_cpu: Option<Duration>,
+    /// The share of this machine's processor time its hypervisor gave to others during the run
+    /// (steal), when the kernel counts it.
+    pub steal: Option<f64>,
 }
 
 /// The end-to-end rate with and without the sandbox, warm, and the bare spawn loop of the same
@@ -337,6 +340,7 @@ pub(crate) fn run(database: &Database, plan: &Plan, progress: &dyn Progress) -> 
 }
 
 fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrupt: &Interrupt) -> Result<Report> {
+    let processors = Processors::read();
     let database = &namespace.database;
     let mut client = database.connect_as(&format!("{} enqueue", namespace.tag))?;
     let jobs = plan.jobs;
@@ -440,7 +444,38 @@ fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrup
         bun,
         floor,
         floor_db_cpu,
+        steal: processors.zip(Processors::read()).and_then(|(before, after)| before.steal_until(after)),
     })
+}
+
+/// This machine's processor time as its kernel counts it (the first line of `/proc/stat`), in
+/// clock ticks: all of it, and the part the hypervisor gave to other guests (steal). On a virtual
+/// machine whose host is busy, the steal is time the measurements waited for a processor.
+#[derive(Debug, Clone, Copy)]
+struct Processors {
+    total: u64,
+    steal: u64,
+}
+
+impl Processors {
+    fn read() -> Option<Processors> {
+        Processors::parse(&fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    fn parse(stat: &str) -> Option<Processors> {
+        let ticks = stat.lines().next()?.strip_prefix("cpu ")?.split_whitespace();
+        let ticks: Vec<u64> = ticks.map(|field| field.parse().ok()).collect::<Option<_>>()?;
+        // user, nice, system, idle, iowait, irq, softirq, steal: the guest times after them are
+        // already counted in user and nice.
+        let counted = ticks.get(..8)?;
+        Some(Processors { total: counted.iter().sum(), steal: counted[7] })
+    }
+
+    /// The share of the processor time from this reading to `later` that was stolen.
+    fn steal_until(self, later: Processors) -> Option<f64> {
+        let total = later.total.checked_sub(self.total).filter(|&total| total > 0)?;
+        Some(later.steal.saturating_sub(self.steal) as f64 / total as f64)
+    }
 }
 
 /// The bench's catalog rows, jobs and store tree. Removed by `remove`, or when dropped (a
@@ -1157,5 +1192,23 @@ impl Interrupt {
             bail!("wf bench was interrupted (its jobs and catalog rows are removed)");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Processors;
+
+    #[test]
+    fn steal_is_the_share_of_all_processor_time_between_two_readings() {
+        // user nice system idle iowait irq softirq steal guest guest_nice: the guest times are
+        // already in user and nice, and count once.
+        let before = Processors::parse("cpu  100 0 50 800 10 0 5 35 40 0\ncpu0 50 0 25 400 5 0 2 18 20 0\n").unwrap();
+        let after = Processors::parse("cpu  160 0 70 1000 10 0 5 55 90 0\n").unwrap();
+        assert_eq!((before.total, before.steal), (1000, 35));
+        assert_eq!(before.steal_until(after), Some(20.0 / 300.0));
+        assert_eq!(before.steal_until(before), None, "no time passed: no share");
+        assert!(Processors::parse("intr 1 2 3\n").is_none(), "not the processors' line");
+        assert!(Processors::parse("cpu  1 2 3\n").is_none(), "a kernel that counts no steal");
     }
 }

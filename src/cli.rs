@@ -93,6 +93,10 @@ pub(crate) enum Command {
     /// Delete completed jobs (records, logs) older than a cutoff, in batches.
     Prune(PruneArgs),
     /// Measure the spine on the configured database (in a tag of its own, cleaned up after).
+    ///
+    /// Each rate is printed with the processor time it took; and the share of this machine's
+    /// processor time that its hypervisor gave to other guests during the run (steal, from
+    /// /proc/stat), with which the rates of a virtual machine move.
     Bench(BenchArgs),
     /// Generate completions and man pages from this definition.
     #[command(hide = true)]

@@ -79,6 +79,10 @@ struct BenchDocument<'a> {
     bun_warm_db_cpu_ms_per_job: Option<f64>,
     /// The host's processors, against which the CPU per job tells whether they were the limit.
     cpus: usize,
+    /// The share (0 to 1) of the host's processor time its hypervisor gave to other guests during
+    /// the run (steal): rates measured while it is high move with it. Null where the kernel does
+    /// not count it.
+    steal_share: Option<f64>,
     floor_per_s: Option<f64>,
     spine_vs_floor: Option<f64>,
 }
@@ -129,6 +133,7 @@ impl<'a> From<&'a Report> for BenchDocument<'a> {
             bun_no_sandbox_db_cpu_ms_per_job: report.bun.and_then(|bun| bun.none.db_cpu_per_job()).map(millis),
             bun_warm_db_cpu_ms_per_job: report.bun.and_then(|bun| bun.warm.db_cpu_per_job()).map(millis),
             cpus: std::thread::available_parallelism().map_or(1, usize::from),
+            steal_share: report.steal,
             floor_per_s: report.floor.map(|floor| floor.per_second()),
             spine_vs_floor: report.floor.map(|floor| report.claim_complete.per_second() / floor.per_second()),
         }
@@ -201,6 +206,9 @@ fn rows(report: &Report) -> Vec<Vec<String>> {
             rows.push(figure(name, 3, format!("{ratio:.2}")));
         }
         rows.push(figure("sandbox cost per attempt", 4, ms(bun.sandbox_cost_per_attempt(report.workers))));
+    }
+    if let Some(steal) = report.steal {
+        rows.push(figure("steal: the hypervisor's share of the processors", 3, format!("{steal:.2}")));
     }
     rows
 }

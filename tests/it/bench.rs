@@ -46,10 +46,13 @@ fn assert_measured(report: &Value, jobs: u64, workers: u64) {
     let (p50, p99) = (latency["p50"].as_f64().unwrap(), latency["p99"].as_f64().unwrap());
     assert!(0.0 <= p50 && p50 <= p99, "pickup latency p50 {p50} ms, p99 {p99} ms: {report}");
     assert_eq!(latency["samples"], jobs.min(200), "{report}");
+    // Linux counts the processor time a hypervisor gives to others (0 on a machine of its own).
+    let steal = report["steal_share"].as_f64().unwrap_or_else(|| panic!("steal_share is not a number: {report}"));
+    assert!((0.0..=1.0).contains(&steal), "steal_share {steal}: {report}");
 }
 
 /// The fields of `wf bench --json` that differ from run to run, with or without `--bun`.
-pub(crate) const MEASURED: [&str; 8] = [
+pub(crate) const MEASURED: [&str; 9] = [
     "enqueue_single_per_s",
     "enqueue_batch_per_s",
     "claim_complete_per_s",
@@ -58,6 +61,7 @@ pub(crate) const MEASURED: [&str; 8] = [
     "p99",
     "tag",
     "cpus",
+    "steal_share",
 ];
 
 #[test]
@@ -102,7 +106,8 @@ fn bench_with_bun_runs_a_real_worker_and_removes_its_action_from_the_store() {
         "warm_vs_bare": "<number>", "cpus": "<number>",
         "claim_complete_per_s": "<number>", "enqueue_batch_per_s": "<number>", "enqueue_single_per_s": "<number>",
         "floor_per_s": null, "jobs": 20, "pickup_latency_ms": {"p50": "<number>", "p99": "<number>", "samples": 20},
-        "sandbox_ms_per_attempt": "<number>", "spine_vs_floor": null, "tag": "<text>", "workers": 2}"#;
+        "sandbox_ms_per_attempt": "<number>", "spine_vs_floor": null, "steal_share": "<number>", "tag": "<text>",
+        "workers": 2}"#;
     crate::support::checks::pin(&run, env.dir.path(), &[&MEASURED[..], &bun[..]].concat(), expected);
     let report = run.json();
     assert_measured(&report, 20, 2);

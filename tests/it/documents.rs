@@ -757,6 +757,7 @@ fn bench() {
   },
   "sandbox_ms_per_attempt": null,
   "spine_vs_floor": null,
+  "steal_share": "<number>",
   "tag": "<text>",
   "warm_vs_bare": null,
   "workers": 1
