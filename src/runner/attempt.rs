@@ -185,8 +185,6 @@ pub struct Running {
     sweep: Option<Sweep>,
     /// A warm runner's requests: one line per job.
     requests: Option<ChildStdin>,
-    /// Who owns the action's files (the sandbox user), when it is not the worker.
-    owner: Option<sandbox::User>,
     /// The exit code of the last job a warm runner settled.
     settled: Option<i32>,
 }
@@ -204,9 +202,11 @@ impl Running {
             Isolation::Sandbox(_) => Some(sandbox::User::for_this_worker()),
             Isolation::None => None,
         };
-        prepare_scratch(&paths, &spec.input, owner)
+        // A warm runner's jobs get their inputs with their requests (`submit`).
+        let input = (!spec.warm).then_some(&spec.input);
+        prepare_scratch(&paths, input, owner)
             .with_context(|| format!("preparing the scratch directory {}", spec.scratch.display()))?;
-        match spawn(&spec, &bun, &paths, owner) {
+        match spawn(&spec, &bun, &paths) {
             Ok(running) => Ok(running),
             Err(error) => {
                 let _ = remove_tree(&spec.scratch);
@@ -215,21 +215,22 @@ impl Running {
         }
     }
 
-    /// Give a warm runner its next job: an empty working directory, the input, the job's own
-    /// environment (WF_JOB_ID, WF_TOKEN, ...). Its lines follow as events, then `Event::Settled`
+    /// Give a warm runner its next job: an empty working directory, and a request with the job's
+    /// own environment (WF_JOB_ID, WF_TOKEN, ...) and its input. The input goes with the request,
+    /// not through `io`, where the action can write between its jobs (and a file made there per job
+    /// cost the worker an unlink and a create). Its lines follow as events, then `Event::Settled`
     /// (read the outcome with `settled_outcome`), or `Event::Done` when bun ended instead.
     pub fn submit(&mut self, input: &Value, env: &[(String, String)]) -> Result<()> {
         let paths = Paths::new(&self.scratch);
         empty_dir(&paths.work).with_context(|| format!("emptying {}", paths.work.display()))?;
         remove_file(&paths.result).with_context(|| format!("removing {}", paths.result.display()))?;
-        write_input(&paths, input, self.owner)?;
         let nonce = Uuid::new_v4().simple().to_string();
         let ends = self.supervisor.ends.as_ref().context("submit is for a warm runner")?;
         ends.expect(&nonce);
         self.settled = None;
         let env: serde_json::Map<String, Value> =
             env.iter().map(|(key, value)| (key.clone(), Value::String(value.clone()))).collect();
-        let mut line = serde_json::to_vec(&serde_json::json!({ "nonce": nonce, "env": env }))?;
+        let mut line = serde_json::to_vec(&serde_json::json!({ "nonce": nonce, "env": env, "input": input }))?;
         line.push(b'\n');
         let requests = self.requests.as_mut().context("submit is for a warm runner")?;
         requests.write_all(&line).context("handing the job to the warm runner")?;
@@ -363,8 +364,9 @@ impl Paths {
     }
 }
 
-/// Make the attempt's folders; in a sandbox, `work` and `io` belong to the sandbox user.
-fn prepare_scratch(paths: &Paths, input: &Value, owner: Option<sandbox::User>) -> io::Result<()> {
+/// Make the attempt's folders, and its input file when it has one; in a sandbox, `work` and `io`
+/// belong to the sandbox user.
+fn prepare_scratch(paths: &Paths, input: Option<&Value>, owner: Option<sandbox::User>) -> io::Result<()> {
     let scratch = paths.work.parent().expect("work is inside the scratch directory");
     let mut builder = fs::DirBuilder::new();
     builder.mode(0o700);
@@ -384,15 +386,15 @@ fn prepare_scratch(paths: &Paths, input: &Value, owner: Option<sandbox::User>) -
             std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))?;
         }
     }
-    write_input(paths, input, owner)
+    match input {
+        Some(input) => write_input(paths, input, owner),
+        None => Ok(()),
+    }
 }
 
-/// The attempt's input file, the action's to read. `io` is the sandbox user's, and a warm runner's
-/// action lives on between its jobs: whatever it left in the input's place is removed, not opened
-/// (it could be a link to a file of the host), and the file is made anew. Made anew, it is also not
-/// a truncated file, which ext4 writes out to the disk at once.
+/// The attempt's input file, the action's to read, made in its fresh `io` folder before the action
+/// starts (never opened if something is there already).
 fn write_input(paths: &Paths, input: &Value, owner: Option<sandbox::User>) -> io::Result<()> {
-    remove_file(&paths.input)?;
     let mut file = fs::OpenOptions::new().write(true).create_new(true).open(&paths.input)?;
     file.write_all(&serde_json::to_vec(input)?)?;
     if let Some(user) = owner {
@@ -422,7 +424,7 @@ fn empty_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-fn spawn(spec: &Spec, bun: &Path, paths: &Paths, owner: Option<sandbox::User>) -> Result<Running> {
+fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
     let utf8 = |path: &Path| {
         path.to_str().map(str::to_string).with_context(|| format!("{} is not valid UTF-8", path.display()))
     };
@@ -594,7 +596,6 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths, owner: Option<sandbox::User>) -
         scratch: spec.scratch.clone(),
         sweep: spec.sweep.clone(),
         requests,
-        owner,
         settled: None,
     })
 }

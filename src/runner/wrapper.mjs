@@ -8,9 +8,10 @@
 // and can never be mistaken for its result.
 //
 // Warm (`"warm": true` in the manifest): bun stays, and runs one job per request line read from
-// stdin, `{"nonce":"...","env":{...}}`, with the input in <input.json> and the result written to
-// <result.json> as above. A job's end is a line `\x1f<nonce> <0|1>` written last to stdout and to
-// stderr: the worker files everything before it under that job. stdin closed: bun exits.
+// stdin, `{"nonce":"...","env":{...},"input":...}`, with the result written to <result.json> as above
+// (<input.json> is not read: the input comes with its request). A job's end is a line
+// `\x1f<nonce> <0|1>` written last to stdout and to stderr: the worker files everything before it
+// under that job. stdin closed: bun exits.
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
 
 const [entrypoint, inputPath, resultPath, mode] = process.argv.slice(2);
@@ -213,8 +214,12 @@ function settle(outcome) {
 process.on("uncaughtException", (error) => settle({ ok: false, error: errorObject(error) }));
 process.on("unhandledRejection", (reason) => settle({ ok: false, error: errorObject(reason) }));
 
+// The input of the job running now: a cold attempt's is in its input file, a warm job's comes with
+// its request.
+let readInput = () => JSON.parse(readFileSync(inputPath, "utf8"));
+
 async function run() {
-  const input = JSON.parse(readFileSync(inputPath, "utf8"));
+  const input = readInput();
   const module = await import(entrypoint);
   if (typeof module.main !== "function") {
     throw new TypeError(`${entrypoint} does not export a function main(input)`);
@@ -260,6 +265,7 @@ async function serve() {
     for (const key of previous) delete process.env[key];
     previous = Object.keys(request.env);
     Object.assign(process.env, request.env);
+    readInput = () => request.input;
     nonce = request.nonce;
     settled = false;
     await new Promise((resolve) => {

@@ -63,16 +63,20 @@ export async function main(input: any) {
 }
 "#,
     );
-    // Leaves, in the place of its input, a link to a path of the host, for the worker to write the
-    // next job's input through.
+    // Leaves, where a cold attempt's input and its result go, links to a path of the host, for the
+    // worker to write the next job's input or read its result through; and says whether it found an
+    // input file.
     repo.file(
         "w/link.ts",
         r#"
-import { readFileSync, symlinkSync, unlinkSync } from "node:fs";
+import { existsSync, lstatSync, symlinkSync } from "node:fs";
 export function main(input: any) {
-  const seen = JSON.parse(readFileSync("/wf/io/input.json", "utf8"));
-  if (input.victim) { unlinkSync("/wf/io/input.json"); symlinkSync(input.victim, "/wf/io/input.json"); }
-  return { n: input.n, seen };
+  const file = existsSync("/wf/io/input.json") && !lstatSync("/wf/io/input.json").isSymbolicLink();
+  if (input.victim) {
+    symlinkSync(input.victim, "/wf/io/input.json");
+    symlinkSync(input.victim, "/wf/io/result.json");
+  }
+  return { n: input.n, file };
 }
 "#,
     );
@@ -242,9 +246,10 @@ fn a_canceled_warm_job_ends_its_runner_and_is_never_undone() {
     assert_ne!(after["runner"], first["runner"]);
 }
 
-/// A warm runner's next input goes where the action can write between its jobs: a link it left
-/// there is not followed, so no file of the host is written or given to the sandbox user, and the
-/// next job gets its own input.
+/// A warm runner's jobs get their inputs with their requests, never through `io`, where the action
+/// can write between its jobs: links it left there, where a cold attempt's input and result go, are
+/// not followed, so no file of the host is written, read as a result or given to the sandbox user,
+/// and the next job gets its own input.
 #[test]
 fn a_warm_runner_writes_no_input_through_a_link_its_action_left() {
     use std::os::unix::fs::MetadataExt;
@@ -260,9 +265,9 @@ fn a_warm_runner_writes_no_input_through_a_link_its_action_left() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious", "the host's file is not written");
     assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()), "nor given away");
     let (status, result, _) = ended(&env, &first);
-    assert_eq!((status.as_str(), &result["n"]), ("success", &json!(1)), "{result}");
+    assert_eq!((status.as_str(), &result), ("success", &json!({"n": 1, "file": false})), "no input file: {result}");
     let (status, result, _) = ended(&env, &second);
-    assert_eq!((status.as_str(), &result["seen"]), ("success", &json!({"n": 2})), "its own input: {result}");
+    assert_eq!((status.as_str(), &result), ("success", &json!({"n": 2, "file": false})), "its own input: {result}");
 }
 
 /// The processes of the warm runners of `action` (each test here has its own action names), found
