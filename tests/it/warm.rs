@@ -63,19 +63,15 @@ export async function main(input: any) {
 }
 "#,
     );
-    // Leaves, where a cold attempt's input and its result go, links to a path of the host, for the
-    // worker to write the next job's input or read its result through; and says whether it found an
-    // input file.
+    // Leaves, where a cold attempt's input goes, a link to a path of the host, for the worker to
+    // write the next job's input through; and says whether it found an input file.
     repo.file(
         "w/link.ts",
         r#"
 import { existsSync, lstatSync, symlinkSync } from "node:fs";
 export function main(input: any) {
   const file = existsSync("/wf/io/input.json") && !lstatSync("/wf/io/input.json").isSymbolicLink();
-  if (input.victim) {
-    symlinkSync(input.victim, "/wf/io/input.json");
-    symlinkSync(input.victim, "/wf/io/result.json");
-  }
+  if (input.victim) symlinkSync(input.victim, "/wf/io/input.json");
   return { n: input.n, file };
 }
 "#,
@@ -247,9 +243,9 @@ fn a_canceled_warm_job_ends_its_runner_and_is_never_undone() {
 }
 
 /// A warm runner's jobs get their inputs with their requests, never through `io`, where the action
-/// can write between its jobs: links it left there, where a cold attempt's input and result go, are
-/// not followed, so no file of the host is written, read as a result or given to the sandbox user,
-/// and the next job gets its own input.
+/// can write between its jobs: a link it left there in the place of a cold attempt's input is not
+/// written through, so no file of the host is written or given to the sandbox user, and the next
+/// job gets its own input.
 #[test]
 fn a_warm_runner_writes_no_input_through_a_link_its_action_left() {
     use std::os::unix::fs::MetadataExt;
