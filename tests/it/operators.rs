@@ -293,6 +293,9 @@ fn colours_only_on_a_terminal_and_never_with_no_color_and_the_layout_is_the_same
     synced(&env);
     let id = enqueue(&env, "t/echo", json!({}));
     env.wf(["work", "--drain"]).ok();
+    // The tables are drawn a moment apart: an age in seconds could tick between them, one in days
+    // does not.
+    env.db().execute("UPDATE job SET created_at = created_at - interval '3 days'", &[]).unwrap();
     let (code, coloured) = env.wf(["jobs"]).env_remove("NO_COLOR").in_terminal().finish();
     assert_eq!(code, 0, "{coloured}");
     assert!(coloured.contains("\x1b[38;5;10m success"), "success in green: {coloured:?}");
@@ -302,6 +305,7 @@ fn colours_only_on_a_terminal_and_never_with_no_color_and_the_layout_is_the_same
     assert_eq!(plain(&coloured), plain(&uncoloured), "NO_COLOR changes the colours, nothing else");
     let table = plain(&uncoloured);
     assert!(table.contains('│') && table.contains(&id[..8]), "a boxed table on a terminal: {table}");
+    assert!(table.contains("3d ago"), "{table}");
     assert!(table.lines().all(|line| line.chars().count() <= 80), "{table}");
     let piped = env.wf(["jobs"]).env_remove("NO_COLOR").ok().stdout;
     assert!(!piped.contains('\x1b') && !piped.contains('│'), "plain columns without a terminal: {piped:?}");
