@@ -185,6 +185,9 @@ pub struct Running {
     sweep: Option<Sweep>,
     /// A warm runner's requests: one line per job.
     requests: Option<ChildStdin>,
+    /// What the requests' pipe holds (`F_GETPIPE_SZ`): a request line up to this long is written at
+    /// once, since the runner has read every line before it.
+    request_room: usize,
     /// The exit code of the last job a warm runner settled.
     settled: Option<i32>,
 }
@@ -233,7 +236,19 @@ impl Running {
         let mut line = serde_json::to_vec(&serde_json::json!({ "nonce": nonce, "env": env, "input": input }))?;
         line.push(b'\n');
         let requests = self.requests.as_mut().context("submit is for a warm runner")?;
-        requests.write_all(&line).context("handing the job to the warm runner")?;
+        if line.len() <= self.request_room {
+            requests.write_all(&line).context("handing the job to the warm runner")?;
+            return Ok(());
+        }
+        // A line the pipe cannot hold is written as the runner reads it, by a thread of its own: a
+        // runner that reads no more (a stray timer of its last job spinning) must not hold up the
+        // slot, which times the job out and stops the runner, on which the write fails and the
+        // thread ends.
+        let mut pipe = fs::File::from(requests.as_fd().try_clone_to_owned()?);
+        std::thread::Builder::new()
+            .name("wf-warm-request".to_string())
+            .spawn(move || drop(pipe.write_all(&line)))
+            .context("starting a thread to hand a large input to the warm runner")?;
         Ok(())
     }
 
@@ -529,6 +544,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
         ends: spec.warm.then(pump::Ends::default),
     });
     let requests = child.stdin.take();
+    let request_room = requests.as_ref().and_then(|pipe| rustix::pipe::fcntl_getpipe_size(pipe).ok()).unwrap_or(0);
     let (events_tx, events) = mpsc::sync_channel(EVENT_BUFFER);
     let (closed_tx, closed_rx) = mpsc::channel::<()>();
     let readers = [
@@ -596,6 +612,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
         scratch: spec.scratch.clone(),
         sweep: spec.sweep.clone(),
         requests,
+        request_room,
         settled: None,
     })
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::fixtures::{alive, enqueue, path, worker};
+use crate::support::fixtures::{alive, enqueue, path, signal, worker};
 use crate::support::harness::{GitRepo, TestEnv, wait_for};
 
 /// `w/step` does what its input's `mode` says and returns what it knows: which runner it is (an id
@@ -53,10 +53,11 @@ export async function main(input: any) {
       return { late: input.n };
     }
     case "wait": await Bun.sleep(1000); break;
+    case "spin": setTimeout(() => { for (;;) {} }, 300); break;
     case "hog": { const kept = []; for (;;) { kept.push(Buffer.alloc(16 << 20, 1)); await Bun.sleep(20); } }
   }
   return {
-    runner, runs, empty, n: input.n,
+    runner, runs, empty, n: input.n, padded: input.pad?.length ?? 0,
     job: process.env.WF_JOB_ID, attempt: process.env.WF_ATTEMPT, token: Boolean(process.env.WF_TOKEN),
     action: process.env.WF_ACTION,
   };
@@ -264,6 +265,42 @@ fn a_warm_runner_writes_no_input_through_a_link_its_action_left() {
     assert_eq!((status.as_str(), &result), ("success", &json!({"n": 1, "file": false})), "no input file: {result}");
     let (status, result, _) = ended(&env, &second);
     assert_eq!((status.as_str(), &result), ("success", &json!({"n": 2, "file": false})), "its own input: {result}");
+}
+
+/// A runner whose event loop a job left spinning (a stray timer that never returns) reads no more
+/// requests: the next job's is handed over without the slot waiting for it, however large its input
+/// (here past a pipe's 64 KiB), so the job still times out, the runner ends and the one after gets
+/// a fresh runner.
+#[test]
+fn a_runner_left_spinning_still_times_out_the_next_job_whatever_the_size_of_its_input() {
+    let env = TestEnv::new();
+    synced_warm(&env);
+    let first = enqueue(&env, "w/step", json!({"n": 0, "mode": "spin"}));
+    // Due once the runner spins (300 ms after the first job's end).
+    let input = path(&env, "large.json");
+    std::fs::write(&input, json!({"n": 1, "pad": "x".repeat(300_000)}).to_string()).unwrap();
+    let input = format!("@{}", input.display());
+    let large = env.wf(["enqueue", "w/step", "--input", &input, "--in", "2s"]).ok().stdout.trim().to_string();
+    let after = env.wf(["enqueue", "w/step", "--input", r#"{"n": 2}"#, "--in", "3s"]).ok().stdout.trim().to_string();
+    // And a large input to a runner that reads it.
+    let read = env.wf(["enqueue", "w/step", "--input", &input, "--in", "3s"]).ok().stdout.trim().to_string();
+    let mut w = worker(&env, "w", &["--concurrency", "1"]);
+    wait_for(Duration::from_secs(60), "the last job to end", || {
+        let ended: i64 = env.scalar(&format!("SELECT count(*) FROM job_completed WHERE job_id = '{read}'"));
+        (ended == 1).then_some(())
+    });
+    signal(&w, libc::SIGTERM);
+    assert!(w.wait().unwrap().success());
+    let (status, result, _) = ended(&env, &first);
+    assert_eq!((status.as_str(), &result["n"]), ("success", &json!(0)), "{result}");
+    let (status, error, _) = ended(&env, &large);
+    assert_eq!((status.as_str(), &error["name"]), ("failure", &json!("Timeout")), "{error}");
+    let (status, result, _) = ended(&env, &after);
+    assert_eq!((status.as_str(), &result["runs"]), ("success", &json!(1)), "a fresh runner: {result}");
+    assert_ne!(result["runner"], ended(&env, &first).1["runner"]);
+    let (status, read, _) = ended(&env, &read);
+    assert_eq!((status.as_str(), &read["padded"], &read["runs"]), ("success", &json!(300_000), &json!(2)), "{read}");
+    assert_eq!(read["runner"], result["runner"]);
 }
 
 /// The processes of the warm runners of `action` (each test here has its own action names), found
