@@ -53,7 +53,7 @@ export async function main(input: any) {
       return { late: input.n };
     }
     case "wait": await Bun.sleep(1000); break;
-    case "spin": setTimeout(() => { for (;;) {} }, 300); break;
+    case "spin": setTimeout(() => { writeFileSync(input.spinning, "x"); for (;;) {} }, 1000); break;
     case "hog": { const kept = []; for (;;) { kept.push(Buffer.alloc(16 << 20, 1)); await Bun.sleep(20); } }
   }
   return {
@@ -275,16 +275,18 @@ fn a_warm_runner_writes_no_input_through_a_link_its_action_left() {
 fn a_runner_left_spinning_still_times_out_the_next_job_whatever_the_size_of_its_input() {
     let env = TestEnv::new();
     synced_warm(&env);
-    let first = enqueue(&env, "w/step", json!({"n": 0, "mode": "spin"}));
-    // Due once the runner spins (300 ms after the first job's end).
+    // Its timer spins from a second after its end (its end lines long written), and says so first.
+    let spinning = path(&env, "spinning");
+    let first = enqueue(&env, "w/step", json!({"n": 0, "mode": "spin", "spinning": spinning}));
+    let mut w = worker(&env, "w", &["--concurrency", "1"]);
+    wait_for(Duration::from_secs(60), "the runner to spin", || spinning.exists().then_some(()));
     let input = path(&env, "large.json");
     std::fs::write(&input, json!({"n": 1, "pad": "x".repeat(300_000)}).to_string()).unwrap();
     let input = format!("@{}", input.display());
-    let large = env.wf(["enqueue", "w/step", "--input", &input, "--in", "2s"]).ok().stdout.trim().to_string();
-    let after = env.wf(["enqueue", "w/step", "--input", r#"{"n": 2}"#, "--in", "3s"]).ok().stdout.trim().to_string();
+    let large = env.wf(["enqueue", "w/step", "--input", &input]).ok().stdout.trim().to_string();
+    let after = enqueue(&env, "w/step", json!({"n": 2}));
     // And a large input to a runner that reads it.
-    let read = env.wf(["enqueue", "w/step", "--input", &input, "--in", "3s"]).ok().stdout.trim().to_string();
-    let mut w = worker(&env, "w", &["--concurrency", "1"]);
+    let read = env.wf(["enqueue", "w/step", "--input", &input]).ok().stdout.trim().to_string();
     wait_for(Duration::from_secs(60), "the last job to end", || {
         let ended: i64 = env.scalar(&format!("SELECT count(*) FROM job_completed WHERE job_id = '{read}'"));
         (ended == 1).then_some(())
