@@ -1,6 +1,7 @@
 //! One attempt of one job: start the supervisor, pump its output, stop it on demand, read the
 //! result, clean up.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -15,6 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -39,6 +41,14 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
 /// What the result file may hold beyond the result: the wrapper's `{"ok":true,"result":...}`.
 const RESULT_ENVELOPE: usize = 64;
+
+/// One line to a warm runner: its next job (see `Running::submit` and wrapper.mjs).
+#[derive(Serialize)]
+struct Request<'a> {
+    nonce: &'a str,
+    env: BTreeMap<&'a str, &'a str>,
+    input: &'a Value,
+}
 
 /// How an attempt is isolated from the worker and from other attempts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,9 +241,8 @@ impl Running {
         let ends = self.supervisor.ends.as_ref().context("submit is for a warm runner")?;
         ends.expect(&nonce);
         self.settled = None;
-        let env: serde_json::Map<String, Value> =
-            env.iter().map(|(key, value)| (key.clone(), Value::String(value.clone()))).collect();
-        let mut line = serde_json::to_vec(&serde_json::json!({ "nonce": nonce, "env": env, "input": input }))?;
+        let env = env.iter().map(|(key, value)| (key.as_str(), value.as_str())).collect();
+        let mut line = serde_json::to_vec(&Request { nonce: &nonce, env, input })?;
         line.push(b'\n');
         let requests = self.requests.as_mut().context("submit is for a warm runner")?;
         if line.len() <= self.request_room {
