@@ -283,10 +283,12 @@ fn a_runner_left_spinning_still_times_out_the_next_job_whatever_the_size_of_its_
     let input = path(&env, "large.json");
     std::fs::write(&input, json!({"n": 1, "pad": "x".repeat(300_000)}).to_string()).unwrap();
     let input = format!("@{}", input.display());
-    let large = env.wf(["enqueue", "w/step", "--input", &input]).ok().stdout.trim().to_string();
+    // Past what a command line takes: from the file.
+    let enqueue_large = || env.wf(["enqueue", "w/step", "--input", &input]).ok().stdout.trim().to_string();
+    let large = enqueue_large();
     let after = enqueue(&env, "w/step", json!({"n": 2}));
     // And a large input to a runner that reads it.
-    let read = env.wf(["enqueue", "w/step", "--input", &input]).ok().stdout.trim().to_string();
+    let read = enqueue_large();
     wait_for(Duration::from_secs(60), "the last job to end", || {
         let ended: i64 = env.scalar(&format!("SELECT count(*) FROM job_completed WHERE job_id = '{read}'"));
         (ended == 1).then_some(())
