@@ -3,8 +3,9 @@
 //! is never recorded without its retry nor retried without being recorded. The retry is a new job
 //! through the single enqueue path, pinned exactly as the failed job (same commit, input, tag,
 //! priority, trigger kind), recording `retry_of`; the failed job's completion is what it would be
-//! without retries. Only failures a worker records are retried: not a cancel, not a job its
-//! workers kept dying on (the reaper's `RestartLimitExceeded`).
+//! without retries. Only failures a worker records are retried: not a cancel (nor a failure of a job
+//! an operator asked to cancel), not a job its workers kept dying on (the reaper's
+//! `RestartLimitExceeded`).
 
 use std::time::Duration;
 
@@ -34,12 +35,15 @@ pub(crate) fn complete_failure(session: &mut Session, completion: &Completion) -
         tx.rollback()?;
         return Ok((Recorded::Fenced, None));
     }
-    // The n-th retry waits backoff * 2^(n-1), at most max_backoff.
+    // The n-th retry waits backoff * 2^(n-1), at most max_backoff. A job an operator asked to
+    // cancel is not retried, also when it failed on its own before its worker saw the mark: the
+    // completion just recorded keeps the mark.
     let left = tx.query_opt(
         "SELECT app_key, action_key, input, priority, trigger_kind, retry_number + 1,
                 least(retry_backoff_s * power(2, retry_number), retry_max_backoff_s)
            FROM job
-          WHERE id = $1 AND retry_max > retry_number",
+          WHERE id = $1 AND retry_max > retry_number
+            AND NOT EXISTS (SELECT FROM job_completed c WHERE c.job_id = job.id AND c.canceled_by IS NOT NULL)",
         &[&completion.job_id],
     )?;
     let mut retry = None;

@@ -184,6 +184,44 @@ fn a_failure_is_followed_by_its_retries_through_the_enqueue_path_and_keeps_its_c
 }
 
 #[test]
+fn a_job_asked_to_cancel_that_fails_before_its_worker_sees_the_mark_is_not_retried() {
+    let env = TestEnv::new();
+    let repo = GitRepo::new();
+    repo.manifest(&json!({"apps": {"r": {"actions": {
+        "late": {"entrypoint": "late.ts", "retries": {"max": 2, "backoff": "1s"}},
+    }}}}));
+    repo.file(
+        "late.ts",
+        r#"
+import { existsSync } from "node:fs";
+export async function main(input: any) {
+  while (!existsSync(input.go)) await new Promise((resolve) => setTimeout(resolve, 20));
+  throw new Error("failed on its own");
+}
+"#,
+    );
+    repo.commit("late");
+    env.wf(["source", "add", "r", &repo.url()]).ok();
+    env.wf(["sync", "r"]).ok();
+    let go = env.dir.path().join("go");
+    let id = enqueue(&env, "r/late", json!({"go": go}));
+    // Heartbeats far apart: the mark is not seen before the action fails.
+    let worker = env.wf(["work", "--once", "--heartbeat", "20s", "--isolation", "none"]).start();
+    crate::support::harness::wait_for(Duration::from_secs(30), "the job to run", || {
+        (show(&env, &id)["status"] == "running").then_some(())
+    });
+    env.wf(["cancel", &id]).ok();
+    std::fs::write(&go, "").unwrap();
+    worker.finish();
+
+    let job = show(&env, &id);
+    assert_eq!((&job["status"], &job["error"]["message"]), (&json!("failure"), &json!("failed on its own")), "{job}");
+    assert!(job["canceled_by"].is_string(), "the cancel request stays on record: {job}");
+    let retries: i64 = env.scalar_of("SELECT count(*) FROM job WHERE retry_of = $1::text::uuid", &[&id]);
+    assert_eq!(retries, 0, "a job an operator asked to cancel is not retried");
+}
+
+#[test]
 fn retries_in_the_manifest_are_checked_by_sync() {
     let env = TestEnv::new();
     let repo = GitRepo::new();
