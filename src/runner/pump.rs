@@ -127,7 +127,7 @@ impl Lines {
                 emit(String::from_utf8_lossy(&rest[..end]).into_owned());
                 start += end + 1;
             } else if rest.len() > MAX_LINE {
-                let cut = char_boundary(rest, MAX_LINE);
+                let cut = cut_at(rest);
                 emit(String::from_utf8_lossy(&rest[..cut]).into_owned());
                 start += cut;
             } else {
@@ -143,6 +143,21 @@ impl Lines {
             emit(String::from_utf8_lossy(&self.pending).into_owned());
             self.pending.clear();
         }
+    }
+}
+
+/// The longest end of a warm job: END_MARK, a nonce of 32 hex digits, a space and an exit code.
+const END_ROOM: usize = 64;
+
+/// Where a line longer than MAX_LINE is cut: at MAX_LINE, moved back to the start of a character,
+/// or to a warm runner's end of a job that would be cut in two there (it follows what the job left
+/// unfinished on the line, whatever its length), so that the end is a piece of its own.
+fn cut_at(rest: &[u8]) -> usize {
+    let cut = char_boundary(rest, MAX_LINE);
+    let room = cut.saturating_sub(END_ROOM);
+    match rest[room..cut].iter().rposition(|byte| *byte == END_MARK as u8) {
+        Some(at) if room + at > 0 => room + at,
+        _ => cut,
     }
 }
 
@@ -214,6 +229,22 @@ mod tests {
         ends.expect("n2");
         assert_eq!(ends.end("\u{1f}n2 0"), Some(("", 0)));
         assert!(!ends.ended(), "a new job counts anew");
+    }
+
+    #[test]
+    fn a_warm_end_after_a_long_unfinished_line_is_never_cut_in_two() {
+        let nonce = "0123456789abcdef0123456789abcdef";
+        for unfinished in (MAX_LINE - 2 * END_ROOM..MAX_LINE + 8).chain([2 * MAX_LINE - 20, 3 * MAX_LINE - 1]) {
+            let ends = Ends::default();
+            ends.expect(nonce);
+            let text = format!("{}\u{1f}{nonce} 0", "x".repeat(unfinished));
+            let input = format!("{text}\n");
+            let chunks: Vec<&[u8]> = input.as_bytes().chunks(16 * 1024).collect();
+            let out = split(&chunks);
+            assert!(out.iter().all(|piece| piece.len() <= MAX_LINE), "{unfinished}: a piece is too long");
+            assert_eq!(out.concat(), text, "{unfinished}: nothing lost");
+            assert_eq!(out.iter().filter_map(|piece| ends.end(piece)).count(), 1, "{unfinished}: the job ends once");
+        }
     }
 
     #[test]

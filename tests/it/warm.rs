@@ -41,6 +41,10 @@ export async function main(input: any) {
   console.error(`error ${input.n}`);
   process.stderr.write(`raw ${input.n}\n`);
   process.stdout.write(`unfinished ${input.n}`);
+  if (input.tails) {
+    process.stdout.write("x".repeat(input.tails[0]));
+    process.stderr.write("y".repeat(input.tails[1]));
+  }
   if (input.started) writeFileSync(input.started, runner);
   if (input.on_exit) process.once("exit", (code) => writeFileSync(input.on_exit, `exit ${code}`));
   switch (input.mode) {
@@ -305,6 +309,25 @@ fn a_runner_left_spinning_still_times_out_the_next_job_whatever_the_size_of_its_
     let (status, read, _) = ended(&env, &read);
     assert_eq!((status.as_str(), &read["padded"], &read["runs"]), ("success", &json!(300_000), &json!(2)), "{read}");
     assert_eq!(read["runner"], result["runner"]);
+}
+
+/// A job that leaves a line unfinished ends it with its end of job; the worker cuts lines longer
+/// than 64 KiB into pieces, and a cut there never splits the end in two (which left the job
+/// running until its timeout, and a success recorded as a `Timeout`).
+#[test]
+fn a_warm_job_that_leaves_a_long_line_unfinished_still_ends_at_once() {
+    let env = TestEnv::new();
+    synced_warm(&env);
+    // "unfinished 1" and "raw 1\n" come first: lines of 65,510 and 65,520 bytes, the end of each
+    // stream right after them.
+    let (out, err) = (65_510, 65_520);
+    let id = enqueue(&env, "w/step", json!({"n": 1, "tails": [out - "unfinished 1".len(), err]}));
+    env.wf(["work", "--drain"]).ok();
+    let (status, result, logs) = ended(&env, &id);
+    assert_eq!((status.as_str(), &result["n"]), ("success", &json!(1)), "{result}");
+    let mut lengths: Vec<usize> = logs.iter().map(String::len).filter(|length| *length > 1000).collect();
+    lengths.sort();
+    assert_eq!(lengths, [out, err], "each long line whole, before the end");
 }
 
 /// The processes of the warm runners of `action` (each test here has its own action names), found
