@@ -107,7 +107,7 @@ pub(crate) struct Summary {
     pub fenced: u64,
 }
 
-/// A job claimed by one slot for another.
+/// A job claimed for a slot, with when its claim was sent.
 struct Handed {
     job: Claimed,
     claimed_at: Instant,
@@ -135,9 +135,12 @@ struct Shared {
     prepared: Mutex<HashSet<PathBuf>>,
     /// Moved by the listener when jobs may have become claimable.
     wake: wake::Wake,
-    /// Slots waiting for work: a slot that claims takes as many more jobs as there are.
+    /// Tickets of the slots waiting for work: a slot that claims takes them and claims a job for
+    /// each. A waiting slot that finds its ticket taken when it wakes waits for the job claimed for
+    /// it (`handed`) or for the ticket to come back; one that takes a ticket back claims for itself.
+    /// So a job is claimed for a slot only while that slot waits for it.
     idle: AtomicUsize,
-    /// Jobs a slot claimed for waiting slots, with when their claim was sent.
+    /// Jobs a slot claimed for the slots whose tickets it took.
     handed: Mutex<VecDeque<Handed>>,
     succeeded: AtomicU64,
     failed: AtomicU64,
@@ -165,12 +168,21 @@ impl Shared {
         }
     }
 
-    /// Hand these jobs to the waiting slots; whether there were any.
-    fn hand(&self, jobs: impl Iterator<Item = Claimed>, claimed_at: Instant) -> bool {
+    /// Hand these jobs to the slots whose tickets their claim took; how many there were.
+    fn hand(&self, jobs: impl Iterator<Item = Claimed>, claimed_at: Instant) -> usize {
         let mut handed = self.handed.lock().unwrap_or_else(PoisonError::into_inner);
         let before = handed.len();
         handed.extend(jobs.map(|job| Handed { job, claimed_at }));
-        handed.len() > before
+        handed.len() - before
+    }
+
+    /// Take one waiting slot's ticket, if any is left.
+    fn take_ticket(&self) -> bool {
+        self.idle.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |tickets| tickets.checked_sub(1)).is_ok()
+    }
+
+    fn give_tickets(&self, tickets: usize) {
+        self.idle.fetch_add(tickets, Ordering::SeqCst);
     }
 
     fn take_handed(&self) -> Option<Handed> {

@@ -13,11 +13,12 @@ use uuid::Uuid;
 use super::connection::Connection;
 use super::events::{JobEvent, job_event};
 use super::heart::{Heart, Verdict};
-use super::{Isolation, Shared, Until};
+use super::{Handed, Isolation, Shared, Until};
 use crate::db::failure::{Failure, classify};
 use crate::diag::diag;
 use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded};
+use crate::queue::heartbeat::{self, Beat};
 use crate::queue::job::{JobError, JobStatus};
 use crate::queue::logs::{LogBuffer, LogLine};
 use crate::queue::{overlap, release, retry};
@@ -38,6 +39,8 @@ struct Link {
     heart: Heart,
     name: String,
     warm: Option<Warm>,
+    /// The job the completion of the last one claimed for this slot: the slot runs it next.
+    next: Option<Handed>,
 }
 
 impl Link {
@@ -48,6 +51,7 @@ impl Link {
             heart: Heart::start(&name)?,
             name,
             warm: None,
+            next: None,
         })
     }
 
@@ -128,16 +132,18 @@ fn new_claim(shared: &Shared) -> String {
     format!("{}.{}", shared.worker_id, &Uuid::new_v4().simple().to_string()[..12])
 }
 
-/// Claim ids for a claim: one for this slot and one for each slot waiting idle, each with its job
-/// taken from the budget; empty when the budget is spent.
+/// Claim ids for a claim: one for this slot, then one for each waiting slot whose ticket it takes
+/// (that slot then waits for the job this claim hands it, see `deliver`), each with its job taken
+/// from the budget; empty when the budget is spent.
 fn reserve_claims(shared: &Shared) -> Vec<String> {
     let mut claims = Vec::new();
     if !shared.reserve() {
         return claims;
     }
     claims.push(new_claim(shared));
-    for _ in 0..shared.idle.load(Ordering::SeqCst) {
+    while shared.take_ticket() {
         if !shared.reserve() {
+            shared.give_tickets(1);
             break;
         }
         claims.push(new_claim(shared));
@@ -145,18 +151,68 @@ fn reserve_claims(shared: &Shared) -> Vec<String> {
     claims
 }
 
+/// The jobs claimed with `claims` (`reserve_claims`): the first is this slot's; the others go to the
+/// slots whose tickets the claim took, and a ticket no job came for goes back. Every job is run at
+/// once by a slot that waits for it: none waits in the worker without a heartbeat.
+fn deliver(shared: &Shared, jobs: Vec<Claimed>, claims: usize, claimed_at: Instant) -> Option<Handed> {
+    let promised = claims.saturating_sub(1);
+    for _ in jobs.len()..claims {
+        shared.unreserve();
+    }
+    let mut jobs = jobs.into_iter();
+    let mine = jobs.next().map(|job| Handed { job, claimed_at });
+    let handed = shared.hand(jobs, claimed_at);
+    shared.give_tickets(promised - handed);
+    if promised > 0 {
+        shared.wake.bump();
+    }
+    mine
+}
+
+/// A claim that failed: its budget and the tickets it took are given back.
+fn undeliver(shared: &Shared, claims: usize) {
+    for _ in 0..claims {
+        shared.unreserve();
+    }
+    if claims > 1 {
+        shared.give_tickets(claims - 1);
+        shared.wake.bump();
+    }
+}
+
+/// How long a slot whose ticket a claim took waits between two looks for its job (the claim wakes
+/// it first when it hands the job or gives the ticket back).
+const PROMISE_POLL: Duration = Duration::from_millis(100);
+
+/// The job a claim took this slot's ticket for; none when the ticket came back (the claim got fewer
+/// jobs than it asked for, or failed) or the worker is stopping.
+fn promised(shared: &Shared) -> Option<Handed> {
+    loop {
+        let epoch = shared.wake.epoch();
+        if let Some(handed) = shared.take_handed() {
+            return Some(handed);
+        }
+        if shared.take_ticket() || shared.stopping.load(Ordering::SeqCst) {
+            return None;
+        }
+        shared.wake.wait_past(epoch, PROMISE_POLL);
+    }
+}
+
 pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
     let mut link = Link::new(shared, index)?;
     let mut trouble = Trouble::default();
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
+            if let Some(next) = link.next.take() {
+                release(shared, &mut link.connection, &next.job, LogBuffer::default());
+            }
             release_handed(shared, &mut link.connection);
             link.end();
             return Ok(());
         }
-        // A job another slot claimed for this one (its budget already taken).
-        if let Some(handed) = shared.take_handed() {
-            link = run_job(shared, link, handed.job, handed.claimed_at)?;
+        if let Some(next) = link.next.take() {
+            link = run_job(shared, link, next.job, next.claimed_at)?;
             continue;
         }
         // One claim for this slot, and one for each slot waiting idle: up to k jobs in one statement.
@@ -173,48 +229,50 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
             .connection
             .client()
             .and_then(|client| claim::claim(client, &shared.options.tags, &claims, shared.options.zombie_timeout));
-        let got = claimed.as_ref().map_or(0, Vec::len);
-        for _ in got..claims.len() {
-            shared.unreserve();
-        }
         match claimed {
             Ok(jobs) if !jobs.is_empty() => {
                 trouble.recovered(shared);
-                let mut jobs = jobs.into_iter();
-                let mine = jobs.next().expect("not empty");
-                if shared.hand(jobs, claimed_at) {
-                    shared.wake.bump();
-                }
-                link = run_job(shared, link, mine, claimed_at)?;
+                let mine = deliver(shared, jobs, claims.len(), claimed_at).expect("not empty");
+                link = run_job(shared, link, mine.job, mine.claimed_at)?;
             }
-            Ok(_) => match link.connection.client().and_then(|client| claim::next_due_in(client, &shared.options.tags))
-            {
-                Ok(next) => {
-                    trouble.recovered(shared);
-                    if shared.options.until == Until::Drained && next.is_none_or(|s| s > 0.0) {
-                        link.end();
-                        return Ok(());
+            Ok(_) => {
+                deliver(shared, Vec::new(), claims.len(), claimed_at);
+                match link.connection.client().and_then(|client| claim::next_due_in(client, &shared.options.tags)) {
+                    Ok(next) => {
+                        trouble.recovered(shared);
+                        if shared.options.until == Until::Drained && next.is_none_or(|s| s > 0.0) {
+                            link.end();
+                            return Ok(());
+                        }
+                        if next.is_some_and(|s| s <= 0.0) {
+                            // Due jobs exist but were locked by other claimers this instant.
+                            std::thread::sleep(Duration::from_millis(5));
+                            continue;
+                        }
+                        let mut wait = shared.options.poll;
+                        if let Some(seconds) = next {
+                            wait = wait.min(Duration::from_secs_f64(seconds.max(0.0)));
+                        }
+                        if !shared.stopping.load(Ordering::SeqCst) {
+                            // A ticket: a claim of another slot may take it, and claim a job for this one.
+                            shared.give_tickets(1);
+                            shared.wake.wait_past(epoch, wait);
+                            if !shared.take_ticket()
+                                && let Some(handed) = promised(shared)
+                            {
+                                link = run_job(shared, link, handed.job, handed.claimed_at)?;
+                            }
+                        }
                     }
-                    if next.is_some_and(|s| s <= 0.0) {
-                        // Due jobs exist but were locked by other claimers this instant.
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    }
-                    let mut wait = shared.options.poll;
-                    if let Some(seconds) = next {
-                        wait = wait.min(Duration::from_secs_f64(seconds.max(0.0)));
-                    }
-                    if !shared.stopping.load(Ordering::SeqCst) {
-                        shared.idle.fetch_add(1, Ordering::SeqCst);
-                        shared.wake.wait_past(epoch, wait);
-                        shared.idle.fetch_sub(1, Ordering::SeqCst);
-                    }
+                    Err(error) => trouble.failed(shared, &mut link.connection, &error, "looking at the queue"),
                 }
-                Err(error) => trouble.failed(shared, &mut link.connection, &error, "looking at the queue"),
-            },
-            Err(error) => trouble.failed(shared, &mut link.connection, &error, "claiming"),
+            }
+            Err(error) => {
+                undeliver(shared, claims.len());
+                trouble.failed(shared, &mut link.connection, &error, "claiming");
+            }
         }
-        if shared.budget_spent() && shared.nothing_handed() {
+        if shared.budget_spent() && link.next.is_none() && shared.nothing_handed() {
             link.end();
             return Ok(());
         }
@@ -301,6 +359,32 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         );
         return Ok(link);
     }
+    // The claim stamped the job's ping; a start long after it (a commit written from the database
+    // first, a completion that waited for a row) beats once before: a job the reaper took back
+    // meanwhile must not start beside its next attempt, nor a job asked to cancel start at all.
+    let mut claimed = claimed;
+    if crate::fault::at("start-late") {
+        std::thread::sleep(shared.options.zombie_timeout * 2);
+    }
+    if claimed.elapsed() >= shared.options.heartbeat {
+        let beaten = Instant::now();
+        let window = shared.options.zombie_timeout;
+        match link.connection.client().and_then(|session| heartbeat::heartbeat(session, job.id, &job.claim, window)) {
+            Ok(Beat::Owned) => claimed = beaten,
+            Ok(Beat::CancelRequested { .. }) => {
+                let ending = (JobStatus::Canceled, None, None);
+                record(shared, &mut link.connection, &job, claimed, ending, LogBuffer::default());
+                return Ok(link);
+            }
+            Ok(Beat::Lost) => {
+                diag!("worker {name}: job {} is no longer ours (reaped?) before it started: not started", job.id);
+                shared.fenced.fetch_add(1, Ordering::SeqCst);
+                return Ok(link);
+            }
+            // The heart's self-fence, counted from the claim, still stops it in time.
+            Err(error) => link.connection.reset_if_lost(&error),
+        }
+    }
     let claims = token::Claims::for_claim(job.id, &job.claim, job.started_at, job.timeout_s);
     let mut env = vec![
         ("WF_JOB_ID".to_string(), job.id.to_string()),
@@ -334,7 +418,8 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
     };
 
     // A warm job took the slot's runner; a cold one leaves it waiting for its action's next job.
-    let Link { connection, heart, name: link_name, warm: idle } = link;
+    // The slot's next job, if any, was taken before this one started.
+    let Link { connection, heart, name: link_name, warm: idle, next: _ } = link;
     let period = shared.options.heartbeat;
     heart.begin(connection, job.id, &job.claim, job.attempt(), shared.options.zombie_timeout, period, claimed);
     let mut logs = LogBuffer::default();
@@ -353,7 +438,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
     let mut link = match heart.end(period * 2) {
         Ok((connection, unwritten)) => {
             logs.restore(unwritten);
-            Link { connection, heart, name: link_name, warm }
+            Link { connection, heart, name: link_name, warm, next: None }
         }
         Err(unwritten) => {
             logs.restore(unwritten);
@@ -363,6 +448,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
                 heart: Heart::start(&link_name)?,
                 name: link_name,
                 warm,
+                next: None,
             }
         }
     };
@@ -392,7 +478,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         (_, Outcome::Failed { name, message }) => failure(JobError::new(&name, message)),
         (None, Outcome::Stopped) => failure(JobError::new("ProcessError", "the action's process was stopped")),
     };
-    record_and_claim(shared, &mut link.connection, &job, claimed, (status, result, error), logs);
+    link.next = record_and_claim(shared, &mut link.connection, &job, claimed, (status, result, error), logs);
     Ok(link)
 }
 
@@ -635,8 +721,8 @@ fn completion(job: &Claimed, (status, result, error): Ending, mut logs: LogBuffe
 }
 
 /// Complete a success or a cancel and claim the slot's next jobs in one statement, so that one
-/// round trip and one commit do both; the jobs claimed are handed to the slots (this one takes the
-/// first when it looks next). When there is nothing to claim for (the budget is spent, the worker is stopping)
+/// round trip and one commit do both; the first job claimed is this slot's next (returned), the
+/// others go to the slots waiting for them (`deliver`). When there is nothing to claim for (the budget is spent, the worker is stopping)
 /// or the job failed (its completion commits with its retry), the job is completed alone; so it is
 /// too, after the claim, when the statement did not record it (another transaction held its queue
 /// row, or the claim lost the job: `complete::then_claim`). Anything
@@ -650,12 +736,13 @@ fn record_and_claim(
     claimed: Instant,
     ending: Ending,
     logs: LogBuffer,
-) {
+) -> Option<Handed> {
     let completion = completion(job, ending, logs);
     let alone = matches!(completion.status, JobStatus::Failure) || shared.stopping.load(Ordering::SeqCst);
     let claims = if alone { Vec::new() } else { reserve_claims(shared) };
     if claims.is_empty() {
-        return record_completion(shared, connection, job, claimed, completion, false);
+        record_completion(shared, connection, job, claimed, completion, false);
+        return None;
     }
     let claimed_at = Instant::now();
     let (tags, window) = (&shared.options.tags, shared.options.zombie_timeout);
@@ -663,26 +750,19 @@ fn record_and_claim(
         connection.client().and_then(|session| complete::then_claim(session, &completion, tags, &claims, window));
     match both {
         Ok((recorded, jobs)) if !crate::fault::at("complete-lost-ack") => {
-            for _ in jobs.len()..claims.len() {
-                shared.unreserve();
-            }
             if recorded {
                 finished(shared, job, completion.status, claimed);
             }
-            let more = jobs.len() > 1;
-            if shared.hand(jobs.into_iter(), claimed_at) && more {
-                shared.wake.bump();
-            }
+            let next = deliver(shared, jobs, claims.len(), claimed_at);
             // Another transaction held the job's row, or the claim lost the job: the completion
             // alone waits for the holder, and finds which.
             if !recorded {
                 record_completion(shared, connection, job, claimed, completion, false);
             }
+            next
         }
         answer => {
-            for _ in 0..claims.len() {
-                shared.unreserve();
-            }
+            undeliver(shared, claims.len());
             // The commit landed but its answer is lost (a fault injected as such), or the call
             // failed where it may have committed: the completion is retried alone, and finds out.
             match answer {
@@ -690,6 +770,7 @@ fn record_and_claim(
                 Err(error) => connection.reset_if_lost(&error),
             }
             record_completion(shared, connection, job, claimed, completion, true);
+            None
         }
     }
 }

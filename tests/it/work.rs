@@ -47,6 +47,77 @@ fn four_workers_drain_a_thousand_jobs_each_exactly_once() {
     assert!(workers > 1, "the work was shared between workers");
 }
 
+/// Slots woken together by one enqueue each claim, and a claim takes jobs for the slots still
+/// waiting: only for slots that then wait for those jobs, never for one that claims its own
+/// meanwhile. A job claimed for a slot that was busy waited, with no heartbeat, until a slot was
+/// free: past the zombie window the reaper took it back, and it ran again beside its first start.
+#[test]
+fn jobs_claimed_for_waiting_slots_start_at_once_and_each_runs_once() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let mut w = worker(&env, "w", &["--concurrency", "4", "--heartbeat", "1s", "--isolation", "none"]);
+    let started = env.dir.path().join("w.log");
+    wait_for(Duration::from_secs(30), "the worker to start", || {
+        std::fs::read_to_string(&started).unwrap_or_default().contains("started").then_some(())
+    });
+    let mut ids = Vec::new();
+    for round in 0..2 {
+        // Twice as many jobs as slots, each longer than the window: a job left waiting in the worker
+        // for a busy slot would be reaped.
+        let inputs: Vec<Value> = (0..8).map(|n| json!({"n": n, "round": round, "log": log, "ms": 4000})).collect();
+        let batch = enqueue_batch(&env, "t/sleep", &inputs);
+        for id in &batch {
+            wait_completed(&env, id, Duration::from_secs(60));
+        }
+        ids.extend(batch);
+    }
+    stop_worker(&mut w, "the worker");
+    let restarted: i64 = env.scalar("SELECT count(*) FROM job_completed WHERE restarts > 0 OR status <> 'success'");
+    assert_eq!(restarted, 0, "every job ran to success in its first attempt");
+    let runs = executions(&log);
+    assert_eq!(runs.len(), ids.len(), "each job's action started once: {runs:?}");
+}
+
+/// A job started long after its claim (its commit written from the database first) is beaten once
+/// before it starts: one the reaper took back meanwhile, and another worker ran, is not started
+/// again; one asked to cancel meanwhile is canceled without running.
+#[test]
+fn a_job_started_long_after_its_claim_starts_only_if_still_its_own_and_not_canceled() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let late = |name: &str| {
+        let args = ["work", "--name", name, "--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"];
+        env.wf(args).env("WF_FAULT", "start-late").spawn(&env.dir.path().join(format!("{name}.log")))
+    };
+    let state = |id: &str| env.wf(["show", id, "--json"]).ok().json()["status"].as_str().unwrap().to_string();
+
+    let reaped = enqueue(&env, "t/sleep", json!({"log": log, "ms": 100}));
+    let mut first = late("late-1");
+    wait_for(Duration::from_secs(30), "the job to be claimed", || (state(&reaped) == "running").then_some(()));
+    // Taken back by a reaper pass once its ping is older than the window, and run by another worker.
+    wait_for(Duration::from_secs(30), "the reaper to take the job back", || {
+        env.wf(["reap"]).ok();
+        (state(&reaped) == "queued").then_some(())
+    });
+    env.wf(["work", "--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"]).ok();
+    assert_eq!(state(&reaped), "success");
+    assert!(first.wait().unwrap().success());
+    let said = std::fs::read_to_string(env.dir.path().join("late-1.log")).unwrap();
+    assert!(said.contains("before it started: not started"), "{said}");
+
+    let canceled = enqueue(&env, "t/sleep", json!({"log": log, "ms": 100}));
+    let mut second = late("late-2");
+    wait_for(Duration::from_secs(30), "the job to be claimed", || (state(&canceled) == "running").then_some(()));
+    env.wf(["cancel", &canceled]).ok();
+    assert!(second.wait().unwrap().success());
+    assert_eq!(state(&canceled), "canceled");
+
+    let runs: Vec<String> = executions(&log).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(runs, [reaped], "the reaped job ran once, by the other worker; the canceled one never");
+}
+
 #[test]
 fn a_timeout_kills_the_whole_process_tree() {
     let env = TestEnv::new();
