@@ -8,15 +8,29 @@ use uuid::Uuid;
 
 use crate::db::Session;
 
-/// Mark the claimed job `job_id` skipped when another job of its schedule is running; returns the
-/// reason when it was. Running jobs are few: they are found by their index.
+/// The first key of the two-key advisory lock space, reserved for the overlap checks of schedules
+/// ("wfov"); the second is the hash of the schedule's name.
+const OVERLAP_LOCK_CLASS: i32 = 0x7766_6f76;
+
+/// Taken before the check: the checks of one schedule's runs go one after the other.
+const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock($1, hashtext(schedule_name)) FROM job WHERE id = $2";
+
+/// Mark the claimed job `job_id` skipped when another run of its schedule is running; returns the
+/// reason when it was. Running jobs are few: they are found by their index. Two runs claimed at
+/// once (by two slots, or two workers) are checked one after the other, each after the other's
+/// check committed: the second sees the first skipped, or running, so one of them runs, never both
+/// and never neither.
 pub(crate) fn skip_if_overlapping(session: &mut Session, job_id: Uuid, claim: &str) -> Result<Option<String>> {
-    let row = session.query_opt(SKIP_SQL, &[&job_id, &claim])?;
+    let mut tx = session.client().transaction()?;
+    tx.execute(LOCK_SQL, &[&OVERLAP_LOCK_CLASS, &job_id])?;
+    // A statement of its own, after the lock: its snapshot sees the checks that went before.
+    let row = tx.query_opt(SKIP_SQL, &[&job_id, &claim])?;
+    tx.commit()?;
     Ok(row.map(|row| row.get(0)))
 }
 
 /// Driven by the running rows (few, by their partial index, materialized so that a schedule's long
-/// history is never walked), each looked up in `job` by its key. The job itself and each running
+/// history is never walked; a run skipped already, marked by its schedule, does not count), each looked up in `job` by its key. The job itself and each running
 /// one are looked up by key on purpose (a CTE, a LATERAL with a LIMIT): left to itself, a generic
 /// plan found the job by walking the index of every scheduled job ever enqueued, filtering on its
 /// id (seen in `tests/it/depth.rs`). Parameters: job id, claim id.
@@ -25,7 +39,8 @@ WITH mine AS MATERIALIZED (
     SELECT schedule_name FROM job WHERE id = $1
 ),
 running AS MATERIALIZED (
-    SELECT job_id FROM job_queue WHERE running AND job_id <> $1
+    SELECT job_id FROM job_queue
+     WHERE running AND job_id <> $1 AND (canceled_by IS NULL OR canceled_by NOT LIKE 'schedule %')
 ),
 earlier AS (
     SELECT m.schedule_name, r.job_id

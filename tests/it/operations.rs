@@ -454,6 +454,51 @@ fn a_tick_whose_horizon_is_shorter_than_the_interval_between_ticks_loses_no_fire
     assert!(late > 0, "fire times due before their tick are counted as late");
 }
 
+/// Fire times due together are claimed together, one per slot: each run's check saw the other
+/// running, and every one of them was skipped. Checked one after the other, one of each pair runs.
+#[test]
+fn runs_of_a_no_overlap_schedule_claimed_together_never_all_skip_each_other() {
+    let env = TestEnv::new();
+    synced(&env);
+    let input = r#"{"ms": 300}"#;
+    env.wf(["schedule", "add", "pair", "t/sleep", "--cron", "* * * * * *", "--input", input, "--no-overlap"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "10s"]).ok();
+    let fires: i64 = env.scalar("SELECT count(*) FROM job WHERE schedule_name = 'pair'");
+    assert!(fires >= 10, "{fires}");
+    crate::support::harness::wait_for(Duration::from_secs(20), "every fire time to be due", || {
+        let waiting: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE scheduled_for > now()");
+        (waiting == 0).then_some(())
+    });
+    env.wf(["work", "--concurrency", "3", "--max-jobs", &fires.to_string()]).ok();
+    let ran = schedule_jobs(&env, "pair", "success");
+    let skipped = schedule_jobs(&env, "pair", "canceled");
+    assert_eq!(ran.len() + skipped.len(), fires as usize);
+    assert!(!skipped.is_empty(), "the runs due together overlapped: ran {ran:?}");
+    // Each skip names the run it saw running; that one was skipped in turn only for another, and
+    // so on until a run that ran: never two runs skipped for each other.
+    let skipped_for: std::collections::HashMap<&str, &str> = skipped
+        .iter()
+        .map(|job| {
+            let reason = job["canceled_reason"].as_str().unwrap();
+            let run = reason.strip_prefix("skipped: the run ").and_then(|rest| rest.split(' ').next());
+            (job["id"].as_str().unwrap(), run.unwrap_or_else(|| panic!("{reason}")))
+        })
+        .collect();
+    for start in skipped_for.keys() {
+        let mut at = *start;
+        for _ in 0..=skipped_for.len() {
+            match skipped_for.get(at) {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        assert!(
+            ran.iter().any(|run| run["id"] == at),
+            "{start} was skipped for runs that were all skipped: {skipped_for:?}, ran {ran:?}"
+        );
+    }
+}
+
 #[test]
 fn a_no_overlap_schedule_skips_a_fire_time_while_an_earlier_run_is_still_running() {
     let env = TestEnv::new();
