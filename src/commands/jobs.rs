@@ -13,6 +13,9 @@ use crate::queue::inspect::{self, Filter, JobView};
 use crate::queue::job::JobStatus;
 
 const WATCH_PERIOD: Duration = Duration::from_secs(2);
+/// The action column's width beside ids of 8 digits, and the least it gives up to longer ones.
+const ACTION_WIDTH: usize = 22;
+const ACTION_WIDTH_MIN: usize = 12;
 
 pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
     if args.watch && ctx.out.json {
@@ -44,7 +47,9 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
             // Home and clear: each listing replaces the last.
             ctx.out.line_raw("\x1b[H\x1b[2J")?;
         }
-        table(ctx, &jobs, now)?;
+        let ids: Vec<uuid::Uuid> = jobs.iter().map(|job| job.id).collect();
+        let short = inspect::unique_prefixes(&mut client, &ids)?;
+        table(ctx, &jobs, &short, now)?;
         let first = offset + 1;
         if jobs.is_empty() {
             ctx.out.info(if args.page > 1 { "no jobs on this page" } else { "no jobs" });
@@ -62,11 +67,15 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
     }
 }
 
-/// At most 80 columns: short ids, relative times, long names cut.
-fn table(ctx: &Ctx, jobs: &[JobView], now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
+/// At most 80 columns: short ids (`short`, each the shortest prefix that names its job alone),
+/// relative times, long names cut (the more, the longer the ids).
+fn table(ctx: &Ctx, jobs: &[JobView], short: &[String], now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
+    let id_width = short.iter().map(String::len).max().unwrap_or(inspect::SHORT_ID);
+    let action_width = ACTION_WIDTH.saturating_sub(id_width - inspect::SHORT_ID).max(ACTION_WIDTH_MIN);
     let rows = jobs
         .iter()
-        .map(|job| {
+        .zip(short)
+        .map(|(job, id)| {
             let ran = match (job.started_at, job.completed_at) {
                 (Some(started), Some(completed)) => crate::output::span((completed - started).num_seconds()),
                 (Some(started), None) if job.status == JobStatus::Running => {
@@ -75,9 +84,9 @@ fn table(ctx: &Ctx, jobs: &[JobView], now: chrono::DateTime<chrono::Utc>) -> any
                 _ => "-".to_string(),
             };
             vec![
-                job.id.simple().to_string()[..8].to_string(),
+                id.clone(),
                 job.status.to_string(),
-                fit(&format!("{}/{}", job.app, job.action), 22),
+                fit(&format!("{}/{}", job.app, job.action), action_width),
                 fit(&job.tag, 10),
                 ago(Some(job.created_at), now),
                 ran,

@@ -18,10 +18,12 @@ pub(super) fn run(ctx: &Ctx) -> CommandResult {
         ctx.out.json(&workers.iter().map(WorkerDocument::from).collect::<Vec<_>>())?;
         return Ok(Exit::Ok);
     }
+    let ids: Vec<Uuid> = workers.iter().flat_map(|w| w.jobs.iter().copied()).collect();
+    let mut short = crate::queue::inspect::unique_prefixes(&mut client, &ids)?.into_iter();
     let rows = workers
         .iter()
         .map(|w| {
-            let jobs: Vec<String> = w.jobs.iter().map(|id| id.simple().to_string()[..8].to_string()).collect();
+            let jobs: Vec<String> = short.by_ref().take(w.jobs.len()).collect();
             vec![
                 fit(&w.name, 24),
                 fit(&w.host, 16),

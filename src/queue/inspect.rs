@@ -325,6 +325,38 @@ pub(crate) fn resolve_id(client: &mut Client, text: &str) -> Result<Uuid> {
     }
 }
 
+/// The fewest hex digits a table shows of an id.
+pub(crate) const SHORT_ID: usize = 8;
+
+/// For each of `ids`, its shortest prefix (at least SHORT_ID hex digits) that starts no other job's
+/// id, which `resolve_id` takes back. Job ids begin with their creation time (UUID version 7), so
+/// jobs created within a minute share their first 8 digits, and those of one batch more: the prefix
+/// is one digit longer than what the id shares with its neighbours in the primary key, the only ids
+/// that can share more with it (two index probes per id).
+pub(crate) fn unique_prefixes(client: &mut Client, ids: &[Uuid]) -> Result<Vec<String>> {
+    let rows = client.query(
+        "SELECT (SELECT id FROM job WHERE id < i.id ORDER BY id DESC LIMIT 1),
+                (SELECT id FROM job WHERE id > i.id ORDER BY id LIMIT 1)
+           FROM unnest($1::uuid[]) WITH ORDINALITY AS i(id, n)
+          ORDER BY i.n",
+        &[&ids],
+    )?;
+    Ok(ids
+        .iter()
+        .zip(rows)
+        .map(|(id, row)| {
+            let hex = id.simple().to_string();
+            let shared = |other: Option<Uuid>| {
+                other.map_or(0, |other| {
+                    hex.chars().zip(other.simple().to_string().chars()).take_while(|(a, b)| a == b).count()
+                })
+            };
+            let length = (shared(row.get(0)).max(shared(row.get(1))) + 1).clamp(SHORT_ID, hex.len());
+            hex[..length].to_string()
+        })
+        .collect())
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct LogEntry {
     pub id: i64,

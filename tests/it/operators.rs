@@ -138,6 +138,29 @@ fn workers_are_listed_live_with_their_jobs_and_as_gone_once_stopped() {
     assert_eq!((&w1["state"], &w1["busy"]), (&json!("gone"), &json!(0)), "{listed}");
 }
 
+/// Job ids begin with their creation time, and a batch's follow each other: a table shows of each
+/// the shortest beginning no other id has, which names that job alone.
+#[test]
+fn a_short_id_names_its_job_alone_even_within_a_batch() {
+    let env = TestEnv::new();
+    synced(&env);
+    let mut ids = crate::support::fixtures::enqueue_batch(&env, "t/echo", &[json!({"n": 1}), json!({"n": 2})]);
+    ids.push(enqueue(&env, "t/echo", json!({})));
+    ids.push(enqueue(&env, "t/echo", json!({})));
+    let listed = env.wf(["jobs"]).ok().stdout;
+    assert!(listed.lines().all(|line| line.chars().count() <= 80), "{listed}");
+    let mut shown: Vec<String> = Vec::new();
+    for short in listed.lines().skip(1).map(|line| line.split_whitespace().next().unwrap()) {
+        assert!(short.len() >= 8, "{listed}");
+        let id = env.wf(["show", short, "--json"]).ok().json()["id"].as_str().unwrap().to_string();
+        assert!(id.replace('-', "").starts_with(short), "{short} names {id}");
+        shown.push(id);
+    }
+    shown.sort();
+    ids.sort();
+    assert_eq!(shown, ids, "{listed}");
+}
+
 #[test]
 fn jobs_fit_80_columns_and_filter_by_app_action_tag_status_and_time_a_page_at_a_time() {
     let env = TestEnv::new();
@@ -152,8 +175,8 @@ fn jobs_fit_80_columns_and_filter_by_app_action_tag_status_and_time_a_page_at_a_
     let listed = env.wf(["jobs"]).ok().stdout;
     assert!(listed.lines().all(|line| line.chars().count() <= 80), "{listed}");
     assert!(listed.lines().next().unwrap().trim_start().starts_with("id"), "{listed}");
-    assert!(listed.contains(&echo[..8]) && !listed.contains(&echo[..9]), "short ids: {listed}");
-    assert!(listed.contains("op/an_action_with_a_r…"), "long names are cut: {listed}");
+    let cut = listed.lines().find(|line| line.contains("op/an_action_with")).unwrap();
+    assert!(cut.contains('…') && !cut.contains("long_name"), "long names are cut: {listed}");
     assert!(listed.contains("s ago"), "relative times: {listed}");
 
     let ids = |args: &[&str]| -> Vec<String> {
