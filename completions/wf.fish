@@ -25,7 +25,7 @@ function __fish_wf_using_subcommand
 end
 
 complete -c wf -n "__fish_wf_needs_command" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_needs_command" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_needs_command" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_needs_command" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_needs_command" -s q -l quiet -d 'Hide progress and informational messages'
@@ -52,7 +52,7 @@ complete -c wf -n "__fish_wf_needs_command" -f -a "prune" -d 'Delete completed j
 complete -c wf -n "__fish_wf_needs_command" -f -a "bench" -d 'Measure the spine on the configured database (in a tag of its own, cleaned up after)'
 complete -c wf -n "__fish_wf_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -s q -l quiet -d 'Hide progress and informational messages'
@@ -63,25 +63,25 @@ complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "migrate" -d 'Apply pending migrations to the configured database'
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -s q -l quiet -d 'Hide progress and informational messages'
@@ -92,7 +92,7 @@ complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_fro
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "migrate" -d 'Apply pending migrations to the configured database'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -s q -l quiet -d 'Hide progress and informational messages'
@@ -103,19 +103,19 @@ complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcom
 complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l branch -d 'Branch to follow (default: the remote\'s HEAD)' -r
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l yes -d 'Do not ask for confirmation'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l json -d 'Print exactly one JSON document on stdout'
@@ -128,14 +128,14 @@ complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand
 complete -c wf -n "__fish_wf_using_subcommand sync" -l ref -d 'A ref to sync (branch, tag, or any revision git understands)' -r
 complete -c wf -n "__fish_wf_using_subcommand sync" -l commit -d 'An exact commit to sync' -r
 complete -c wf -n "__fish_wf_using_subcommand sync" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand sync" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand sync" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand sync" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand sync" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand sync" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand actions" -l source -d 'Only the actions of this source' -r
 complete -c wf -n "__fish_wf_using_subcommand actions" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand actions" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand actions" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand actions" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand actions" -s q -l quiet -d 'Hide progress and informational messages'
@@ -146,14 +146,14 @@ complete -c wf -n "__fish_wf_using_subcommand enqueue" -l priority -d 'Higher ru
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l tag -d 'Override the action\'s effective tag' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l at -d 'Run at this time (RFC 3339)' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l in -d 'Run after this delay (30s, 5m, 2h, 30d)' -r
-complete -c wf -n "__fish_wf_using_subcommand enqueue" -l trigger-kind -r -f -a "manual\t''
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l trigger-kind -d 'What triggered the job, recorded with it (`WF_TRIGGER_KIND` of its attempts, `wf show`)' -r -f -a "manual\t''
 api\t''
 webhook\t''
 schedule\t''"
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l timeout -d 'Give up waiting after this long (exit 3)' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l key -d 'Idempotency key: while a job enqueued with this key exists, enqueueing again returns it (`"existing": true`) instead of a new one' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand enqueue" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l wait -d 'Wait for the job to finish and print its result (exit code as `wf result`)'
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l json -d 'Print exactly one JSON document on stdout'
@@ -171,7 +171,7 @@ complete -c wf -n "__fish_wf_using_subcommand work" -l allow-write -d 'A host fo
 complete -c wf -n "__fish_wf_using_subcommand work" -l log-format -d 'How the worker writes its lines on stderr (one per job event: claimed, finished, killed, requeued): text, or one JSON object per line' -r -f -a "text\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand work" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand work" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand work" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand work" -l drain -d 'Exit when no due, unclaimed job is left for these tags and all slots are idle'
 complete -c wf -n "__fish_wf_using_subcommand work" -l once -d 'Wait for one job, run it, exit'
@@ -185,16 +185,16 @@ complete -c wf -n "__fish_wf_using_subcommand cancel" -l tag -d 'Every waiting o
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l status -d 'Only the jobs that stand so: queued (due), scheduled (not due yet) or running' -r -f -a "queued\t''
 scheduled\t''
 running\t''"
-complete -c wf -n "__fish_wf_using_subcommand cancel" -l reason -r
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l reason -d 'Why, recorded with the cancel (`canceled_reason` in `wf show`)' -r
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand cancel" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
-complete -c wf -n "__fish_wf_using_subcommand cancel" -l yes -d 'Do not ask for confirmation'
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l yes -d 'Do not ask for confirmation. Asked when more than one job is canceled (several ids, or the jobs that match); one id is canceled at once, as `kill` does, and as scripts cancel a job'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand rerun" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand rerun" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand rerun" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand rerun" -l latest -d 'Pin the action as the catalog shows it now (its current commit, schemas, timeout, tag), instead of exactly what the job ran'
 complete -c wf -n "__fish_wf_using_subcommand rerun" -l json -d 'Print exactly one JSON document on stdout'
@@ -203,7 +203,7 @@ complete -c wf -n "__fish_wf_using_subcommand rerun" -s h -l help -d 'Print help
 complete -c wf -n "__fish_wf_using_subcommand reap" -l zombie-timeout -d 'A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S)' -r
 complete -c wf -n "__fish_wf_using_subcommand reap" -l restart-limit -d 'Restarts before a dying job completes as failure (default WF_RESTART_LIMIT)' -r
 complete -c wf -n "__fish_wf_using_subcommand reap" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand reap" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand reap" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand reap" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand reap" -s q -l quiet -d 'Hide progress and informational messages'
@@ -223,21 +223,21 @@ complete -c wf -n "__fish_wf_using_subcommand jobs" -l until -d 'Only jobs creat
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l limit -d 'List at most this many jobs (newest first): one page' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l page -d 'Which page of --limit jobs to list (1: the newest)' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand jobs" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l watch -d 'List again every 2 seconds until interrupted'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand show" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand show" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand show" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand show" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand show" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand show" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand result" -l timeout -d 'Give up waiting after this long (exit 3)' -r
 complete -c wf -n "__fish_wf_using_subcommand result" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand result" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand result" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand result" -l wait -d 'Wait until the job finishes'
 complete -c wf -n "__fish_wf_using_subcommand result" -l json -d 'Print exactly one JSON document on stdout'
@@ -246,7 +246,7 @@ complete -c wf -n "__fish_wf_using_subcommand result" -s h -l help -d 'Print hel
 complete -c wf -n "__fish_wf_using_subcommand logs" -l tail -d 'Only the last N lines (then new ones, with --follow)' -r
 complete -c wf -n "__fish_wf_using_subcommand logs" -l since -d 'Only lines written since this time (RFC 3339) or this long ago (30s, 5m, 2h)' -r
 complete -c wf -n "__fish_wf_using_subcommand logs" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand logs" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand logs" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand logs" -s f -l follow -d 'Keep printing new lines until the job completes'
 complete -c wf -n "__fish_wf_using_subcommand logs" -l timestamps -d 'Start each line with the time it was written (local time zone, RFC 3339)'
@@ -254,35 +254,35 @@ complete -c wf -n "__fish_wf_using_subcommand logs" -l json -d 'Print exactly on
 complete -c wf -n "__fish_wf_using_subcommand logs" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand logs" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wf -n "__fish_wf_using_subcommand status" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand status" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand status" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand status" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand status" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand status" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand workers" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand workers" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand workers" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand workers" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand workers" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand workers" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed or expired'
+complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed, expired, or no longer current (its attempt has ended, or the job is no longer that claim\'s)'
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed or expired'
+complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed, expired, or no longer current (its attempt has ended, or the job is no longer that claim\'s)'
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -s q -l quiet -d 'Hide progress and informational messages'
@@ -301,14 +301,14 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l priority -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l tag -d 'Override the action\'s effective tag' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l no-overlap -d 'Skip a fire time while an earlier run of this schedule is still running'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Hide progress and informational messages'
@@ -321,27 +321,27 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l no-overlap -d 'Skip fire times while an earlier run is still running (`--no-overlap true`), or not' -r -f -a "true\t''
 false\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l yes -d 'Do not ask for confirmation (rm)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l yes -d 'Do not ask for confirmation (rm)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l yes -d 'Do not ask for confirmation (rm)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l json -d 'Print exactly one JSON document on stdout'
@@ -349,7 +349,7 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l horizon -d 'Enqueue fire times up to this far ahead (workers start them on time)' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -s q -l quiet -d 'Hide progress and informational messages'
@@ -367,7 +367,7 @@ complete -c wf -n "__fish_wf_using_subcommand prune" -l status -d 'Only jobs tha
 failure\t''
 canceled\t''"
 complete -c wf -n "__fish_wf_using_subcommand prune" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand prune" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand prune" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand prune" -l sources -d 'Delete the synced commits no job pins any more (queued, running, or completed and not pruned) and the catalog is not on, from the database and from this host\'s store, and the file contents no commit holds any more. After the jobs when both are given'
 complete -c wf -n "__fish_wf_using_subcommand prune" -l dry-run -d 'Count what would be deleted, delete nothing'
@@ -379,7 +379,7 @@ complete -c wf -n "__fish_wf_using_subcommand bench" -l jobs -d 'Jobs per measur
 complete -c wf -n "__fish_wf_using_subcommand bench" -l workers -d 'Concurrent claimers for the claim-to-complete rate' -r
 complete -c wf -n "__fish_wf_using_subcommand bench" -l batch -d 'Jobs each claimer claims, and completes, per statement (as a worker claims for its idle slots); 1 is the seed\'s one job per claim' -r
 complete -c wf -n "__fish_wf_using_subcommand bench" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
-complete -c wf -n "__fish_wf_using_subcommand bench" -l output -d 'Output format (`--json` is the short form of `--output json`)' -r -f -a "table\t''
+complete -c wf -n "__fish_wf_using_subcommand bench" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand bench" -l bun -d 'Also measure end to end with a trivial bun action (at most 200 jobs), with and without the sandbox, the same action warm (at most 5,000 jobs), and a bare loop starting bun for each job, taking turns in 4 rounds (a worker\'s run timed from its first claim to its last completion); for each, the processor time per job of wf and every process it started (`cpu ms/job`), and of the database server when it runs on this host (`db cpu ms/job`, also for claim + complete)'
 complete -c wf -n "__fish_wf_using_subcommand bench" -l floor -d 'Also measure the floor: the seed\'s minimal claim and completion statements, prepared, on a scratch schema, over the same connections, in 5 rounds alternating with claim + complete (a change in the host\'s speed weighs on both alike); prints the spine\'s rate against it'
@@ -413,7 +413,7 @@ complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_f
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from source" -f -a "add" -d 'Register a git source'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from source" -f -a "list" -d 'List git sources'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from source" -f -a "rm" -d 'Remove a git source and its actions from the catalog (jobs keep their pinned metadata)'
-complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed or expired'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed, expired, or no longer current (its attempt has ended, or the job is no longer that claim\'s)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "add" -d 'Add a schedule'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "list" -d 'List schedules: state, how far they are enqueued, their next fire time'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again as it now says'

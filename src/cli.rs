@@ -28,9 +28,9 @@ pub(crate) struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
-    /// Output format (`--json` is the short form of `--output json`).
-    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
+    /// Output format (`--json` is the short form of `--output json`) [default: table].
+    #[arg(long, global = true, value_enum)]
+    pub output: Option<OutputFormat>,
 
     /// Hide progress and informational messages.
     #[arg(long, short, global = true)]
@@ -185,11 +185,12 @@ pub(crate) struct EnqueueArgs {
     #[arg(long)]
     pub tag: Option<String>,
     /// Run at this time (RFC 3339).
-    #[arg(long, conflicts_with = "in_")]
-    pub at: Option<String>,
+    #[arg(long, conflicts_with = "in_", value_parser = parse_time)]
+    pub at: Option<chrono::DateTime<chrono::Utc>>,
     /// Run after this delay (30s, 5m, 2h, 30d).
     #[arg(long = "in", value_parser = parse_duration)]
     pub in_: Option<Duration>,
+    /// What triggered the job, recorded with it (`WF_TRIGGER_KIND` of its attempts, `wf show`).
     #[arg(long, value_enum, default_value_t = TriggerKind::Manual)]
     pub trigger_kind: TriggerKind,
     /// Wait for the job to finish and print its result (exit code as `wf result`).
@@ -200,7 +201,7 @@ pub(crate) struct EnqueueArgs {
     pub timeout: Option<Duration>,
     /// Idempotency key: while a job enqueued with this key exists, enqueueing again returns it
     /// (`"existing": true`) instead of a new one.
-    #[arg(long, conflicts_with = "batch")]
+    #[arg(long, conflicts_with = "batch", value_parser = parse_key)]
     pub key: Option<String>,
 }
 
@@ -291,9 +292,11 @@ pub(crate) struct CancelArgs {
     /// Only the jobs that stand so: queued (due), scheduled (not due yet) or running.
     #[arg(long, value_parser = waiting_status())]
     pub status: Option<JobStatus>,
+    /// Why, recorded with the cancel (`canceled_reason` in `wf show`).
     #[arg(long)]
     pub reason: Option<String>,
-    /// Do not ask for confirmation.
+    /// Do not ask for confirmation. Asked when more than one job is canceled (several ids, or the
+    /// jobs that match); one id is canceled at once, as `kill` does, and as scripts cancel a job.
     #[arg(long)]
     pub yes: bool,
 }
@@ -304,7 +307,7 @@ pub(crate) struct ReapArgs {
     #[arg(long, value_parser = parse_duration)]
     pub zombie_timeout: Option<Duration>,
     /// Restarts before a dying job completes as failure (default WF_RESTART_LIMIT).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
     pub restart_limit: Option<i32>,
 }
 
@@ -376,12 +379,14 @@ pub(crate) struct LogsArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum TokenCommand {
-    /// Print a token's claims; exit 1 when forged, malformed or expired.
+    /// Print a token's claims; exit 1 when forged, malformed, expired, or no longer current (its
+    /// attempt has ended, or the job is no longer that claim's).
     Verify(TokenVerifyArgs),
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct TokenVerifyArgs {
+    /// A token as an attempt gets it in WF_TOKEN.
     pub token: String,
 }
 
@@ -533,14 +538,45 @@ pub(crate) fn parse_moment(text: &str) -> Result<Moment, String> {
     if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text.trim()) {
         return Ok(Moment::At(at.with_timezone(&chrono::Utc)));
     }
-    humantime::parse_duration(text.trim()).map(Moment::Ago).map_err(|_| {
-        format!("{text:?} is neither an RFC 3339 time nor a duration (examples: 2h, 30m, 2026-01-31T09:00:00Z)")
-    })
+    match humantime::parse_duration(text.trim()) {
+        Ok(duration) => within_bounds(text, duration).map(Moment::Ago),
+        Err(_) => Err(format!(
+            "{text:?} is neither an RFC 3339 time nor a duration (examples: 2h, 30m, 2026-01-31T09:00:00Z)"
+        )),
+    }
 }
+
+/// An RFC 3339 time (`--at`).
+pub(crate) fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(text.trim())
+        .map(|at| at.with_timezone(&chrono::Utc))
+        .map_err(|e| format!("{text:?} is not an RFC 3339 time such as 2026-12-01T09:00:00Z: {e}"))
+}
+
+/// The longest duration taken: times further from now than this are past what the database and the
+/// clock computations hold.
+const DURATION_MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Durations as operators write them: `30s`, `5m`, `2h`, `30d`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (examples: 30s, 5m, 2h, 30d)"))
+    let duration = humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (examples: 30s, 5m, 2h, 30d)"))?;
+    within_bounds(text, duration)
+}
+
+fn within_bounds(text: &str, duration: Duration) -> Result<Duration, String> {
+    if duration > DURATION_MAX {
+        return Err(format!("{text:?} is longer than 100 years"));
+    }
+    Ok(duration)
+}
+
+/// An idempotency key: not empty (an unset shell variable would otherwise make every enqueue after
+/// the first return that first job).
+fn parse_key(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("an idempotency key must not be empty".to_string());
+    }
+    Ok(text.to_string())
 }
 
 /// `--status` of jobs: any status.

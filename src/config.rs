@@ -47,7 +47,11 @@ impl Config {
                 .map(|data| PathBuf::from(data).join("windforce"))
                 .or_else(|| env_nonempty("HOME").map(|home| PathBuf::from(home).join(".local/share/windforce")))
         });
-        let user = env_nonempty("USER").or_else(|| env_nonempty("LOGNAME")).unwrap_or_else(|| "unknown".to_string());
+        // Cron, systemd units and containers often set neither variable: then the account's name.
+        let user = env_nonempty("USER").or_else(|| env_nonempty("LOGNAME")).unwrap_or_else(|| {
+            let account = nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten();
+            account.map_or_else(|| "unknown".to_string(), |account| account.name)
+        });
         Config {
             home,
             store: env_nonempty("WF_STORE").map(PathBuf::from),

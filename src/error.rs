@@ -110,9 +110,12 @@ impl<E: Into<anyhow::Error>> From<E> for CommandError {
 }
 
 /// The whole cause chain on one line, then the hint.
+/// One line, whatever the causes say: a database error, for one, puts its DETAIL and HINT on
+/// lines of their own.
 impl fmt::Display for CommandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#}", self.error)?;
+        let text = format!("{:#}", self.error);
+        f.write_str(&text.split('\n').map(str::trim_end).collect::<Vec<_>>().join(" "))?;
         match &self.hint {
             Some(hint) => write!(f, "; {hint}"),
             None => Ok(()),

@@ -206,6 +206,7 @@ fn check(
     let Some(found) = found else {
         bail!("{}", crate::source::catalog::unknown_action(tx, app, action)?);
     };
+    enqueue::check_storable(std::slice::from_ref(input), &[])?;
     if let Some(schema) = found.get::<_, Option<Value>>(0) {
         enqueue::validate_inputs(&schema, std::slice::from_ref(input))?;
     }

@@ -19,12 +19,8 @@ use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     let (app, action) = split_target(&args.target)?;
-    let when = match (&args.at, args.in_) {
-        (Some(at), _) => When::At(
-            chrono::DateTime::parse_from_rfc3339(at)
-                .with_context(|| format!("--at {at:?} is not an RFC 3339 time (e.g. 2026-12-01T09:00:00Z)"))?
-                .with_timezone(&chrono::Utc),
-        ),
+    let when = match (args.at, args.in_) {
+        (Some(at), _) => When::At(at),
         (None, Some(delay)) => When::In(delay),
         (None, None) => When::Now,
     };
@@ -67,7 +63,7 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     if args.wait {
         diag!("{}", job.id);
         let view = inspect::wait_until_finished(&mut client, job.id, args.timeout)?;
-        return print_result(&ctx.out, &view);
+        return print_result(&ctx.out, &view, true);
     }
     if ctx.out.json {
         ctx.out.json(&EnqueuedDocument::from(job))?;

@@ -119,7 +119,10 @@ impl Ctx {
 pub(crate) type CommandResult = std::result::Result<Exit, CommandError>;
 
 pub(crate) fn dispatch(cli: Cli) -> CommandResult {
-    let json = cli.json || cli.output == OutputFormat::Json;
+    if cli.json && cli.output == Some(OutputFormat::Table) {
+        return Err(CommandError::usage("--json asks for JSON and --output table for a table: give one of them"));
+    }
+    let json = cli.json || cli.output == Some(OutputFormat::Json);
     let config = Config::from_env();
     crate::fault::arm(config.fault.clone());
     let ctx = Ctx { out: Output::new(json, cli.quiet, config.no_color), config, database_url: cli.database_url };

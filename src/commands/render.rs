@@ -14,8 +14,9 @@ use crate::queue::enqueue::Enqueued;
 use crate::queue::inspect::JobView;
 use crate::queue::job::{JobStatus, TriggerKind};
 
-/// Print a job's outcome as `wf result` does, and return the matching exit.
-pub(super) fn print_result(out: &Output, job: &JobView) -> CommandResult {
+/// Print a job's outcome as `wf result` does, and return the matching exit. `waited`: the command
+/// waited for it (`--wait`) until its `--timeout`.
+pub(super) fn print_result(out: &Output, job: &JobView, waited: bool) -> CommandResult {
     let (ending, exit) = match job.status {
         JobStatus::Success => (Some(Ending::Result(job.result.clone().unwrap_or(Value::Null))), Exit::Ok),
         JobStatus::Failure => (Some(Ending::Error(job.error.clone().unwrap_or(Value::Null))), Exit::JobFailed),
@@ -38,7 +39,11 @@ pub(super) fn print_result(out: &Output, job: &JobView) -> CommandResult {
     } else if let Some(ending) = ending {
         out.line(&pretty(&ending)?)?;
     } else {
-        diag!("job {} is {}: not finished (use --wait to wait for it)", job.id, job.status);
+        if waited {
+            diag!("job {} is {}: not finished within --timeout", job.id, job.status);
+        } else {
+            diag!("job {} is {}: not finished (use --wait to wait for it)", job.id, job.status);
+        }
     }
     Ok(exit)
 }

@@ -13,5 +13,5 @@ pub(super) fn run(ctx: &Ctx, args: ResultArgs) -> CommandResult {
     } else {
         inspect::show_existing(&mut client, id)?
     };
-    print_result(&ctx.out, &job)
+    print_result(&ctx.out, &job, args.wait)
 }

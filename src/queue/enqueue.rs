@@ -208,6 +208,7 @@ impl<'r, 'a> Batch<'r, 'a> {
         inputs: &[Value],
         lines: &[usize],
     ) -> Result<Vec<Enqueued>> {
+        check_storable(inputs, lines)?;
         if let Some(validator) = &self.input_schema {
             check(validator, inputs, lines)?;
         }
@@ -356,6 +357,24 @@ fn existing(tx: &mut Transaction<'_>, key: &str, request: &Request<'_>) -> Resul
 /// Validate inputs against a schema; the error names each input's JSON path.
 pub(crate) fn validate_inputs(schema: &Value, inputs: &[Value]) -> Result<()> {
     check(&compile(schema)?, inputs, &[])
+}
+
+/// Refuse an input PostgreSQL cannot store: `jsonb` holds no U+0000 in a string or a key (its
+/// refusal says only "unsupported Unicode escape sequence").
+pub(crate) fn check_storable(inputs: &[Value], lines: &[usize]) -> Result<()> {
+    fn holds_nul(value: &Value) -> bool {
+        match value {
+            Value::String(text) => text.contains('\0'),
+            Value::Array(items) => items.iter().any(holds_nul),
+            Value::Object(fields) => fields.iter().any(|(key, value)| key.contains('\0') || holds_nul(value)),
+            _ => false,
+        }
+    }
+    if let Some(n) = inputs.iter().position(holds_nul) {
+        let which = lines.get(n).map(|line| format!(" on line {line}")).unwrap_or_default();
+        bail!("the input{which} holds the character U+0000 (\\u0000), which PostgreSQL cannot store in JSON");
+    }
+    Ok(())
 }
 
 fn compile(schema: &Value) -> Result<jsonschema::Validator> {

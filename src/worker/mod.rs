@@ -82,6 +82,9 @@ pub(crate) struct Options {
 impl Options {
     /// Refuse settings that would make a healthy worker look dead to the reaper.
     pub(crate) fn check(&self) -> Result<()> {
+        for tag in &self.tags {
+            crate::source::check_tag(tag).with_context(|| format!("--tag {tag:?}: no job can have it"))?;
+        }
         if self.heartbeat.is_zero() {
             bail!("the heartbeat period must be positive");
         }

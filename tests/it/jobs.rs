@@ -96,21 +96,39 @@ fn bad_input_is_refused_and_changes_nothing() {
         (vec!["enqueue", "t/typed", "--input", r#"{}"#], "input does not match"),
         (vec!["enqueue", "t/typed", "--batch", batch.to_str().unwrap()], "line 3"),
         (vec!["enqueue", "t/typed", "--batch", not_json.to_str().unwrap()], "line 2"),
-        (vec!["enqueue", "t/echo", "--at", "tomorrow"], "RFC 3339"),
         (vec!["enqueue", "t/echo", "--tag", "GPU"], "the manifest's rule for tags"),
         (vec!["enqueue", "t/echo", "--tag", &huge_tag], "the manifest's rule for tags"),
+        // PostgreSQL's own refusal of it took two lines and named no input.
+        (vec!["enqueue", "t/echo", "--input", r#"{"name": "a\u0000b"}"#], "U+0000"),
+        (vec!["schedule", "add", "nul", "t/echo", "--cron", "0 2 * * *", "--input", r#"{"\u0000": 1}"#], "U+0000"),
+        (vec!["work", "--tag", "Bad Tag", "--drain"], "no job can have it"),
     ];
     for (args, needle) in cases {
         let run = env.wf(&args).run();
         assert_eq!(run.code, 1, "{args:?} should fail: {run:?}");
         assert!(run.stderr.contains(needle), "{args:?}: error should mention {needle:?}: {}", run.stderr);
-        assert!(run.stderr.starts_with("error: "), "one-line error: {}", run.stderr);
+        assert!(run.stderr.starts_with("error: ") && run.stderr.lines().count() == 1, "one line: {}", run.stderr);
         assert_eq!(job_count(&env), 0, "{args:?} must not create a job");
         let queued: i64 = env.scalar("SELECT count(*) FROM job_queue");
         assert_eq!(queued, 0);
     }
-    let usage = env.wf(["enqueue"]).run();
-    assert_eq!(usage.code, 2, "a usage error is exit 2: {usage:?}");
+    let usage_cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["enqueue"], "TARGET"),
+        (vec!["enqueue", "t/echo", "--at", "tomorrow"], "RFC 3339"),
+        // An unset shell variable would have made every later enqueue return the first job.
+        (vec!["enqueue", "t/echo", "--key", ""], "must not be empty"),
+        (vec!["enqueue", "t/echo", "--in", "1000000d"], "longer than 100 years"),
+        (vec!["jobs", "--json", "--output", "table"], "give one of them"),
+        (vec!["reap", "--restart-limit=-1"], "-1"),
+    ];
+    for (args, needle) in usage_cases {
+        let run = env.wf(&args).run();
+        assert_eq!(run.code, 2, "{args:?} is a usage error: {run:?}");
+        assert!(run.stderr.contains(needle), "{args:?}: error should mention {needle:?}: {}", run.stderr);
+        assert_eq!(job_count(&env), 0, "{args:?} must not create a job");
+    }
+    let schedules: i64 = env.scalar("SELECT count(*) FROM schedule");
+    assert_eq!(schedules, 0);
     for limit in ["-1", "0"] {
         let run = env.wf(["jobs", "--limit", limit]).run();
         assert_eq!(run.code, 2, "--limit {limit} is a usage error, refused before any query: {run:?}");
