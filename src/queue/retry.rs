@@ -50,7 +50,7 @@ pub(crate) fn complete_failure(session: &mut Session, completion: &Completion) -
     if let Some(row) = left {
         let (app, action): (String, String) = (row.get(0), row.get(1));
         let number: i32 = row.get(5);
-        let after = Duration::from_secs_f64(row.get::<_, f64>(6).max(0.0));
+        let after = Duration::try_from_secs_f64(row.get::<_, f64>(6).max(0.0)).unwrap_or(Duration::ZERO);
         let request = Request {
             priority: row.get(3),
             when: When::In(after),

@@ -58,12 +58,16 @@ pub(crate) struct Retries {
 /// Waits of retries when the manifest does not say.
 const DEFAULT_BACKOFF: &str = "10s";
 const DEFAULT_MAX_BACKOFF: &str = "10m";
+/// The longest wait before a retry: a longer one is this long (a due time of many centuries ahead
+/// is past what the database holds, and the failure's completion would fail with it).
+const RETRY_WAIT_MAX_S: f64 = 365.0 * 24.0 * 3600.0;
 
 impl RetriesFile {
     fn retries(&self) -> Retries {
         // The schema let through only durations humantime reads.
         let seconds = |given: &Option<String>, default: &str| {
-            humantime::parse_duration(given.as_deref().unwrap_or(default).trim()).map_or(0.0, |d| d.as_secs_f64())
+            humantime::parse_duration(given.as_deref().unwrap_or(default).trim())
+                .map_or(0.0, |d| d.as_secs_f64().min(RETRY_WAIT_MAX_S))
         };
         Retries {
             max: self.max,
@@ -517,7 +521,7 @@ fn join(parent: &str, key: &str) -> String {
 mod tests {
     use serde_json::Value;
 
-    use super::{MANIFEST_SCHEMA, manifest_schema};
+    use super::{MANIFEST_SCHEMA, RETRY_WAIT_MAX_S, RetriesFile, manifest_schema};
     use crate::source::KEY_PATTERN;
 
     /// Keys and tags follow one rule: the schema's copy of it is the code's.
@@ -532,6 +536,17 @@ mod tests {
         for pointer in patterns {
             assert_eq!(schema.pointer(pointer).and_then(Value::as_str), Some(KEY_PATTERN), "{pointer}");
         }
+    }
+
+    /// A wait of centuries would make the failure's completion fail (a due time past what the
+    /// database holds), and the job run again after the reaper's window.
+    #[test]
+    fn a_retry_waits_at_most_a_year() {
+        let retries: RetriesFile =
+            serde_json::from_value(serde_json::json!({"max": 2, "backoff": "200000000d", "max_backoff": "90d"}))
+                .unwrap();
+        let retries = retries.retries();
+        assert_eq!((retries.backoff_s, retries.max_backoff_s), (RETRY_WAIT_MAX_S, 90.0 * 86400.0));
     }
 
     #[test]
