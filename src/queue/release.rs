@@ -1,5 +1,6 @@
-//! Release: a worker shutting down cleanly puts its running jobs back in the queue at once. Not a
-//! crash, so not a restart; gated by ownership like a completion.
+//! Release: a worker shutting down cleanly puts its running jobs back in the queue at once, and one
+//! that cannot start a job now (its commit cannot be written from the database) puts it back for
+//! later. Not a crash, so not a restart; gated by ownership like a completion.
 
 use anyhow::Result;
 use postgres::Client;
@@ -10,11 +11,39 @@ use super::complete;
 use super::job::JobStatus;
 use super::logs::{self, LogLine};
 
-/// Put a job back in the queue at once because its worker is shutting down cleanly (not a crash:
-/// restarts unchanged; its next run is the next attempt), with the attempt's last log lines in the same transaction. Gated by
-/// ownership; a job with a cancel mark is completed as canceled instead. Returns false when the
-/// claim no longer owned the job (nothing is written then).
-pub(crate) fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i32, lines: &[LogLine]) -> Result<bool> {
+/// Why a worker puts back a job it claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Why {
+    /// A clean shutdown: due again at once.
+    Shutdown,
+    /// The job could not start on this worker now (its commit could not be written from the
+    /// database): due again after this wait, so that a worker meeting the same trouble does not
+    /// claim it again and again.
+    CannotStart(std::time::Duration),
+}
+
+impl Why {
+    /// As the worker's journal and the job's logs say it.
+    pub(crate) fn said(self) -> &'static str {
+        match self {
+            Why::Shutdown => "worker shutting down",
+            Why::CannotStart(_) => "the job could not start here now",
+        }
+    }
+}
+
+/// Put a job back in the queue (not a crash: restarts unchanged; its next run is the next attempt),
+/// with the attempt's last log lines in the same transaction. Gated by ownership; a job with a
+/// cancel mark is completed as canceled instead. Returns false when the claim no longer owned the
+/// job (nothing is written then).
+pub(crate) fn release(
+    client: &mut Client,
+    job_id: Uuid,
+    claim: &str,
+    attempt: i32,
+    lines: &[LogLine],
+    why: Why,
+) -> Result<bool> {
     let mut tx = client.transaction()?;
     logs::append_in(&mut tx, job_id, claim, attempt, lines)?;
     let row = tx.query_opt(
@@ -28,12 +57,20 @@ pub(crate) fn release(client: &mut Client, job_id: Uuid, claim: &str, attempt: i
     if row.get::<_, bool>(0) {
         complete::finish_locked(&mut tx, &[job_id], JobStatus::Canceled, None, None, None)?;
     } else {
-        logs::note(&mut tx, job_id, attempt, "worker shutting down: the job was stopped and put back in the queue")?;
+        let wait = match why {
+            Why::Shutdown => 0.0,
+            Why::CannotStart(wait) => wait.as_secs_f64(),
+        };
+        let note = match why {
+            Why::Shutdown => "worker shutting down: the job was stopped and put back in the queue".to_string(),
+            Why::CannotStart(_) => format!("{}: the job is put back in the queue, due in {wait:.0} s", why.said()),
+        };
+        logs::note(&mut tx, job_id, attempt, &note)?;
         tx.execute(
             "UPDATE job_queue SET running = false, worker = NULL, started_at = NULL, ping = NULL, window_s = NULL,
-                                 scheduled_for = now(), releases = releases + 1
+                                 scheduled_for = now() + make_interval(secs => $3), releases = releases + 1
               WHERE job_id = $1 AND worker = $2",
-            &[&job_id, &claim],
+            &[&job_id, &claim, &wait],
         )?;
         tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &row.get::<_, String>(1)])?;
     }

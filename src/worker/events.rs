@@ -10,6 +10,7 @@ use super::Shared;
 use crate::diag::write_record;
 use crate::queue::claim::Claimed;
 use crate::queue::job::JobStatus;
+use crate::queue::release::Why;
 use crate::queue::retry::Retry;
 
 /// What happened to a job in this worker.
@@ -26,8 +27,8 @@ pub(super) enum JobEvent {
     Killed {
         reason: &'static str,
     },
-    /// A clean shutdown put it back in the queue.
-    Requeued,
+    /// The worker put it back in the queue: a clean shutdown, or a job that cannot start here now.
+    Requeued(Why),
     /// Its failure is followed by this retry, a new job.
     Retried(Retry),
 }
@@ -50,7 +51,10 @@ pub(super) fn job_event(shared: &Shared, job: &Claimed, event: JobEvent) {
             fields.insert("reason".to_string(), json!(reason));
             ("killed", format!(" ({reason})"))
         }
-        JobEvent::Requeued => ("requeued", " (worker shutting down)".to_string()),
+        JobEvent::Requeued(why) => {
+            fields.insert("reason".to_string(), json!(why.said()));
+            ("requeued", format!(" ({})", why.said()))
+        }
         JobEvent::Retried(retry) => {
             fields.insert("retry".to_string(), json!(retry.id));
             fields.insert("retry_number".to_string(), json!(retry.number));

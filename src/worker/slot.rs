@@ -21,6 +21,7 @@ use crate::queue::complete::{self, Completion, Recorded};
 use crate::queue::heartbeat::{self, Beat};
 use crate::queue::job::{JobError, JobStatus};
 use crate::queue::logs::{LogBuffer, LogLine};
+use crate::queue::release::Why;
 use crate::queue::{overlap, release, retry};
 use crate::runner::{self, Event, Limits, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Stream};
 use crate::source::{store, stored};
@@ -205,7 +206,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
             if let Some(next) = link.next.take() {
-                release(shared, &mut link.connection, &next.job, LogBuffer::default());
+                release(shared, &mut link.connection, &next.job, LogBuffer::default(), Why::Shutdown);
             }
             release_handed(shared, &mut link.connection);
             link.end();
@@ -283,7 +284,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
 /// once, as a clean shutdown puts back a running job.
 fn release_handed(shared: &Shared, connection: &mut Connection) {
     while let Some(handed) = shared.take_handed() {
-        release(shared, connection, &handed.job, LogBuffer::default());
+        release(shared, connection, &handed.job, LogBuffer::default(), Why::Shutdown);
     }
 }
 
@@ -341,11 +342,8 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
             // The database could not give the tree now: another attempt, maybe on another host,
             // will, rather than a failure of a job that never ran.
             let mut logs = LogBuffer::default();
-            logs.push(
-                "wf",
-                format!("materializing commit {} failed: {error:#}; the job goes back to the queue", job.commit_sha),
-            );
-            release(shared, &mut link.connection, &job, logs);
+            logs.push("wf", format!("materializing commit {} failed: {error:#}", job.commit_sha));
+            release(shared, &mut link.connection, &job, logs, Why::CannotStart(BACKOFF_LAST));
             return Ok(link);
         }
         let error = JobError::new("SourceNotMaterialized", format!("commit {}: {error:#}", job.commit_sha));
@@ -461,7 +459,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
             return Ok(link);
         }
         (Some(StopReason::Shutdown), Outcome::Stopped) => {
-            release(shared, &mut link.connection, &job, logs);
+            release(shared, &mut link.connection, &job, logs, Why::Shutdown);
             return Ok(link);
         }
         (Some(StopReason::Canceled), Outcome::Stopped) => (JobStatus::Canceled, None, None),
@@ -882,20 +880,20 @@ fn count(shared: &Shared, status: JobStatus) {
     counter.fetch_add(1, Ordering::SeqCst);
 }
 
-/// Shutdown past the grace: the job goes back in the queue at once, ownership-gated, retried as a
-/// completion is.
-fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, mut logs: LogBuffer) {
+/// Put the job back in the queue (`why`: at once at a shutdown past the grace, later when it cannot
+/// start here now), ownership-gated, retried as a completion is.
+fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, mut logs: LogBuffer, why: Why) {
     let give_up = Instant::now() + shared.options.zombie_timeout;
     let mut trouble = Trouble::default();
     let lines: Vec<LogLine> = logs.take();
     loop {
         let released = connection
             .client()
-            .and_then(|session| release::release(session.client(), job.id, &job.claim, job.attempt(), &lines));
+            .and_then(|session| release::release(session.client(), job.id, &job.claim, job.attempt(), &lines, why));
         match released {
             Ok(true) => {
                 shared.released.fetch_add(1, Ordering::SeqCst);
-                job_event(shared, job, JobEvent::Requeued);
+                job_event(shared, job, JobEvent::Requeued(why));
                 return;
             }
             Ok(false) => {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::checks::reap;
+use crate::support::checks::{reap, wait_completed};
 use crate::support::fixtures::{actions_repo, enqueue, enqueue_batch, path};
 use crate::support::harness::{Process, TestEnv, wait_for};
 
@@ -81,6 +81,63 @@ fn a_worker_with_an_empty_store_writes_the_commit_from_the_database_and_runs_it(
     assert!(tree.join("t/echo.ts").is_file());
     let written = std::fs::metadata(tree.join("t/echo.ts")).unwrap();
     assert_eq!(written.mode() & 0o777, 0o444, "read-only like a synced tree");
+}
+
+/// A worker that cannot write a job's commit from the database now (here: no connection left for
+/// its role) puts the job back for a few seconds, rather than claiming it again at once, attempt
+/// after attempt; it runs once the database lets it.
+#[test]
+fn a_job_whose_commit_cannot_be_written_now_goes_back_for_a_while_then_runs() {
+    let env = TestEnv::new();
+    synced(&env);
+    let role = format!("{}_worker", env.dbname);
+    env.db()
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN; GRANT ALL ON SCHEMA public TO {role};
+             GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}; GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role};"
+        ))
+        .unwrap();
+    let url = format!("{} user={role}", env.url);
+    let other = host(&env, "host2");
+    let worker = env
+        .wf(["work", "--name", "h2", "--isolation", "none"])
+        .env("DATABASE_URL", &url)
+        .env("WF_HOME", other.join("home"))
+        .env("WF_STORE", other.join("store"))
+        .spawn(&env.dir.path().join("h2.log"));
+    let journal = env.dir.path().join("h2.log");
+    wait_for(Duration::from_secs(30), "the worker to start", || {
+        std::fs::read_to_string(&journal).unwrap_or_default().contains("started").then_some(())
+    });
+    // Every connection the worker has, and not one more: the one that writes a commit is refused.
+    let held: i64 = env.scalar(&format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}'"));
+    env.db().batch_execute(&format!("ALTER ROLE {role} CONNECTION LIMIT {held}")).unwrap();
+    let job = enqueue(&env, "t/echo", json!({"n": 1}));
+    wait_for(Duration::from_secs(30), "the job to go back to the queue", || {
+        let back: i64 = env.scalar_of(
+            "SELECT count(*) FROM job_queue WHERE job_id = $1::text::uuid AND releases > 0 AND NOT running",
+            &[&job],
+        );
+        (back == 1).then_some(())
+    });
+    let due_in: f64 = env.scalar_of(
+        "SELECT extract(epoch FROM scheduled_for - now())::float8 FROM job_queue WHERE job_id = $1::text::uuid",
+        &[&job],
+    );
+    assert!(due_in > 1.0, "due again in a few seconds, not at once: {due_in}");
+    env.db().batch_execute(&format!("ALTER ROLE {role} CONNECTION LIMIT -1")).unwrap();
+    wait_completed(&env, &job, Duration::from_secs(60));
+    assert_eq!(status_of(&env, &job), "success");
+    let refused: i64 = env.scalar_of(
+        "SELECT count(*) FROM job_logs WHERE job_id = $1::text::uuid AND line LIKE 'materializing commit%'",
+        &[&job],
+    );
+    assert!((1..=3).contains(&refused), "put back a few times, not claimed again and again: {refused}");
+    drop(worker);
+    let said = std::fs::read_to_string(&journal).unwrap();
+    assert!(said.contains("requeued (the job could not start here now)"), "{said}");
+    let logs = env.wf(["logs", &job]).ok().stdout;
+    assert!(logs.contains("the job is put back in the queue, due in 5 s"), "{logs}");
 }
 
 #[test]
