@@ -110,12 +110,13 @@ enum Ending {
     Limit(Status),
     /// bun could not be started (or its sandbox not built).
     NotStarted(String),
-    /// The sandbox's init died without a report (killed from outside, e.g. by the OOM killer).
-    InitDied(libc::c_int),
+    /// The sandbox's init died without a report (killed from outside, e.g. by the OOM killer); its
+    /// wait status, unless it could not be reaped within KILL_PATIENCE.
+    InitDied(Option<libc::c_int>),
 }
 
 /// Run the command under supervision until it ends or is stopped; every process of the attempt is
-/// dead and reaped when this returns. Returns the exit code for the supervisor: bun's code, or
+/// dead and reaped when this returns (but one stuck in the kernel past KILL_PATIENCE, left to it). Returns the exit code for the supervisor: bun's code, or
 /// 128 + the signal that ended bun or stopped the job, or 127 when bun could not be started.
 pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
     let signals = take_signals()?;
@@ -152,10 +153,10 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
             (None, "ProcessError".to_string(), message, 127)
         }
         Ending::InitDied(status) => {
-            let how = if libc::WIFSIGNALED(status) {
-                format!("was killed by signal {}", libc::WTERMSIG(status))
-            } else {
-                format!("exited with code {}", libc::WEXITSTATUS(status))
+            let how = match status {
+                Some(status) if libc::WIFSIGNALED(status) => format!("was killed by signal {}", libc::WTERMSIG(status)),
+                Some(status) => format!("exited with code {}", libc::WEXITSTATUS(status)),
+                None => format!("died and its processes did not all die within {KILL_PATIENCE:?}"),
             };
             let message = format!("the sandbox's init {how}: every process of the action was killed");
             (None, "ProcessError".to_string(), message, 128 + libc::SIGKILL)
@@ -166,11 +167,27 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
         // The worker ends the attempt when the pipes close, after the status: let go of them now,
         // then reap init, which exits as slowly as the kernel dismantles its namespaces.
         release_output();
-        while reap_exited(init).is_none() {
-            signals.wait(PARENT_CHECK);
-        }
+        reap_within(init, &signals);
     }
     Ok(exit)
+}
+
+/// Reap `pid`, a child of ours that is dying: its wait status, or none when it is still not reaped
+/// after KILL_PATIENCE. The kernel reaps a namespace's init only once every process of the namespace
+/// is dead, and one stuck in uninterruptible I/O (a hung network mount) dies only when its I/O ends:
+/// such a process is left to the kernel, and the attempt still ends.
+fn reap_within(pid: i32, signals: &Signals) -> Option<libc::c_int> {
+    let deadline = Instant::now() + KILL_PATIENCE;
+    loop {
+        if let Some(status) = reap_exited(pid) {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            say(&format!("the sandbox's processes did not all die within {KILL_PATIENCE:?} of SIGKILL"));
+            return None;
+        }
+        signals.wait(PARENT_CHECK);
+    }
 }
 
 /// Without a sandbox: bun is our child, and we are the child subreaper of everything it starts.
@@ -223,12 +240,7 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &Signals)
                             Ending::NotStarted(format!("the sandbox could not be set up: {message}"))
                         }
                         // Init died without a report: its end must be known first.
-                        None => loop {
-                            if let Some(status) = reap_exited(init.pid) {
-                                return (Ending::InitDied(status), None);
-                            }
-                            signals.wait(PARENT_CHECK);
-                        },
+                        None => return (Ending::InitDied(reap_within(init.pid, signals)), None),
                     };
                     return (ending, Some(init.pid));
                 }
@@ -245,9 +257,7 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &Signals)
     // SIGKILL to a namespace's init from outside kills it, and the kernel then kills every process
     // in its namespace before init is reaped.
     kill(init.pid);
-    while reap_exited(init.pid).is_none() {
-        signals.wait(PARENT_CHECK);
-    }
+    reap_within(init.pid, signals);
     (stopped, None)
 }
 

@@ -518,3 +518,65 @@ fn a_worker_that_is_not_root_runs_sandboxed_actions() {
     assert_eq!(found["store"], "ENOENT", "{found}");
     assert_eq!(result(&env, &hello), "hello");
 }
+
+/// A cgroup v1 freezer of the test's own: a task frozen there stays in the kernel (state D), and a
+/// SIGKILL takes it only once it is thawed, as with a process stuck in I/O on a hung mount. Thawed
+/// and removed when dropped, so that a failing test leaves nothing frozen.
+struct Freezer(std::path::PathBuf);
+
+impl Freezer {
+    fn new(name: &str) -> Freezer {
+        let dir = std::path::Path::new("/sys/fs/cgroup/freezer").join(name);
+        std::fs::create_dir(&dir).unwrap_or_else(|error| panic!("a cgroup v1 freezer at {}: {error}", dir.display()));
+        Freezer(dir)
+    }
+
+    fn freeze(&self, pid: i32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).unwrap();
+        std::fs::write(self.0.join("freezer.state"), "FROZEN").unwrap();
+        wait_for(Duration::from_secs(10), "the freezer to freeze", || {
+            (std::fs::read_to_string(self.0.join("freezer.state")).unwrap().trim() == "FROZEN").then_some(())
+        });
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
+        for _ in 0..100 {
+            if std::fs::read_to_string(self.0.join("cgroup.procs")).is_ok_and(|procs| procs.trim().is_empty()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// A process of the action that SIGKILL cannot take yet keeps the sandbox's init from being reaped
+/// (the kernel reaps it once every process of its namespace is dead). The supervisor waits for it
+/// a bounded time (30 s), then lets the attempt end: the job is canceled as asked, rather than
+/// left running, beating, forever.
+#[test]
+fn an_action_stuck_in_the_kernel_does_not_keep_its_job_running_forever() {
+    let env = TestEnv::new();
+    crate::support::fixtures::synced(&env);
+    let id = enqueue(&env, "t/sleep", json!({"ms": 600_000}));
+    let mut w = worker(&env, "w", &["--heartbeat", "1s"]);
+    let jobs: HashSet<String> = [id.clone()].into_iter().collect();
+    let bun = wait_for(Duration::from_secs(30), "bun to run the job", || {
+        job_processes(&jobs)
+            .into_iter()
+            .map(|(pid, _, _)| pid)
+            .find(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "bun"))
+    });
+    let freezer = Freezer::new(&format!("wf-{}", env.dbname));
+    freezer.freeze(bun);
+    env.wf(["cancel", &id]).ok();
+    wait_completed(&env, &id, Duration::from_secs(120));
+    let status: String = env.scalar_of("SELECT status FROM job_completed WHERE job_id = $1::text::uuid", &[&id]);
+    assert_eq!(status, "canceled");
+    drop(freezer);
+    assert_no_job_processes(&[id], "the thawed action");
+    crate::support::checks::stop_worker(&mut w, "the worker");
+}
