@@ -341,10 +341,12 @@ pub(crate) fn then_claim(
 }
 
 /// After a completion whose commit acknowledgement was lost, the gate finds no row: the record
-/// tells whether our own commit landed.
-pub(crate) fn completed_by(session: &mut Session, job_id: Uuid, claim: &str) -> Result<bool> {
-    let row = session.query_opt("SELECT 1 FROM job_completed WHERE job_id = $1 AND worker = $2", &[&job_id, &claim])?;
-    Ok(row.is_some())
+/// kept with this claim tells whether the job ended, and how. It may be another's record of the
+/// claim (the reaper's, once the window passed): its status is the one that stands.
+pub(crate) fn recorded_for(session: &mut Session, job_id: Uuid, claim: &str) -> Result<Option<JobStatus>> {
+    let row =
+        session.query_opt("SELECT status FROM job_completed WHERE job_id = $1 AND worker = $2", &[&job_id, &claim])?;
+    Ok(row.map(|row| row.get(0)))
 }
 
 /// Complete queue rows the caller has already locked (cancel, reaper), keeping what each row

@@ -32,10 +32,20 @@ impl Why {
     }
 }
 
+/// What a release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Back in the queue.
+    Requeued,
+    /// It had a cancel mark: completed as canceled instead.
+    Canceled,
+    /// The claim no longer owned the job: nothing was written.
+    NotOurs,
+}
+
 /// Put a job back in the queue (not a crash: restarts unchanged; its next run is the next attempt),
 /// with the attempt's last log lines in the same transaction. Gated by ownership; a job with a
-/// cancel mark is completed as canceled instead. Returns false when the claim no longer owned the
-/// job (nothing is written then).
+/// cancel mark is completed as canceled instead.
 pub(crate) fn release(
     client: &mut Client,
     job_id: Uuid,
@@ -43,7 +53,7 @@ pub(crate) fn release(
     attempt: i32,
     lines: &[LogLine],
     why: Why,
-) -> Result<bool> {
+) -> Result<Released> {
     let mut tx = client.transaction()?;
     logs::append_in(&mut tx, job_id, claim, attempt, lines)?;
     let row = tx.query_opt(
@@ -52,10 +62,11 @@ pub(crate) fn release(
     )?;
     let Some(row) = row else {
         tx.rollback()?;
-        return Ok(false);
+        return Ok(Released::NotOurs);
     };
-    if row.get::<_, bool>(0) {
+    let released = if row.get::<_, bool>(0) {
         complete::finish_locked(&mut tx, &[job_id], JobStatus::Canceled, None, None, None)?;
+        Released::Canceled
     } else {
         let wait = match why {
             Why::Shutdown => 0.0,
@@ -73,7 +84,8 @@ pub(crate) fn release(
             &[&job_id, &claim, &wait],
         )?;
         tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &row.get::<_, String>(1)])?;
-    }
+        Released::Requeued
+    };
     tx.commit()?;
-    Ok(true)
+    Ok(released)
 }

@@ -21,7 +21,7 @@ use crate::queue::complete::{self, Completion, Recorded};
 use crate::queue::heartbeat::{self, Beat};
 use crate::queue::job::{JobError, JobStatus};
 use crate::queue::logs::{LogBuffer, LogLine};
-use crate::queue::release::Why;
+use crate::queue::release::{Released, Why};
 use crate::queue::{overlap, release, retry};
 use crate::runner::{self, Event, Limits, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Stream};
 use crate::source::{store, stored};
@@ -206,7 +206,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
             if let Some(next) = link.next.take() {
-                release(shared, &mut link.connection, &next.job, LogBuffer::default(), Why::Shutdown);
+                release(shared, &mut link.connection, &next.job, next.claimed_at, LogBuffer::default(), Why::Shutdown);
             }
             release_handed(shared, &mut link.connection);
             link.end();
@@ -284,7 +284,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
 /// once, as a clean shutdown puts back a running job.
 fn release_handed(shared: &Shared, connection: &mut Connection) {
     while let Some(handed) = shared.take_handed() {
-        release(shared, connection, &handed.job, LogBuffer::default(), Why::Shutdown);
+        release(shared, connection, &handed.job, handed.claimed_at, LogBuffer::default(), Why::Shutdown);
     }
 }
 
@@ -343,7 +343,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
             // will, rather than a failure of a job that never ran.
             let mut logs = LogBuffer::default();
             logs.push("wf", format!("materializing commit {} failed: {error:#}", job.commit_sha));
-            release(shared, &mut link.connection, &job, logs, Why::CannotStart(BACKOFF_LAST));
+            release(shared, &mut link.connection, &job, claimed, logs, Why::CannotStart(BACKOFF_LAST));
             return Ok(link);
         }
         let error = JobError::new("SourceNotMaterialized", format!("commit {}: {error:#}", job.commit_sha));
@@ -459,7 +459,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
             return Ok(link);
         }
         (Some(StopReason::Shutdown), Outcome::Stopped) => {
-            release(shared, &mut link.connection, &job, logs, Why::Shutdown);
+            release(shared, &mut link.connection, &job, claimed, logs, Why::Shutdown);
             return Ok(link);
         }
         (Some(StopReason::Canceled), Outcome::Stopped) => (JobStatus::Canceled, None, None),
@@ -809,16 +809,17 @@ fn record_completion(
             }
             Ok((Recorded::Fenced, _)) => {
                 trouble.recovered(shared);
-                // After a lost acknowledgement the gate finds nothing: did our own commit land?
-                let ours = retried
-                    && connection
-                        .client()
-                        .and_then(|client| complete::completed_by(client, job.id, &job.claim))
-                        .unwrap_or(false);
-                if ours {
-                    break finished(shared, job, completion.status, claimed);
+                // After a lost acknowledgement the gate finds nothing: did our own commit land? The
+                // journal says the status on record.
+                let recorded = if retried {
+                    connection.client().and_then(|client| complete::recorded_for(client, job.id, &job.claim))
+                } else {
+                    Ok(None)
+                };
+                match recorded {
+                    Ok(Some(status)) => break finished(shared, job, status, claimed),
+                    _ => break completion_skipped(shared, job),
                 }
-                break completion_skipped(shared, job);
             }
             Err(error) if classify(&error) == Failure::Data && !rewritten => {
                 rewritten = true;
@@ -882,7 +883,14 @@ fn count(shared: &Shared, status: JobStatus) {
 
 /// Put the job back in the queue (`why`: at once at a shutdown past the grace, later when it cannot
 /// start here now), ownership-gated, retried as a completion is.
-fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, mut logs: LogBuffer, why: Why) {
+fn release(
+    shared: &Shared,
+    connection: &mut Connection,
+    job: &Claimed,
+    claimed: Instant,
+    mut logs: LogBuffer,
+    why: Why,
+) {
     let give_up = Instant::now() + shared.options.zombie_timeout;
     let mut trouble = Trouble::default();
     let lines: Vec<LogLine> = logs.take();
@@ -891,12 +899,14 @@ fn release(shared: &Shared, connection: &mut Connection, job: &Claimed, mut logs
             .client()
             .and_then(|session| release::release(session.client(), job.id, &job.claim, job.attempt(), &lines, why));
         match released {
-            Ok(true) => {
+            Ok(Released::Requeued) => {
                 shared.released.fetch_add(1, Ordering::SeqCst);
                 job_event(shared, job, JobEvent::Requeued(why));
                 return;
             }
-            Ok(false) => {
+            // Asked to cancel meanwhile: completed as canceled instead, and said so.
+            Ok(Released::Canceled) => return finished(shared, job, JobStatus::Canceled, claimed),
+            Ok(Released::NotOurs) => {
                 shared.fenced.fetch_add(1, Ordering::SeqCst);
                 return;
             }

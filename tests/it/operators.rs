@@ -90,6 +90,20 @@ fn a_worker_journals_each_job_event_as_text_or_json() {
     ] {
         assert!(journal.contains(&expected), "{expected:?} in {journal}");
     }
+
+    // Asked to cancel, then stopped by a shutdown before its worker saw the mark: the release
+    // completes it as canceled, and the journal says that, not that it was put back.
+    env.wf(["cancel", &released]).ok();
+    let marked = enqueue(&env, "t/sleep", json!({"ms": 60000}));
+    let mut fourth = worker(&env, "w4", &["--grace", "0s", "--heartbeat", "20s"]);
+    wait_for(Duration::from_secs(30), "the job to run", || (state_of(&env, &marked) == "running").then_some(()));
+    env.wf(["cancel", &marked]).ok();
+    signal(&fourth, libc::SIGTERM);
+    assert!(fourth.wait().unwrap().success());
+    assert_eq!(state_of(&env, &marked), "canceled");
+    let journal = std::fs::read_to_string(env.dir.path().join("w4.log")).unwrap();
+    assert!(journal.contains(&format!("job {marked} t/sleep attempt 1: finished canceled in ")), "{journal}");
+    assert!(!journal.contains("requeued"), "{journal}");
 }
 
 #[test]
