@@ -555,6 +555,8 @@ impl Namespace {
             prune::delete_tag(&mut tx, &self.tag)?;
             tx.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.floor_schema()))?;
             git_source::delete(&mut tx, self.git_source_id)?;
+            // The registry rows of the `--bun` rounds' workers, named after the tag.
+            tx.execute("DELETE FROM worker WHERE name = $1", &[&self.tag])?;
             tx.commit()?;
             Ok(())
         });

@@ -8,9 +8,9 @@ use serde_json::Value;
 use crate::support::fixtures::{path, signal};
 use crate::support::harness::{TestEnv, wait_for};
 
-/// The bench's jobs, catalog rows and store tree are gone (the test database starts empty).
+/// The bench's jobs, catalog rows, workers and store tree are gone (the test database starts empty).
 fn assert_nothing_left(env: &TestEnv) {
-    for table in ["job", "job_queue", "job_completed", "job_logs", "git_source", "app", "action"] {
+    for table in ["job", "job_queue", "job_completed", "job_logs", "git_source", "app", "action", "worker"] {
         let rows: i64 = env.scalar(&format!("SELECT count(*) FROM {table}"));
         assert_eq!(rows, 0, "wf bench left {rows} rows in {table}");
     }
