@@ -40,6 +40,31 @@ pub(crate) struct Config {
     pub supervisor: PathBuf,
 }
 
+/// The environment variables wf reads, with what each means and its default: wf(1)'s ENVIRONMENT
+/// section.
+pub(crate) const ENVIRONMENT: [(&str, &str); 11] = [
+    (
+        "DATABASE_URL",
+        "PostgreSQL connection, URL or key=value (--database-url). Unset: the embedded cluster under WF_HOME.",
+    ),
+    (
+        "WF_HOME",
+        "Local state: the embedded cluster, git mirrors, the store, worker scratch, the secret. Default: $XDG_DATA_HOME/windforce, else ~/.local/share/windforce.",
+    ),
+    ("WF_STORE", "The source store. Default: $WF_HOME/store."),
+    (
+        "WF_SECRET",
+        "The HMAC key of WF_TOKEN (32 bytes or more); the same on every host. Default: generated once into $WF_HOME/secret.",
+    ),
+    ("WF_BUN", "The bun executable. Default: bun on PATH, else the one scripts/tools installed beside wf's checkout."),
+    ("WF_ZOMBIE_TIMEOUT_S", "The reaper's window in seconds. Default: 60."),
+    ("WF_RESTART_LIMIT", "Restarts before a dying job completes as failure. Default: 3."),
+    ("WF_HEARTBEAT_S", "A worker's heartbeat period in seconds (at most a third of the window). Default: 5."),
+    ("WF_ISOLATION", "How a worker isolates actions (wf work --isolation): sandbox or none. Default: sandbox."),
+    ("WF_ALLOW_WRITE", "Host folders bound read-write into every sandbox, colon-separated (wf work --allow-write)."),
+    ("NO_COLOR", "When set, no colours in tables (nothing else changes)."),
+];
+
 impl Config {
     pub(crate) fn from_env() -> Config {
         let home = env_nonempty("WF_HOME").map(PathBuf::from).or_else(|| {

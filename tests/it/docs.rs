@@ -71,3 +71,25 @@ fn docs_cover_every_visible_subcommand_and_hide_internal_ones() {
         );
     }
 }
+
+/// Every variable of the README's configuration table (and NO_COLOR) is in wf(1)'s ENVIRONMENT.
+#[test]
+fn the_man_page_names_every_variable_the_readme_configures() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = &readme[readme.find("## Configuration").unwrap()..];
+    let table = &section[section.find("\n|").unwrap()..];
+    let table = &table[..table.find("\n\n").unwrap()];
+    let variables: Vec<&str> = table
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|line| line.split('`').next())
+        .chain(["NO_COLOR"])
+        .collect();
+    assert!(variables.len() > 5, "{table}");
+    let page = std::fs::read_to_string(root.join("man/wf.1")).unwrap();
+    let environment = &page[page.find(".SH ENVIRONMENT").expect("an ENVIRONMENT section")..];
+    for variable in variables {
+        assert!(environment.contains(&format!("\\fB{variable}\\fR")), "{variable} in wf(1)'s ENVIRONMENT");
+    }
+}

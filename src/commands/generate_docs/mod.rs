@@ -67,7 +67,8 @@ pub(super) fn run(ctx: &Ctx, args: GenerateDocsArgs) -> CommandResult {
     Ok(Exit::Ok)
 }
 
-/// wf(1): the page clap_mangen renders, with the exit statuses before its VERSION section.
+/// wf(1): the page clap_mangen renders, with the exit statuses and the environment before its
+/// VERSION section.
 fn render_with_exit_status(man: &Man, page: &mut Vec<u8>) -> Result<()> {
     let mut rendered = Vec::new();
     man.render(&mut rendered)?;
@@ -75,6 +76,10 @@ fn render_with_exit_status(man: &Man, page: &mut Vec<u8>) -> Result<()> {
     let mut section = String::from(".SH \"EXIT STATUS\"\n");
     for (code, meaning) in EXIT_STATUS {
         section.push_str(&format!(".TP\n{code}\n{}\n", meaning.replace('-', "\\-")));
+    }
+    section.push_str(".SH ENVIRONMENT\n");
+    for (variable, meaning) in crate::config::ENVIRONMENT {
+        section.push_str(&format!(".TP\n\\fB{variable}\\fR\n{}\n", meaning.replace('-', "\\-")));
     }
     page.extend_from_slice(&rendered[..at]);
     page.extend_from_slice(section.as_bytes());
