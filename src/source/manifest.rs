@@ -17,7 +17,7 @@ use jsonschema::Validator;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::store::MARKER;
+use super::store::RESERVED;
 
 /// The manifest's name, at the repository root.
 pub(crate) const MANIFEST: &str = "windforce.json";
@@ -191,11 +191,15 @@ struct Found {
 /// other sources (app key -> source name), which this manifest may not declare.
 pub(crate) fn read(repo: &Repository, root: &Tree, taken: &BTreeMap<String, String>) -> Result<Manifest, Invalid> {
     let mut problems = Problems::default();
-    if root.get_name(MARKER).is_some() {
-        problems.push(
-            &[],
-            format!("{MARKER}: this name is reserved for the store's completion marker; remove it from the repository"),
-        );
+    for reserved in RESERVED {
+        if root.get_name(reserved).is_some() {
+            problems.push(
+                &[],
+                format!(
+                    "{reserved}: this name is reserved for the store's completion marker; remove it from the repository"
+                ),
+            );
+        }
     }
     let value = match lookup_blob(repo, root, MANIFEST) {
         Ok((_, oid)) => match blob_json(repo, oid) {

@@ -34,6 +34,8 @@ use uuid::Uuid;
 /// The completion marker: present exactly when the commit's tree is complete in the store.
 pub const MARKER: &str = ".windforce_clone_complete";
 const MARKER_TEMP: &str = ".windforce_clone_complete.tmp";
+/// Names at a tree's root that a repository may not have: the store writes them.
+pub(crate) const RESERVED: [&str; 2] = [MARKER, MARKER_TEMP];
 
 const MODE_EXECUTABLE: i32 = 0o100755;
 
@@ -149,11 +151,21 @@ pub(crate) fn files_of(repo: &Repository, commit: Oid) -> Result<Vec<TreeFile>> 
 }
 
 fn collect(repo: &Repository, tree: &Tree, prefix: &Path, files: &mut Vec<TreeFile>) -> Result<()> {
+    let mut previous: Option<Vec<u8>> = None;
     for entry in tree.iter() {
         let name = OsStr::from_bytes(entry.name_bytes());
         if name.is_empty() || name == "." || name == ".." || entry.name_bytes().contains(&b'/') {
             bail!("the commit's tree has an unsafe entry name {:?} in {:?}", name, prefix);
         }
+        if prefix.as_os_str().is_empty() && RESERVED.iter().any(|reserved| name == *reserved) {
+            bail!("the commit's tree has {name:?} at its root, a name reserved for the store's completion marker");
+        }
+        // A tree git itself would not write (`git fsck`: duplicateEntries); git sorts the entries, so
+        // a name given twice comes twice in a row.
+        if previous.as_deref() == Some(entry.name_bytes()) {
+            bail!("the commit's tree has the entry {:?} twice in {:?}", name, prefix);
+        }
+        previous = Some(entry.name_bytes().to_vec());
         let path = prefix.join(name);
         match entry.kind() {
             Some(ObjectType::Tree) => collect(repo, &repo.find_tree(entry.id())?, &path, files)?,
@@ -590,6 +602,8 @@ impl<'a> Linker<'a> {
         match rustix::fs::linkat(&self.blobs, blob.as_str(), folder, name, rustix::fs::AtFlags::empty()) {
             Ok(()) => Ok(true),
             Err(rustix::io::Errno::NOENT) => Ok(false),
+            // Never written over: the file there is a link to a blob other trees share.
+            Err(rustix::io::Errno::EXIST) => bail!("{} is in the tree twice", file.path.display()),
             Err(_) => {
                 let (from, to) = (self.blobs_dir.join(&blob), self.tree.join(&file.path));
                 fs::copy(&from, &to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
@@ -744,7 +758,18 @@ fn remove_temporary_trees(dir: &Path) -> Result<()> {
 fn write_marker(dir: &Path, marker: &Marker) -> Result<()> {
     let temp = dir.join(MARKER_TEMP);
     let path = dir.join(MARKER);
-    let mut file = File::create(&temp).with_context(|| format!("writing the marker {}", path.display()))?;
+    // Made anew, never opened where it is: whatever is there may be a link to a shared blob.
+    match fs::remove_file(&temp) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(error).with_context(|| format!("removing {}", temp.display()));
+        }
+        _ => {}
+    }
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temp)
+        .with_context(|| format!("writing the marker {}", path.display()))?;
     file.write_all(format!("{}\n", serde_json::to_string(marker)?).as_bytes())?;
     file.sync_all()?;
     fs::rename(&temp, &path).with_context(|| format!("writing the marker {}", path.display()))?;

@@ -864,3 +864,82 @@ fn source_add_list_rm_and_actions_print_their_documents() {
     assert!(env.store().join(id).join(&sha).join(MARKER).is_file(), "the store keeps trees queued jobs may run");
     assert_eq!(env.wf(["sync", "acme"]).run().code, 1);
 }
+
+/// A repository with one action and `shared.txt`, added and synced as source `name`.
+fn source_with_shared_file(env: &TestEnv, name: &str, extra: &[(&str, &str)]) -> GitRepo {
+    let repo = GitRepo::new();
+    repo.manifest(&json!({"apps": {name: {"actions": {"a": {"entrypoint": "a.ts"}}}}}));
+    repo.file("a.ts", "export function main() { return 1; }\n").file("shared.txt", "hello\n");
+    for (path, content) in extra {
+        repo.file(path, content);
+    }
+    repo.commit("a source");
+    env.wf(["source", "add", name, &repo.url()]).ok();
+    repo
+}
+
+/// Every file named `shared.txt` in the store, and the store's copy of its contents: all "hello".
+fn assert_shared_files_intact(env: &TestEnv) {
+    let mut seen = 0;
+    let mut stack = vec![env.store()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|name| name == "shared.txt") {
+                assert_eq!(std::fs::read_to_string(&path).unwrap(), "hello\n", "{} was written over", path.display());
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen > 0, "a synced shared.txt");
+}
+
+/// The store links equal contents of every tree to one copy: a sync that wrote through a link (a
+/// file at the marker's temporary name, a name given twice in a tree) changed another source's
+/// files. Such trees are refused, and what is in the store stays as it was.
+#[test]
+fn a_tree_that_would_write_through_a_shared_file_is_refused_and_other_trees_stay_intact() {
+    let env = TestEnv::new();
+    let _one = source_with_shared_file(&env, "one", &[]);
+    env.wf(["sync", "one"]).ok();
+
+    let _two = source_with_shared_file(&env, "two", &[(".windforce_clone_complete.tmp", "hello\n")]);
+    let refused = env.wf(["sync", "two"]).run();
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stderr.contains("reserved for the store's completion marker"), "{}", refused.stderr);
+    assert_shared_files_intact(&env);
+
+    // A name twice in one tree (`git mktree` writes it; `git fsck` calls it duplicateEntries).
+    let three = source_with_shared_file(&env, "three", &[]);
+    let git = |args: &[&str], input: Option<&str>| -> String {
+        let mut command = std::process::Command::new("git");
+        command.current_dir(three.path()).args(args).stdin(std::process::Stdio::piped());
+        command.stdout(std::process::Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        if let Some(input) = input {
+            std::io::Write::write_all(child.stdin.as_mut().unwrap(), input.as_bytes()).unwrap();
+        }
+        drop(child.stdin.take());
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "git {args:?}");
+        String::from_utf8(output.stdout).unwrap().trim().to_string()
+    };
+    let listing = git(&["ls-tree", "HEAD"], None);
+    let other = git(&["hash-object", "-w", "--stdin"], Some("AAAA\n"));
+    let hello = git(&["rev-parse", "HEAD:shared.txt"], None);
+    let mut entries: Vec<String> =
+        listing.lines().filter(|line| !line.ends_with("\tshared.txt")).map(String::from).collect();
+    entries.push(format!("100644 blob {other}\tdup.txt"));
+    entries.push(format!("100644 blob {hello}\tdup.txt"));
+    let tree = git(&["mktree"], Some(&(entries.join("\n") + "\n")));
+    let commit = git(&["commit-tree", &tree, "-p", "HEAD", "-m", "a name twice"], None);
+    git(&["update-ref", "refs/heads/main", &commit], None);
+    let refused = env.wf(["sync", "three"]).run();
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stderr.contains("twice"), "{}", refused.stderr);
+    assert_shared_files_intact(&env);
+    let catalog: i64 = env.scalar("SELECT count(*) FROM action WHERE app_key IN ('two', 'three')");
+    assert_eq!(catalog, 0, "nothing of the refused trees is in the catalog");
+}
