@@ -34,7 +34,7 @@ SELECT q.job_id, q.canceled_by IS NOT NULL AS cancel_marked, q.restarts, q.worke
 pub const REQUEUE_SQL: &str = "
 UPDATE job_queue
    SET running = false, worker = NULL, started_at = NULL, ping = NULL, window_s = NULL,
-       restarts = restarts + 1, scheduled_for = now() + least(power(2, restarts), 300) * interval '1 second'
+       restarts = restarts + 1, scheduled_for = now() + least(power(2, least(restarts, 9)), 300) * interval '1 second'
  WHERE job_id = ANY($1)
 RETURNING tag";
 
@@ -88,7 +88,7 @@ fn requeue(tx: &mut postgres::Transaction<'_>, ids: &[Uuid]) -> Result<()> {
                 format('reaped: worker %s stopped sending heartbeats (last ping %s); '
                        'requeued as attempt %s after %s s', q.worker,
                        coalesce(to_char(q.ping AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), 'never'),
-                       q.restarts + q.releases + 2, least(power(2, q.restarts), 300))
+                       q.restarts + q.releases + 2, least(power(2, least(q.restarts, 9)), 300))
            FROM job_queue q
           WHERE q.job_id = ANY($1)",
         &[&ids],

@@ -115,3 +115,26 @@ fn a_running_job_without_a_ping_is_a_zombie_and_one_with_a_fresh_ping_is_not() {
     let state: Vec<(uuid::Uuid, bool, i32)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
     assert_eq!(state, vec![(silent, false, 1), (fresh, true, 0)]);
 }
+
+/// The backoff doubles with the restarts up to five minutes: a job restarted a thousand times (a
+/// restart limit meant as "for ever") made `power(2, restarts)` overflow, and every reaper pass
+/// fail for every zombie.
+#[test]
+fn a_job_restarted_a_thousand_times_is_reaped_with_the_others() {
+    let env = TestEnv::new();
+    synced(&env);
+    let ids = crate::support::fixtures::enqueue_batch(&env, "t/echo", &[json!({"n": 1}), json!({"n": 2})]);
+    let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.parse().unwrap()).collect();
+    let mut db = env.db();
+    make_zombies(&mut db, &ids);
+    db.execute("UPDATE job_queue SET restarts = 1024 WHERE job_id = $1", &[&ids[0]]).unwrap();
+    // A ping counts from the server's start at the earliest.
+    wait_server_up_longer_than(&env, 3.0);
+    let run = env.wf(["reap", "--json", "--zombie-timeout", "3s", "--restart-limit", "5000"]).ok();
+    assert_eq!(counts(&run.json()), (2, 0, 0), "{run:?}");
+    let delays: Vec<f64> = env.column(
+        "SELECT round(extract(epoch FROM scheduled_for - now()))::float8 FROM job_queue ORDER BY restarts DESC",
+    );
+    assert_eq!(delays.len(), 2);
+    assert!((295.0..=300.0).contains(&delays[0]), "five minutes at most: {delays:?}");
+}
