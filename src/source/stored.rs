@@ -62,6 +62,9 @@ pub(crate) fn store(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Stored> {
     const BYTES: &str = "SELECT bytes FROM source_commit WHERE git_source_id = $1 AND commit_sha = $2";
+    // Held until the sync commits: the blobs found missing below stay missing until then, and a
+    // commit found stored stays stored (`prune` takes this lock, and then sees the catalog on it).
+    tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&BLOB_LOCK_CLASS])?;
     if tx.query_opt(BYTES, &[&git_source_id, &commit_sha])?.is_some() {
         return Ok(Stored { already: true, ..Stored::default() });
     }
@@ -94,8 +97,6 @@ pub(crate) fn store(
         );
     }
 
-    // Held until the sync commits: the blobs found missing below stay missing until then.
-    tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&BLOB_LOCK_CLASS])?;
     let wanted: Vec<String> = sizes.keys().map(Oid::to_string).collect();
     let present: HashSet<String> = tx
         .query("SELECT blob FROM source_blob WHERE blob = ANY($1) AND chunk = 0", &[&wanted])?

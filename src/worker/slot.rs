@@ -623,7 +623,9 @@ fn stream_name(stream: Stream) -> &'static str {
 /// this host meets for the first time is written from the database (marker last); a tree changed
 /// since it was written is refused.
 fn prepare(shared: &Shared, job: &Claimed, tree: &std::path::Path) -> anyhow::Result<()> {
-    if shared.prepared.lock().unwrap_or_else(|e| e.into_inner()).contains(tree) {
+    // Still there: `wf prune --sources` on this host may have removed it since (a job can pin it
+    // again, when its branch comes back to it).
+    if shared.prepared.lock().unwrap_or_else(|e| e.into_inner()).contains(tree) && store::is_materialized(tree) {
         return Ok(());
     }
     // Not under the lock of the prepared set: the other slots' jobs of prepared commits go on while

@@ -352,3 +352,84 @@ fn a_large_file_is_stored_in_chunks_and_written_whole_on_another_host() {
     let written = std::fs::read_to_string(other.join("store").join(&id).join(&commit).join("t/large.txt")).unwrap();
     assert!(written == large, "the other host's copy is the file, byte for byte");
 }
+
+/// A sync of a commit the database holds already (the branch moved back to it) counts on it being
+/// there until the catalog moves to it: `prune --sources`, which found it pinned by nothing, waits
+/// for that sync instead of removing it under it.
+#[test]
+fn prune_waits_for_a_sync_that_counts_on_a_stored_commit() {
+    let env = TestEnv::new();
+    let (repo, id, first) = synced(&env);
+    // An unrelated commit (no parent) synced: the catalog leaves the first, which nothing pins now.
+    let first_oid = git2::Oid::from_str(&first).unwrap();
+    let tree = repo.repo.find_commit(first_oid).unwrap().tree().unwrap();
+    let signature = git2::Signature::now("wf tests", "tests@windforce.invalid").unwrap();
+    let unrelated = repo.repo.commit(None, &signature, &signature, "unrelated", &tree, &[]).unwrap();
+    repo.repo.reference("refs/heads/main", unrelated, true, "force-push").unwrap();
+    env.wf(["sync", "tests"]).ok();
+    repo.repo.reference("refs/heads/main", first_oid, true, "force-push back").unwrap();
+
+    // Another host syncs it, held in the middle: its store's lock is taken here.
+    let other = host(&env, "host2");
+    std::fs::create_dir_all(other.join("store")).unwrap();
+    let held = std::fs::File::create(other.join("store/.lock")).unwrap();
+    held.lock().unwrap();
+    let mut sync = env
+        .wf(["sync", "tests"])
+        .env("WF_HOME", other.join("home"))
+        .env("WF_STORE", other.join("store"))
+        .spawn(&env.dir.path().join("sync.log"));
+    // The lock of stored blobs (its first key "wfbl"), taken before the sync looks for the commit
+    // (a sync that took none would find the commit stored and go on: prune is run after 5 s then).
+    let blob_lock = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = x'7766626c'::int::oid";
+    let looking = std::time::Instant::now();
+    while env.scalar::<i64>(blob_lock) == 0 && looking.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut prune = env.wf(["prune", "--sources", "--yes"]).spawn(&env.dir.path().join("prune.log"));
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(prune.try_wait().unwrap().is_none(), "prune waits for the sync");
+    drop(held);
+    assert!(sync.wait().unwrap().success(), "{}", std::fs::read_to_string(env.dir.path().join("sync.log")).unwrap());
+    assert!(prune.wait().unwrap().success(), "{}", std::fs::read_to_string(env.dir.path().join("prune.log")).unwrap());
+    let catalog: String = env.scalar_of("SELECT commit_sha FROM git_source WHERE id = $1::text::uuid", &[&id]);
+    assert_eq!(catalog, first);
+    let stored: i64 = env.scalar_of(
+        "SELECT count(*) FROM source_commit WHERE git_source_id = $1::text::uuid AND commit_sha = $2",
+        &[&id, &first],
+    );
+    assert_eq!(stored, 1, "the catalog's commit is in the database");
+}
+
+/// A worker checks a commit once, then trusts it: a commit `prune --sources` removed from its host
+/// since (and the branch brought back) is written again, not run from a folder that is gone.
+#[test]
+fn a_worker_writes_again_a_commit_pruned_from_its_host_since_it_ran_it() {
+    let env = TestEnv::new();
+    let (repo, id, first) = synced(&env);
+    let other = host(&env, "host2");
+    let mut worker = worker_of(&env, &other, "h2", &["--isolation", "none"]);
+    let one = enqueue(&env, "t/echo", json!({"n": 1}));
+    wait_completed(&env, &one, Duration::from_secs(60));
+    assert_eq!(status_of(&env, &one), "success");
+
+    // The catalog leaves the commit, its job is pruned, then the commit, from the worker's host too.
+    let first_oid = git2::Oid::from_str(&first).unwrap();
+    let tree = repo.repo.find_commit(first_oid).unwrap().tree().unwrap();
+    let signature = git2::Signature::now("wf tests", "tests@windforce.invalid").unwrap();
+    let unrelated = repo.repo.commit(None, &signature, &signature, "unrelated", &tree, &[]).unwrap();
+    repo.repo.reference("refs/heads/main", unrelated, true, "force-push").unwrap();
+    env.wf(["sync", "tests"]).ok();
+    std::thread::sleep(Duration::from_millis(1100));
+    env.wf(["prune", "--older-than", "1s", "--yes"]).ok();
+    env.wf(["prune", "--sources", "--yes"]).env("WF_STORE", other.join("store")).ok();
+    assert!(!other.join("store").join(&id).join(&first).exists(), "the worker's host no longer has it");
+
+    repo.repo.reference("refs/heads/main", first_oid, true, "force-push back").unwrap();
+    env.wf(["sync", "tests"]).ok();
+    let two = enqueue(&env, "t/echo", json!({"n": 2}));
+    wait_completed(&env, &two, Duration::from_secs(60));
+    assert_eq!(status_of(&env, &two), "success");
+    assert!(other.join("store").join(&id).join(&first).join(MARKER).is_file(), "written again");
+    crate::support::checks::stop_worker(&mut worker, "the worker");
+}
