@@ -457,7 +457,19 @@ fn pointer(path: &[impl AsRef<str>]) -> String {
     path.iter().map(|key| format!("/{}", key.as_ref().replace('~', "~0").replace('/', "~1"))).collect()
 }
 
+/// The largest manifest or schema file read: a larger one is refused before it is read (a file of
+/// gigabytes would take the sync's memory).
+const JSON_FILE_MAX: usize = 16 << 20;
+
 fn blob_json(repo: &Repository, oid: Oid) -> Result<Value, String> {
+    let (size, _) = repo.odb().and_then(|odb| odb.read_header(oid)).map_err(|e| format!("cannot be read: {e}"))?;
+    if size > JSON_FILE_MAX {
+        return Err(format!(
+            "is {} MiB, more than the {} MiB a manifest or schema file may be",
+            size >> 20,
+            JSON_FILE_MAX >> 20
+        ));
+    }
     let blob = repo.find_blob(oid).map_err(|e| format!("cannot be read: {e}"))?;
     serde_json::from_slice(blob.content()).map_err(|e| format!("not valid JSON: {e}"))
 }

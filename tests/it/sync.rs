@@ -721,6 +721,14 @@ const BROKEN: &[Broken] = &[
         expect: &[MARKER, "reserved"],
     },
     Broken {
+        name: "a schema file of gigabytes (here past the 16 MiB a file may be)",
+        change: |repo| {
+            let padding = " ".repeat(17 << 20);
+            repo.file("billing/charge.input.json", &format!("{{\"type\": \"object\"}}{padding}"));
+        },
+        expect: &["billing/charge.input.json", "more than the 16 MiB"],
+    },
+    Broken {
         name: "app owned by another source",
         change: |repo| set_manifest(repo, |m| m["apps"]["shared"] = json!({"actions": {}})),
         expect: &["windforce.json", "apps.shared", "belongs to source other"],
