@@ -61,8 +61,7 @@ impl Schedule {
 
     /// The next fire time after `now`, in UTC.
     pub(crate) fn next_fire(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
-        let (cron, tz) = parse(&self.cron, &self.tz)?;
-        next_fire(&cron, tz, now)
+        parse(&self.cron, &self.tz)?.next_after(now)
     }
 
     /// The schedule's time zone (UTC if it no longer reads).
@@ -79,8 +78,95 @@ const FIELDS_5: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-
 const FIELDS_6: [&str; 6] = ["second", "minute", "hour", "day-of-month", "month", "day-of-week"];
 const FIELDS_7: [&str; 7] = ["second", "minute", "hour", "day-of-month", "month", "day-of-week", "year"];
 
-fn parse(cron: &str, tz: &str) -> Result<(Cron, Tz)> {
-    Ok((parse_cron(cron)?, time_zone(tz)?))
+fn parse(cron: &str, tz: &str) -> Result<Timing> {
+    Ok(Timing { cron: parse_cron(cron)?, tz: time_zone(tz)?, fixed: fixed_time(cron) })
+}
+
+/// A cron in its zone, with cronie's rule for daylight saving time.
+struct Timing {
+    cron: Cron,
+    tz: Tz,
+    /// Its second, minute and hour fields are not `*` nor `*/n` (cronie's "fixed-time" job): it
+    /// names local times, each fired once a day it exists, and right after the change on the day it
+    /// does not. Any other runs by the clock, as croner computes it in the zone: in both halves of a
+    /// repeated hour, and not in a skipped one.
+    fixed: bool,
+}
+
+/// cronie's test for a job whose times daylight saving time moves rather than skips or repeats.
+fn fixed_time(cron: &str) -> bool {
+    let cron = cron.trim();
+    if let Some(nickname) = cron.strip_prefix('@') {
+        return !nickname.eq_ignore_ascii_case("hourly");
+    }
+    let fields: Vec<&str> = cron.split_whitespace().collect();
+    let times = if fields.len() == 5 { &fields[..2] } else { &fields[..fields.len().min(3)] };
+    times.iter().all(|field| !field.starts_with('*'))
+}
+
+impl Timing {
+    /// The fire times after `after`, in order.
+    fn fires_after(&self, after: DateTime<Utc>) -> Box<dyn Iterator<Item = DateTime<Utc>> + '_> {
+        if !self.fixed {
+            return Box::new(self.cron.iter_after(after.with_timezone(&self.tz)).map(|fire| fire.with_timezone(&Utc)));
+        }
+        // The cron read on the zone's wall clock (a day of local times, none skipped nor repeated),
+        // each local time then placed in the zone.
+        let local = after.with_timezone(&self.tz).naive_local().and_utc();
+        let mut last = after;
+        Box::new(self.cron.iter_after(local).filter_map(move |wall| {
+            let fire = self.placed(wall.naive_utc());
+            (fire > last).then(|| {
+                last = fire;
+                fire
+            })
+        }))
+    }
+
+    /// The first fire time after `now`.
+    fn next_after(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+        self.fires_after(now).next().context("computing the next fire time: the cron never fires")
+    }
+
+    /// The latest fire time at or before `at`.
+    fn latest_at_or_before(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if !self.fixed {
+            return self
+                .cron
+                .find_previous_occurrence(&at.with_timezone(&self.tz), true)
+                .ok()
+                .map(|f| f.with_timezone(&Utc));
+        }
+        let mut wall = at.with_timezone(&self.tz).naive_local().and_utc();
+        // A local time moved past `at` by a skipped hour is not at or before it: the one before.
+        for _ in 0..4 {
+            let found = self.cron.find_previous_occurrence(&wall, true).ok()?;
+            let fire = self.placed(found.naive_utc());
+            if fire <= at {
+                return Some(fire);
+            }
+            wall = found - chrono::Duration::seconds(1);
+        }
+        None
+    }
+
+    /// A local time in the zone: the first of two when clocks go back, the change itself (the first
+    /// minute that exists after it) when clocks go forward past it.
+    fn placed(&self, wall: chrono::NaiveDateTime) -> DateTime<Utc> {
+        use chrono::{TimeZone, Timelike};
+        let mut local = wall;
+        for _ in 0..=24 * 60 {
+            match self.tz.from_local_datetime(&local) {
+                chrono::LocalResult::Single(at) | chrono::LocalResult::Ambiguous(at, _) => {
+                    return at.with_timezone(&Utc);
+                }
+                chrono::LocalResult::None => {
+                    local = (local + chrono::Duration::minutes(1)).with_second(0).unwrap_or(local);
+                }
+            }
+        }
+        wall.and_utc()
+    }
 }
 
 /// A cron as croner reads it (5 fields, 6 with seconds first, 7 with a year last, or a nickname),
@@ -128,11 +214,6 @@ fn time_zone(name: &str) -> Result<Tz> {
         .find(|zone| zone.name().eq_ignore_ascii_case(name))
         .copied()
         .ok_or_else(|| anyhow!("{name:?} is not a time zone (an IANA name, e.g. Europe/Paris)"))
-}
-
-fn next_fire(cron: &Cron, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
-    let next = cron.find_next_occurrence(&now.with_timezone(&tz), false).context("computing the next fire time")?;
-    Ok(next.with_timezone(&Utc))
 }
 
 /// What `wf schedule add` asks for.
@@ -197,9 +278,11 @@ fn check(
     if let Some(tag) = tag {
         crate::source::check_tag(tag)?;
     }
-    let (parsed, zone) = parse(cron, tz)?;
+    let timing = parse(cron, tz)?;
+    let zone = timing.tz;
     let now = crate::db::now(tx)?;
-    let next = next_fire(&parsed, zone, now)
+    let next = timing
+        .next_after(now)
         .with_context(|| format!("the cron {cron:?} never fires in {} (nothing was saved)", zone.name()))?;
     let found =
         tx.query_opt("SELECT input_schema FROM action WHERE app_key = $1 AND action_key = $2", &[&app, &action])?;
@@ -456,12 +539,11 @@ struct Plan {
 /// Every fire time after the schedule's "enqueued up to" and no older than `now - horizon`, up to
 /// `now + horizon`; when none of them was missed, the latest fire time missed by longer.
 fn plan(schedule: &Schedule, now: DateTime<Utc>, horizon: chrono::Duration) -> Result<Plan> {
-    let (cron, tz) = parse(&schedule.cron, &schedule.tz)?;
+    let timing = parse(&schedule.cron, &schedule.tz)?;
     let after = schedule.last_fire_time.unwrap_or(schedule.created_at);
     let (catch_up, until) = (now - horizon, now + horizon);
     let mut fires = Vec::new();
-    for fire in cron.iter_after(after.max(catch_up).with_timezone(&tz)).take(MAX_FIRES_PER_TICK) {
-        let fire = fire.with_timezone(&Utc);
+    for fire in timing.fires_after(after.max(catch_up)).take(MAX_FIRES_PER_TICK) {
         if fire > until {
             break;
         }
@@ -470,10 +552,10 @@ fn plan(schedule: &Schedule, now: DateTime<Utc>, horizon: chrono::Duration) -> R
     let missed = fires.iter().take_while(|fire| **fire <= now).count();
     if missed == 0
         && after < catch_up
-        && let Ok(latest) = cron.find_previous_occurrence(&catch_up.with_timezone(&tz), true)
-        && latest.with_timezone(&Utc) > after
+        && let Some(latest) = timing.latest_at_or_before(catch_up)
+        && latest > after
     {
-        fires.insert(0, latest.with_timezone(&Utc));
+        fires.insert(0, latest);
     }
     let late = if schedule.last_fire_time.is_some() { missed } else { 0 };
     Ok(Plan { fires, late })
@@ -484,9 +566,9 @@ mod tests {
     use super::*;
 
     fn fires(cron: &str, tz: &str, from: &str, count: usize) -> Vec<String> {
-        let (cron, tz) = parse(cron, tz).unwrap();
+        let timing = parse(cron, tz).unwrap();
         let from: DateTime<Utc> = from.parse().unwrap();
-        cron.iter_after(from.with_timezone(&tz)).take(count).map(|fire| fire.to_rfc3339()).collect()
+        timing.fires_after(from).take(count).map(|fire| fire.with_timezone(&timing.tz).to_rfc3339()).collect()
     }
 
     /// As the README says: a local time skipped by the change to summer time fires right after the
@@ -497,6 +579,50 @@ mod tests {
         assert_eq!(spring, ["2026-03-29T03:00:00+02:00", "2026-03-30T02:30:00+02:00"]);
         let autumn = fires("30 2 * * *", "Europe/Paris", "2026-10-24T12:00:00Z", 2);
         assert_eq!(autumn, ["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"]);
+    }
+
+    /// A list or a range of hours or minutes names local times too (croner took them for intervals:
+    /// the skipped one was lost, the repeated one fired twice).
+    #[test]
+    fn lists_and_ranges_of_local_times_meet_daylight_saving_time_as_one_time_does() {
+        let spring = fires("30 2,14 * * *", "Europe/Paris", "2026-03-28T12:00:00Z", 3);
+        assert_eq!(spring, ["2026-03-28T14:30:00+01:00", "2026-03-29T03:00:00+02:00", "2026-03-29T14:30:00+02:00"]);
+        let autumn = fires("30 1-3 * * *", "Europe/Paris", "2026-10-24T23:00:00Z", 4);
+        assert_eq!(
+            autumn,
+            [
+                "2026-10-25T01:30:00+02:00",
+                "2026-10-25T02:30:00+02:00",
+                "2026-10-25T03:30:00+01:00",
+                "2026-10-26T01:30:00+01:00"
+            ]
+        );
+        // Two skipped times fire once, at the change.
+        let both = fires("0,30 2 * * *", "Europe/Paris", "2026-03-28T12:00:00Z", 3);
+        assert_eq!(both, ["2026-03-29T03:00:00+02:00", "2026-03-30T02:00:00+02:00", "2026-03-30T02:30:00+02:00"]);
+        // By the clock: in both halves of the repeated hour, as cronie runs `*/30`.
+        let clock = fires("*/30 * * * *", "Europe/Paris", "2026-10-25T00:10:00Z", 4);
+        assert_eq!(
+            clock,
+            [
+                "2026-10-25T02:30:00+02:00",
+                "2026-10-25T02:00:00+01:00",
+                "2026-10-25T02:30:00+01:00",
+                "2026-10-25T03:00:00+01:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_latest_fire_time_is_never_after_the_time_asked() {
+        let timing = parse("30 2 * * *", "Europe/Paris").unwrap();
+        // 02:45 local, on the day 02:30 does not exist: the latest fire is the day before's.
+        let at: DateTime<Utc> = "2026-03-29T00:45:00Z".parse().unwrap();
+        let latest = timing.latest_at_or_before(at).unwrap();
+        assert_eq!(latest.with_timezone(&timing.tz).to_rfc3339(), "2026-03-28T02:30:00+01:00");
+        let after_change: DateTime<Utc> = "2026-03-29T01:05:00Z".parse().unwrap();
+        let latest = timing.latest_at_or_before(after_change).unwrap();
+        assert_eq!(latest.with_timezone(&timing.tz).to_rfc3339(), "2026-03-29T03:00:00+02:00");
     }
 
     #[test]
