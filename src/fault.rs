@@ -5,7 +5,8 @@
 //! `complete-lost-ack` (a worker's completions commit but are treated as unacknowledged: a
 //! completion alone the first time it is sent, every completion committed with the next claim),
 //! `start-late` (a worker starts each job it claimed two zombie windows after its claim, as one
-//! whose commit took that long to write from the database would) and `panic` (the command panics
+//! whose commit took that long to write from the database would), `enqueue-late` (an enqueue waits
+//! 2 s between reading the commit it pins and inserting its jobs) and `panic` (the command panics
 //! before it starts, as a bug would).
 //!
 //! A process-wide switch rather than a value passed down: the points sit deep inside the store and

@@ -298,6 +298,10 @@ impl<'r, 'a> Batch<'r, 'a> {
 fn pins(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result<Row> {
     match request.pin {
         Pin::Catalog => {
+            // The lock this enqueue's insert takes anyway, taken before the commit is read: `prune
+            // --sources` (which takes the table in SHARE mode) then waits for the job that pins it,
+            // rather than remove the commit between this read and that insert.
+            tx.batch_execute("LOCK TABLE job IN ROW EXCLUSIVE MODE")?;
             // KEY SHARE keeps a concurrent sync from deleting the action until this enqueue
             // commits; the row read is one consistent version, so the job pins the catalog
             // exactly as one sync left it.
@@ -305,6 +309,9 @@ fn pins(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result<Row> {
                 &format!("SELECT {PINNED} FROM action WHERE app_key = $1 AND action_key = $2 FOR KEY SHARE"),
                 &[&request.app, &request.action],
             )?;
+            if crate::fault::at("enqueue-late") {
+                std::thread::sleep(std::time::Duration::from_secs(2));
+            }
             match action {
                 Some(action) => Ok(action),
                 None => bail!("{}", crate::source::catalog::unknown_action(tx, request.app, request.action)?),

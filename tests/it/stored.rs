@@ -246,7 +246,13 @@ fn workers_of_one_host_write_a_commit_once_and_all_run_it() {
         ends_well(&env, worker, &format!("h2w{i}"));
     }
     for job in &jobs {
-        assert_eq!(status_of(&env, job), "success", "job {job}");
+        let ended: Option<String> = env
+            .db()
+            .query_opt("SELECT status FROM job_completed WHERE job_id = $1::text::uuid", &[job])
+            .unwrap()
+            .map(|row| row.get(0));
+        let logs = env.wf(["logs", job]).run();
+        assert_eq!(ended.as_deref(), Some("success"), "job {job}: {logs:?}");
     }
     let tree = other.join("store").join(&id).join(&commit);
     assert!(tree.join(MARKER).is_file());
@@ -380,12 +386,12 @@ fn prune_waits_for_a_sync_that_counts_on_a_stored_commit() {
         .env("WF_STORE", other.join("store"))
         .spawn(&env.dir.path().join("sync.log"));
     // The lock of stored blobs (its first key "wfbl"), taken before the sync looks for the commit
-    // (a sync that took none would find the commit stored and go on: prune is run after 5 s then).
-    let blob_lock = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = x'7766626c'::int::oid";
-    let looking = std::time::Instant::now();
-    while env.scalar::<i64>(blob_lock) == 0 && looking.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // (a sync that took none found the commit stored and went on, and this wait fails).
+    wait_for(Duration::from_secs(60), "the sync to take the lock of stored blobs", || {
+        let locked: i64 =
+            env.scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = x'7766626c'::int::oid");
+        (locked > 0).then_some(())
+    });
     let mut prune = env.wf(["prune", "--sources", "--yes"]).spawn(&env.dir.path().join("prune.log"));
     std::thread::sleep(Duration::from_secs(1));
     assert!(prune.try_wait().unwrap().is_none(), "prune waits for the sync");
@@ -432,4 +438,31 @@ fn a_worker_writes_again_a_commit_pruned_from_its_host_since_it_ran_it() {
     assert_eq!(status_of(&env, &two), "success");
     assert!(other.join("store").join(&id).join(&first).join(MARKER).is_file(), "written again");
     crate::support::checks::stop_worker(&mut worker, "the worker");
+}
+
+/// An enqueue reads the commit it pins, then inserts its jobs: `prune --sources` meanwhile (the
+/// catalog moved on, nothing pinned the commit yet) removed the commit the job then pinned, and
+/// the job could never run. Prune now waits for the enqueue, and keeps the commit its job pins.
+#[test]
+fn prune_never_removes_the_commit_an_enqueue_is_pinning() {
+    let env = TestEnv::new();
+    let (repo, id, first) = synced(&env);
+    let enqueue = env.wf(["enqueue", "t/echo", "--input", "{}"]).env("WF_FAULT", "enqueue-late").start();
+    std::thread::sleep(Duration::from_millis(700));
+    let first_oid = git2::Oid::from_str(&first).unwrap();
+    let tree = repo.repo.find_commit(first_oid).unwrap().tree().unwrap();
+    let signature = git2::Signature::now("wf tests", "tests@windforce.invalid").unwrap();
+    let unrelated = repo.repo.commit(None, &signature, &signature, "unrelated", &tree, &[]).unwrap();
+    repo.repo.reference("refs/heads/main", unrelated, true, "force-push").unwrap();
+    env.wf(["sync", "tests"]).ok();
+    env.wf(["prune", "--sources", "--yes"]).ok();
+    let job = enqueue.finish();
+    assert_eq!(job.code, 0, "{job:?}");
+    let job = job.stdout.trim().to_string();
+    let pinned: String = env.scalar_of("SELECT commit_sha FROM job WHERE id = $1::text::uuid", &[&job]);
+    let stored: i64 = env.scalar_of(
+        "SELECT count(*) FROM source_commit WHERE git_source_id = $1::text::uuid AND commit_sha = $2",
+        &[&id, &pinned],
+    );
+    assert_eq!(stored, 1, "the commit the job pins ({pinned}) is in the database");
 }
