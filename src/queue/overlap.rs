@@ -30,7 +30,8 @@ pub(crate) fn skip_if_overlapping(session: &mut Session, job_id: Uuid, claim: &s
 }
 
 /// Driven by the running rows (few, by their partial index, materialized so that a schedule's long
-/// history is never walked; a run skipped already, marked by its schedule, does not count), each looked up in `job` by its key. The job itself and each running
+/// history is never walked; a run skipped already, marked by its schedule, does not count), each
+/// looked up in `job` by its key. The job itself and each running
 /// one are looked up by key on purpose (a CTE, a LATERAL with a LIMIT): left to itself, a generic
 /// plan found the job by walking the index of every scheduled job ever enqueued, filtering on its
 /// id (seen in `tests/it/depth.rs`). Parameters: job id, claim id.

@@ -116,8 +116,9 @@ enum Ending {
 }
 
 /// Run the command under supervision until it ends or is stopped; every process of the attempt is
-/// dead and reaped when this returns (but one stuck in the kernel past KILL_PATIENCE, left to it). Returns the exit code for the supervisor: bun's code, or
-/// 128 + the signal that ended bun or stopped the job, or 127 when bun could not be started.
+/// dead and reaped when this returns (but one stuck in the kernel past KILL_PATIENCE, left to it).
+/// Returns the exit code for the supervisor: bun's code, or 128 + the signal that ended bun or
+/// stopped the job, or 127 when bun could not be started.
 pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
     let signals = take_signals()?;
     // The worker dying, even by SIGKILL, stops the job. The parent-death signal is only sent if the

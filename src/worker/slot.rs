@@ -722,8 +722,9 @@ fn completion(job: &Claimed, (status, result, error): Ending, mut logs: LogBuffe
 
 /// Complete a success or a cancel and claim the slot's next jobs in one statement, so that one
 /// round trip and one commit do both; the first job claimed is this slot's next (returned), the
-/// others go to the slots waiting for them (`deliver`). When there is nothing to claim for (the budget is spent, the worker is stopping)
-/// or the job failed (its completion commits with its retry), the job is completed alone; so it is
+/// others go to the slots waiting for them (`deliver`). When there is nothing to claim for (the
+/// budget is spent, the worker is stopping) or the job failed (its completion commits with its
+/// retry), the job is completed alone; so it is
 /// too, after the claim, when the statement did not record it (another transaction held its queue
 /// row, or the claim lost the job: `complete::then_claim`). Anything
 /// but a clean commit leaves the completion to `record_completion`, which tells whether a commit
