@@ -645,8 +645,11 @@ fn prepare(shared: &Shared, job: &Claimed, tree: &std::path::Path) -> anyhow::Re
                 began.elapsed().as_secs_f64()
             );
         }
-        // Checked already: written from contents checked against their ids, or found complete
-        // and verified by `materialize` itself.
+        // Found complete, `materialize` verified it. Written, only the contents it wrote were
+        // checked against their ids: those the store held already were linked, unread.
+        if written.written {
+            store::verify(tree).context("run `wf sync` for its source to repair the store")?;
+        }
     } else {
         store::verify(tree).context("run `wf sync` for its source to repair the store")?;
     }

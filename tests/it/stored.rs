@@ -385,11 +385,14 @@ fn prune_waits_for_a_sync_that_counts_on_a_stored_commit() {
         .env("WF_HOME", other.join("home"))
         .env("WF_STORE", other.join("store"))
         .spawn(&env.dir.path().join("sync.log"));
-    // The lock of stored blobs (its first key "wfbl"), taken before the sync looks for the commit
-    // (a sync that took none found the commit stored and went on, and this wait fails).
+    // The lock of stored blobs (its first key "wfbl") in this test's database, taken before the
+    // sync looks for the commit (a sync that took none found the commit stored and went on, and
+    // this wait fails).
     wait_for(Duration::from_secs(60), "the sync to take the lock of stored blobs", || {
-        let locked: i64 =
-            env.scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = x'7766626c'::int::oid");
+        let locked: i64 = env.scalar(
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+              WHERE l.locktype = 'advisory' AND l.classid = x'7766626c'::int::oid AND d.datname = current_database()",
+        );
         (locked > 0).then_some(())
     });
     let mut prune = env.wf(["prune", "--sources", "--yes"]).spawn(&env.dir.path().join("prune.log"));
@@ -465,4 +468,33 @@ fn prune_never_removes_the_commit_an_enqueue_is_pinning() {
         &[&id, &pinned],
     );
     assert_eq!(stored, 1, "the commit the job pins ({pinned}) is in the database");
+}
+
+/// A worker writing a commit from the database links the contents its store holds already: one of
+/// them changed on the host since (here by hand) is found by the tree's digest before the job runs,
+/// and the job fails `SourceNotMaterialized` instead of running it.
+#[test]
+fn a_content_changed_on_a_host_is_not_run_in_a_commit_written_there_later() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    let (repo, _id, _first) = synced(&env);
+    let other = host(&env, "host2");
+    let one = enqueue(&env, "t/echo", json!({"n": 1}));
+    ends_well(&env, worker_of(&env, &other, "h2", &["--drain"]), "h2");
+    assert_eq!(status_of(&env, &one), "success");
+
+    let copy = other.join("store/.blobs").join(blob_at(&env, "t/echo.ts"));
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&copy, "export function main() { return { changed: true }; }\n").unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o444)).unwrap();
+    // A new commit that shares t/echo.ts, written on that host from the database.
+    repo.file("t/another.txt", "another file\n");
+    repo.commit("another file");
+    env.wf(["sync", "tests"]).ok();
+    let two = enqueue(&env, "t/echo", json!({"n": 2}));
+    ends_well(&env, worker_of(&env, &other, "h2b", &["--drain"]), "h2b");
+    let error: serde_json::Value =
+        env.scalar_of("SELECT coalesce(error, result) FROM job_completed WHERE job_id = $1::text::uuid", &[&two]);
+    assert_eq!(error["name"], "SourceNotMaterialized", "{error}");
+    assert!(error["message"].as_str().unwrap().contains("no longer matches the digest"), "{error}");
 }
