@@ -109,9 +109,8 @@ impl<E: Into<anyhow::Error>> From<E> for CommandError {
     }
 }
 
-/// The whole cause chain on one line, then the hint.
-/// One line, whatever the causes say: a database error, for one, puts its DETAIL and HINT on
-/// lines of their own.
+/// The whole cause chain on one line, then the hint: one line whatever the causes say (a database
+/// error, for one, puts its DETAIL and HINT on lines of their own).
 impl fmt::Display for CommandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let text = format!("{:#}", self.error);
