@@ -68,13 +68,12 @@ pub(crate) fn release(
         complete::finish_locked(&mut tx, &[job_id], JobStatus::Canceled, None, None, None)?;
         Released::Canceled
     } else {
-        let wait = match why {
-            Why::Shutdown => 0.0,
-            Why::CannotStart(wait) => wait.as_secs_f64(),
-        };
-        let note = match why {
-            Why::Shutdown => "worker shutting down: the job was stopped and put back in the queue".to_string(),
-            Why::CannotStart(_) => format!("{}: the job is put back in the queue, due in {wait:.0} s", why.said()),
+        let (wait, note) = match why {
+            Why::Shutdown => (0.0, format!("{}: the job was stopped and put back in the queue", why.said())),
+            Why::CannotStart(wait) => {
+                let wait = wait.as_secs_f64();
+                (wait, format!("{}: the job is put back in the queue, due in {wait:.0} s", why.said()))
+            }
         };
         logs::note(&mut tx, job_id, attempt, &note)?;
         tx.execute(

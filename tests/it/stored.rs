@@ -359,6 +359,21 @@ fn a_large_file_is_stored_in_chunks_and_written_whole_on_another_host() {
     assert!(written == large, "the other host's copy is the file, byte for byte");
 }
 
+/// The branch moved to a commit with no parent and the same files, then synced: the catalog leaves
+/// the commit it was on (the catalog never moves back to an ancestor; it may move to this one).
+fn sync_unrelated_commit(env: &TestEnv, repo: &crate::support::harness::GitRepo) {
+    let head = repo.repo.head().unwrap().peel_to_commit().unwrap();
+    let signature = git2::Signature::now("wf tests", "tests@windforce.invalid").unwrap();
+    let unrelated = repo.repo.commit(None, &signature, &signature, "unrelated", &head.tree().unwrap(), &[]).unwrap();
+    move_branch(repo, &unrelated.to_string());
+    env.wf(["sync", "tests"]).ok();
+}
+
+/// Force the branch to `commit`, as a force-push does.
+fn move_branch(repo: &crate::support::harness::GitRepo, commit: &str) {
+    repo.repo.reference("refs/heads/main", git2::Oid::from_str(commit).unwrap(), true, "force-push").unwrap();
+}
+
 /// A sync of a commit the database holds already (the branch moved back to it) counts on it being
 /// there until the catalog moves to it: `prune --sources`, which found it pinned by nothing, waits
 /// for that sync instead of removing it under it.
@@ -367,13 +382,8 @@ fn prune_waits_for_a_sync_that_counts_on_a_stored_commit() {
     let env = TestEnv::new();
     let (repo, id, first) = synced(&env);
     // An unrelated commit (no parent) synced: the catalog leaves the first, which nothing pins now.
-    let first_oid = git2::Oid::from_str(&first).unwrap();
-    let tree = repo.repo.find_commit(first_oid).unwrap().tree().unwrap();
-    let signature = git2::Signature::now("wf tests", "tests@windforce.invalid").unwrap();
-    let unrelated = repo.repo.commit(None, &signature, &signature, "unrelated", &tree, &[]).unwrap();
-    repo.repo.reference("refs/heads/main", unrelated, true, "force-push").unwrap();
-    env.wf(["sync", "tests"]).ok();
-    repo.repo.reference("refs/heads/main", first_oid, true, "force-push back").unwrap();
+    sync_unrelated_commit(&env, &repo);
+    move_branch(&repo, &first);
 
     // Another host syncs it, held in the middle: its store's lock is taken here.
     let other = host(&env, "host2");
@@ -423,18 +433,13 @@ fn a_worker_writes_again_a_commit_pruned_from_its_host_since_it_ran_it() {
     assert_eq!(status_of(&env, &one), "success");
 
     // The catalog leaves the commit, its job is pruned, then the commit, from the worker's host too.
-    let first_oid = git2::Oid::from_str(&first).unwrap();
-    let tree = repo.repo.find_commit(first_oid).unwrap().tree().unwrap();
-    let signature = git2::Signature::now("wf tests", "tests@windforce.invalid").unwrap();
-    let unrelated = repo.repo.commit(None, &signature, &signature, "unrelated", &tree, &[]).unwrap();
-    repo.repo.reference("refs/heads/main", unrelated, true, "force-push").unwrap();
-    env.wf(["sync", "tests"]).ok();
+    sync_unrelated_commit(&env, &repo);
     std::thread::sleep(Duration::from_millis(1100));
     env.wf(["prune", "--older-than", "1s", "--yes"]).ok();
     env.wf(["prune", "--sources", "--yes"]).env("WF_STORE", other.join("store")).ok();
     assert!(!other.join("store").join(&id).join(&first).exists(), "the worker's host no longer has it");
 
-    repo.repo.reference("refs/heads/main", first_oid, true, "force-push back").unwrap();
+    move_branch(&repo, &first);
     env.wf(["sync", "tests"]).ok();
     let two = enqueue(&env, "t/echo", json!({"n": 2}));
     wait_completed(&env, &two, Duration::from_secs(60));
@@ -449,15 +454,10 @@ fn a_worker_writes_again_a_commit_pruned_from_its_host_since_it_ran_it() {
 #[test]
 fn prune_never_removes_the_commit_an_enqueue_is_pinning() {
     let env = TestEnv::new();
-    let (repo, id, first) = synced(&env);
+    let (repo, id, _first) = synced(&env);
     let enqueue = env.wf(["enqueue", "t/echo", "--input", "{}"]).env("WF_FAULT", "enqueue-late").start();
     std::thread::sleep(Duration::from_millis(700));
-    let first_oid = git2::Oid::from_str(&first).unwrap();
-    let tree = repo.repo.find_commit(first_oid).unwrap().tree().unwrap();
-    let signature = git2::Signature::now("wf tests", "tests@windforce.invalid").unwrap();
-    let unrelated = repo.repo.commit(None, &signature, &signature, "unrelated", &tree, &[]).unwrap();
-    repo.repo.reference("refs/heads/main", unrelated, true, "force-push").unwrap();
-    env.wf(["sync", "tests"]).ok();
+    sync_unrelated_commit(&env, &repo);
     env.wf(["prune", "--sources", "--yes"]).ok();
     let job = enqueue.finish();
     assert_eq!(job.code, 0, "{job:?}");
