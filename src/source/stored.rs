@@ -49,7 +49,8 @@ pub(crate) struct Stored {
 /// transaction, unless it is there already. `previous` is the commit the source was synced to
 /// before, and its files: when the database holds it, its blobs are there and only the others are
 /// looked at (a commit that changes 1 % of 20,000 files asks about 200 blobs, not 20,000).
-/// `progress` gets (bytes done, bytes total) of new blobs.
+/// `accepted` is called once the tree is known to be within `MAX_TREE_BYTES` (the sync writes it
+/// into the host's store only then); `progress` gets (bytes done, bytes total) of new blobs.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn store(
     tx: &mut Transaction<'_>,
@@ -59,15 +60,10 @@ pub(crate) fn store(
     files: &[TreeFile],
     digest: &str,
     previous: Option<(&str, &[TreeFile])>,
+    accepted: &mut dyn FnMut(),
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Stored> {
     const BYTES: &str = "SELECT bytes FROM source_commit WHERE git_source_id = $1 AND commit_sha = $2";
-    // Held until the sync commits: the blobs found missing below stay missing until then, and a
-    // commit found stored stays stored (`prune` takes this lock, and then sees the catalog on it).
-    tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&BLOB_LOCK_CLASS])?;
-    if tx.query_opt(BYTES, &[&git_source_id, &commit_sha])?.is_some() {
-        return Ok(Stored { already: true, ..Stored::default() });
-    }
     let odb = blobs.repo.odb()?;
     let size = |oid: &Oid| -> Result<u64> { Ok(odb.read_header(*oid)?.0 as u64) };
     let distinct: HashSet<Oid> = files.iter().map(|file| file.blob).collect();
@@ -95,6 +91,14 @@ pub(crate) fn store(
             total >> 20,
             MAX_TREE_BYTES >> 20
         );
+    }
+    accepted();
+
+    // Held until the sync commits: the blobs found missing below stay missing until then, and a
+    // commit found stored stays stored (`prune` takes this lock, and then sees the catalog on it).
+    tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&BLOB_LOCK_CLASS])?;
+    if tx.query_opt(BYTES, &[&git_source_id, &commit_sha])?.is_some() {
+        return Ok(Stored { already: true, ..Stored::default() });
     }
 
     let wanted: Vec<String> = sizes.keys().map(Oid::to_string).collect();

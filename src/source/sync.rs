@@ -4,8 +4,9 @@
 //! 1. fetch into the mirror and resolve commit C; refuse C when it is older than the catalog's
 //!    (meanwhile the files of the commit synced last are linked into a draft tree: C shares most);
 //! 2. read and validate windforce.json and every schema from C's tree, all problems at once;
-//! 3. materialize C's tree into this host's store, marker last; meanwhile, in a transaction, store
-//!    C's tree in the database (the blobs it does not hold yet, the listing);
+//! 3. in a transaction, store C's tree in the database (the blobs it does not hold yet, the
+//!    listing); once its size is found within the limit, materialize it into this host's store
+//!    beside, marker last;
 //! 4. only then, in that transaction, replace the source's part of the catalog: the catalog never
 //!    names a commit whose tree the database does not hold whole, and any host's worker can
 //!    materialize it.
@@ -19,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use git2::{Oid, Repository};
 use postgres::Client;
 
@@ -138,9 +139,13 @@ fn sync_locked(
         // The storing thread drops `finished` when it ends (returning or panicking): the wait below
         // wakes up at once then.
         let (finished, storing_ended) = mpsc::channel::<()>();
+        // The storing thread says when the tree is within the size a commit may hold: nothing is
+        // written into the store before.
+        let (accepted, acceptance) = mpsc::sync_channel::<()>(1);
         let (materialized, stored) = std::thread::scope(|inner| {
             let storing = inner.spawn(|| {
                 let _finished = finished;
+                let accepted = accepted;
                 let repo = Repository::open_bare(&mirror)?;
                 let previous_listing = previous_listing;
                 let previous_files = previous_listing.recv().ok();
@@ -153,6 +158,9 @@ fn sync_locked(
                     &files,
                     &digest,
                     previous,
+                    &mut || {
+                        let _ = accepted.send(());
+                    },
                     &mut |done, total| {
                         sent.0.store(done, Ordering::Relaxed);
                         sent.1.store(total, Ordering::Relaxed);
@@ -161,6 +169,7 @@ fn sync_locked(
             });
             let draft = drafting.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             let materialized = draft.and_then(|draft| {
+                acceptance.recv().map_err(|_| anyhow!("the tree was not written: the database did not take it"))?;
                 let draft = match draft {
                     Some(draft) => draft,
                     None => Draft::start(places.store, source.id)?,
@@ -177,12 +186,13 @@ fn sync_locked(
             progress.stored();
             (materialized, storing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
         });
+        // The database's refusal first: the store waits for its acceptance.
+        let stored =
+            stored.with_context(|| format!("storing commit {sha} in the database; the catalog was not changed"))?;
         let materialized = materialized
             .with_context(|| format!("materializing commit {sha} into the store; the catalog was not changed"))?;
 
         // 4. only then the catalog, in the transaction that stored the tree.
-        let stored =
-            stored.with_context(|| format!("storing commit {sha} in the database; the catalog was not changed"))?;
         catalog::replace(&mut tx, source, source.commit_sha.as_deref(), &sha, &manifest)?;
         tx.commit().context("committing the catalog")?;
         Ok(Report {

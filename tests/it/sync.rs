@@ -951,3 +951,44 @@ fn a_tree_that_would_write_through_a_shared_file_is_refused_and_other_trees_stay
     let catalog: i64 = env.scalar("SELECT count(*) FROM action WHERE app_key IN ('two', 'three')");
     assert_eq!(catalog, 0, "nothing of the refused trees is in the catalog");
 }
+
+/// The bytes of the files below `root` (none when it does not exist).
+fn bytes_below(root: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack: Vec<PathBuf> = root.exists().then(|| root.to_path_buf()).into_iter().collect();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let meta = entry.path().symlink_metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+/// A commit's tree may hold 1 GiB: a larger one is refused before any of it is written into the
+/// host's store (the database's check of its size comes first), and nothing else changes.
+#[test]
+fn a_tree_over_the_size_limit_is_refused_before_any_of_it_is_written() {
+    let env = TestEnv::new();
+    let repo = GitRepo::new();
+    repo.manifest(&json!({"apps": {"big": {"actions": {"a": {"entrypoint": "a.ts"}}}}}))
+        .file("a.ts", "export function main() { return 1; }\n");
+    // A GiB and a MiB of zeros: git compresses it to a MiB.
+    let big = repo.path().join("big.bin");
+    std::fs::File::create(&big).unwrap().set_len((1 << 30) + (1 << 20)).unwrap();
+    repo.commit("too large");
+    env.wf(["source", "add", "big", &repo.url()]).ok();
+
+    let refused = env.wf(["sync", "big"]).run();
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stderr.contains("1025 MiB of files, more than the 1024 MiB"), "{}", refused.stderr);
+    let written = bytes_below(&env.store());
+    assert!(written < 1 << 20, "{written} bytes written into the store for a refused tree");
+    assert_eq!(source_commit(&env, "big"), None);
+    let stored: i64 = env.scalar("SELECT (SELECT count(*) FROM source_commit) + (SELECT count(*) FROM source_blob)");
+    assert_eq!(stored, 0, "nothing of the refused tree is in the database");
+}
