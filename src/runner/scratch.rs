@@ -6,6 +6,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -14,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use rustix::fs::{FileType, Mode, OFlags};
 use uuid::Uuid;
 
 const LOCK_SUFFIX: &str = ".lock";
@@ -247,15 +249,87 @@ pub(super) fn remove_tree(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Give the owner every permission on `dir` and on the folders below it. Each folder is opened
+/// without following a link, and changed and read through that descriptor: a process of the action
+/// still running (a warm runner's, between its jobs) may swap a folder for a link to one of the
+/// host's, and what a path named a moment ago is not what it names now.
 fn open_up(dir: &Path) {
-    let Ok(metadata) = fs::symlink_metadata(dir) else { return };
-    if !metadata.is_dir() {
-        return;
+    if let Ok(folder) = rustix::fs::open(dir, FOLDER, Mode::empty()) {
+        open_up_at(&folder);
     }
-    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
-    if let Ok(entries) = fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            open_up(&entry.path());
+}
+
+/// A folder as `open_up` holds it: a descriptor of the folder itself (no permission needed), never
+/// of a link's target.
+const FOLDER: OFlags = OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
+
+fn open_up_at(folder: &OwnedFd) {
+    // chmod through /proc reaches the very folder the descriptor holds (fchmod takes no O_PATH one).
+    let _ = rustix::fs::chmod(format!("/proc/self/fd/{}", folder.as_raw_fd()), Mode::RWXU);
+    let Ok(listing) =
+        rustix::fs::openat(folder, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+    else {
+        return;
+    };
+    let Ok(entries) = rustix::fs::Dir::new(listing) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name == c"." || name == c".." || entry.file_type() == FileType::Symlink {
+            continue;
         }
+        if let Ok(child) = rustix::fs::openat(folder, name, FOLDER, Mode::empty()) {
+            open_up_at(&child);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// A process of the action swaps a folder of its working directory with a link to a folder of
+    /// the host's, again and again, while the worker opens the working directory up to remove it:
+    /// the host's folder is never changed.
+    #[test]
+    fn opening_up_a_folder_never_follows_a_link_swapped_in_for_one_of_its_folders() {
+        let root = tempfile::tempdir().unwrap();
+        let (work, host) = (root.path().join("work"), root.path().join("host"));
+        fs::create_dir_all(work.join("folder")).unwrap();
+        fs::create_dir(&host).unwrap();
+        fs::set_permissions(&host, fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(&host, work.join("link")).unwrap();
+
+        let stop = AtomicBool::new(false);
+        let swaps = std::thread::scope(|scope| {
+            let swapping = scope.spawn(|| {
+                let mut swaps = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let (folder, link) = (work.join("folder"), work.join("link"));
+                    rustix::fs::renameat_with(
+                        rustix::fs::CWD,
+                        &folder,
+                        rustix::fs::CWD,
+                        &link,
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .unwrap();
+                    swaps += 1;
+                }
+                swaps
+            });
+            for _ in 0..5_000 {
+                open_up(&work);
+                let mode = fs::metadata(&host).unwrap().permissions().mode() & 0o7777;
+                if mode != 0o755 {
+                    stop.store(true, Ordering::Relaxed);
+                    panic!("the host's folder was changed to {mode:o}");
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            swapping.join().unwrap()
+        });
+        assert!(swaps > 1_000, "the folder and the link were swapped {swaps} times only");
     }
 }
