@@ -14,7 +14,7 @@ use super::connection::Connection;
 use super::events::{JobEvent, job_event};
 use super::heart::{Heart, Verdict};
 use super::{Handed, Isolation, Shared, Until};
-use crate::db::failure::{Failure, classify};
+use crate::db::failure::{Failure, classify, is_connection_lost};
 use crate::diag::diag;
 use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded};
@@ -367,7 +367,19 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
     if claimed.elapsed() >= shared.options.heartbeat {
         let beaten = Instant::now();
         let window = shared.options.zombie_timeout;
-        match link.connection.client().and_then(|session| heartbeat::heartbeat(session, job.id, &job.claim, window)) {
+        let beat = |connection: &mut Connection| {
+            connection.client().and_then(|session| heartbeat::heartbeat(session, job.id, &job.claim, window))
+        };
+        // A connection the server closed while the slot waited is found closed only now: once more
+        // on a new one.
+        let beat = match beat(&mut link.connection) {
+            Err(error) if is_connection_lost(&error) => {
+                link.connection.reset();
+                beat(&mut link.connection)
+            }
+            beat => beat,
+        };
+        match beat {
             Ok(Beat::Owned) => claimed = beaten,
             Ok(Beat::CancelRequested { .. }) => {
                 let ending = (JobStatus::Canceled, None, None);
@@ -379,8 +391,16 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
                 shared.fenced.fetch_add(1, Ordering::SeqCst);
                 return Ok(link);
             }
-            // The heart's self-fence, counted from the claim, still stops it in time.
-            Err(error) => link.connection.reset_if_lost(&error),
+            // Whether it is still ours is unknown: a start could run it beside its next attempt.
+            Err(error) => {
+                link.connection.reset_if_lost(&error);
+                diag!(
+                    "worker {name}: job {} could not be confirmed ours before its late start ({error:#}): not \
+                     started, left to the reaper",
+                    job.id
+                );
+                return Ok(link);
+            }
         }
     }
     let claims = token::Claims::for_claim(job.id, &job.claim, job.started_at, job.timeout_s);

@@ -81,7 +81,8 @@ fn jobs_claimed_for_waiting_slots_start_at_once_and_each_runs_once() {
 
 /// A job started long after its claim (its commit written from the database first) is beaten once
 /// before it starts: one the reaper took back meanwhile, and another worker ran, is not started
-/// again; one asked to cancel meanwhile is canceled without running.
+/// again, also when the server closed the worker's connection meanwhile; one asked to cancel
+/// meanwhile is canceled without running.
 #[test]
 fn a_job_started_long_after_its_claim_starts_only_if_still_its_own_and_not_canceled() {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
@@ -114,8 +115,28 @@ fn a_job_started_long_after_its_claim_starts_only_if_still_its_own_and_not_cance
     assert!(second.wait().unwrap().success());
     assert_eq!(state(&canceled), "canceled");
 
+    // The server closed the late worker's connections while it waited: its beat finds out on a new
+    // one, and the job, reaped and run by another worker meanwhile, is not started again.
+    let cut = enqueue(&env, "t/sleep", json!({"log": log, "ms": 100}));
+    let mut third = late("late-3");
+    wait_for(Duration::from_secs(30), "the job to be claimed", || (state(&cut) == "running").then_some(()));
+    let terminated: i64 = env.scalar(&format!(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name LIKE 'wf work late-3%') AS cut",
+    ));
+    assert!(terminated > 0, "the late worker's connections were cut");
+    wait_for(Duration::from_secs(30), "the reaper to take the job back", || {
+        env.wf(["reap"]).ok();
+        (state(&cut) == "queued").then_some(())
+    });
+    env.wf(["work", "--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"]).ok();
+    assert_eq!(state(&cut), "success");
+    assert!(third.wait().unwrap().success());
+    let said = std::fs::read_to_string(env.dir.path().join("late-3.log")).unwrap();
+    assert!(said.contains("before it started: not started"), "{said}");
+
     let runs: Vec<String> = executions(&log).into_iter().map(|(id, _)| id).collect();
-    assert_eq!(runs, [reaped], "the reaped job ran once, by the other worker; the canceled one never");
+    assert_eq!(runs, [reaped, cut], "each reaped job ran once, by the other worker; the canceled one never");
 }
 
 #[test]
