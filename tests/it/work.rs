@@ -120,10 +120,10 @@ fn a_job_started_long_after_its_claim_starts_only_if_still_its_own_and_not_cance
     let cut = enqueue(&env, "t/sleep", json!({"log": log, "ms": 100}));
     let mut third = late("late-3");
     wait_for(Duration::from_secs(30), "the job to be claimed", || (state(&cut) == "running").then_some(()));
-    let terminated: i64 = env.scalar(&format!(
+    let terminated: i64 = env.scalar(
         "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
          WHERE datname = current_database() AND application_name LIKE 'wf work late-3%') AS cut",
-    ));
+    );
     assert!(terminated > 0, "the late worker's connections were cut");
     wait_for(Duration::from_secs(30), "the reaper to take the job back", || {
         env.wf(["reap"]).ok();
