@@ -6,8 +6,9 @@
 //! completion alone the first time it is sent, every completion committed with the next claim),
 //! `start-late` (a worker starts each job it claimed two zombie windows after its claim, as one
 //! whose commit took that long to write from the database would), `enqueue-late` (an enqueue waits
-//! 2 s between reading the commit it pins and inserting its jobs) and `panic` (the command panics
-//! before it starts, as a bug would).
+//! 2 s between reading the commit it pins and inserting its jobs), `failure-stalls-before-commit`
+//! (a failed job's completion, its statements sent, waits an hour before its COMMIT, as one whose
+//! link was cut then would) and `panic` (the command panics before it starts, as a bug would).
 //!
 //! A process-wide switch rather than a value passed down: the points sit deep inside the store and
 //! the worker's slots, and only the tests ever turn one on.

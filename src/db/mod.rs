@@ -76,11 +76,18 @@ impl Database {
         config.connect(NoTls).with_context(|| format!("connecting to {}", self.describe))
     }
 
-    /// A connection whose statements give up after `statement_timeout` (waiting on a lock
-    /// included), so that a worker's calls are bounded on the server's side too.
-    pub(crate) fn connect_bounded(&self, application_name: &str, statement_timeout: Duration) -> Result<Client> {
+    /// A connection whose waits are bounded on the server's side too: a statement gives up after
+    /// `timeout` (waiting on a lock included), a transaction left open that long without a
+    /// statement (its client cut off before its COMMIT) ends and lets go of its rows' locks, which
+    /// would otherwise hide a dead worker's job from every reaper, and the server probes a TCP client
+    /// that stops answering as the client probes it.
+    pub(crate) fn connect_bounded(&self, application_name: &str, timeout: Duration) -> Result<Client> {
         let mut client = self.connect_as(application_name)?;
-        client.batch_execute(&format!("SET statement_timeout = {}", statement_timeout.as_millis().max(1)))?;
+        let ms = timeout.as_millis().max(1);
+        client.batch_execute(&format!(
+            "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms};
+             SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 2; SET tcp_keepalives_count = 3"
+        ))?;
         Ok(client)
     }
 }

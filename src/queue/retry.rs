@@ -62,6 +62,10 @@ pub(crate) fn complete_failure(session: &mut Session, completion: &Completion) -
         let enqueued = enqueue::enqueue(&mut tx, &request)?;
         retry = enqueued.first().map(|job| Retry { id: job.id, number, after });
     }
+    if crate::fault::at("failure-stalls-before-commit") {
+        // As a link cut before COMMIT leaves it: the transaction open, the job's row locked.
+        std::thread::sleep(Duration::from_secs(3600));
+    }
     tx.commit()?;
     Ok((Recorded::Completed, retry))
 }

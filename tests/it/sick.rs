@@ -307,3 +307,39 @@ fn a_thread_that_cannot_start_ends_the_worker_with_an_error_not_a_panic() {
     let running: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE running");
     assert_eq!(running, 0);
 }
+
+/// A worker cut off before the COMMIT of a completion leaves its transaction open, holding the
+/// job's row: the server ends that transaction after one heartbeat period, so that the reaper,
+/// which skips a locked row, takes the job back once its window has passed and it runs again.
+#[test]
+fn a_completion_cut_off_before_its_commit_does_not_hide_its_job_from_the_reaper() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
+    synced(&env);
+    let id = enqueue(&env, "t/fail", json!({}));
+    let args = ["work", "--name", "cut", "--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"];
+    let mut cut = env.wf(args).env("WF_FAULT", "failure-stalls-before-commit").spawn(&env.dir.path().join("cut.log"));
+    let mut db = env.db();
+    wait_for(Duration::from_secs(30), "the completion's transaction to be left open", || {
+        let open: i64 = db
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = $1 AND application_name LIKE 'wf work cut %' AND state = 'idle in transaction'",
+                &[&env.dbname],
+            )
+            .unwrap()
+            .get(0);
+        (open > 0).then_some(())
+    });
+    wait_for(Duration::from_secs(30), "the reaper to take the job back", || {
+        env.wf(["reap"]).ok();
+        let running: bool = env.scalar_of("SELECT running FROM job_queue WHERE job_id = $1::text::uuid", &[&id]);
+        (!running).then_some(())
+    });
+    env.wf(["work", "--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"]).ok();
+    let show = env.wf(["show", &id, "--json"]).ok().json();
+    assert_eq!(show["status"], "failure", "{show}");
+    assert_eq!(show["restarts"], 1, "{show}");
+    assert!(cut.try_wait().unwrap().is_none(), "the cut-off worker is still waiting for its COMMIT");
+    cut.kill().unwrap();
+    cut.wait().unwrap();
+}
