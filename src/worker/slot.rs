@@ -414,10 +414,12 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         ("WF_SCHEDULED_FOR".to_string(), job.scheduled_for.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
         ("WF_ATTEMPT".to_string(), job.attempt().to_string()),
     ];
-    env.extend(shared.options.local.inherited_env.iter().cloned());
     let started = if job.warm {
+        // The worker's inherited variables are the runner's from its start, under the sandbox's
+        // PATH and HOME: a job's request brings only its own.
         hand_to_warm(shared, link.warm.take(), &job, tree, env).map(Attempt::Warm)
     } else {
+        env.extend(shared.options.local.inherited_env.iter().cloned());
         let mut spec =
             runner::Spec::new(&shared.scratch, &job.id, job.attempt(), tree, &job.entrypoint, job.input.clone(), env);
         spec.bun = shared.bun.clone();

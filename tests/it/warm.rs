@@ -9,8 +9,8 @@ use crate::support::fixtures::{alive, enqueue, path, signal, worker};
 use crate::support::harness::{GitRepo, TestEnv, wait_for};
 
 /// `w/step` does what its input's `mode` says and returns what it knows: which runner it is (an id
-/// drawn when the module loads), how many jobs that runner ran, its job's WF_ variables, and
-/// whether the working directory was empty when the job began.
+/// drawn when the module loads), how many jobs that runner ran, its job's WF_ variables, HOME and
+/// PATH, and whether the working directory was empty when the job began.
 fn synced_warm(env: &TestEnv) -> GitRepo {
     let repo = GitRepo::new();
     repo.manifest(&json!({
@@ -63,7 +63,7 @@ export async function main(input: any) {
   return {
     runner, runs, empty, n: input.n, padded: input.pad?.length ?? 0,
     job: process.env.WF_JOB_ID, attempt: process.env.WF_ATTEMPT, token: Boolean(process.env.WF_TOKEN),
-    action: process.env.WF_ACTION,
+    action: process.env.WF_ACTION, home: process.env.HOME, path: process.env.PATH,
   };
 }
 "#,
@@ -155,12 +155,13 @@ fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
         // Its requests ended and bun exited by itself, its exit handlers run: not killed.
         assert_eq!(std::fs::read_to_string(&on_exit).ok().as_deref(), Some("exit 0"), "how the runner ended");
     }
-    let (status, result, _) = ended(env, &cold);
-    assert_eq!(
-        (status.as_str(), &result["runs"]),
-        ("success", &json!(1)),
-        "a cold action starts its own bun: {result}"
-    );
+    let (status, cold, _) = ended(env, &cold);
+    assert_eq!((status.as_str(), &cold["runs"]), ("success", &json!(1)), "a cold action starts its own bun: {cold}");
+    for id in &ids {
+        let (_, warm, _) = ended(env, id);
+        // In a sandbox, its HOME and PATH (where bun is), not the worker's.
+        assert_eq!((&warm["home"], &warm["path"]), (&cold["home"], &cold["path"]), "{isolation}");
+    }
     let left: i64 = env.scalar("SELECT count(*) FROM job_queue");
     assert_eq!(left, 0);
 }
