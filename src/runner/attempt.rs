@@ -37,6 +37,9 @@ const PIPE_GRACE: Duration = Duration::from_secs(5);
 /// How long a warm runner whose requests ended may take to exit by itself (`Running::close`).
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// A warm job's end code when its module threw as it loaded (the wrapper's `UNLOADABLE`).
+const UNLOADABLE: i32 = 2;
+
 /// The largest result recorded; a larger one completes the job as failure (`ResultTooLarge`).
 pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
 /// What the result file may hold beyond the result: the wrapper's `{"ok":true,"result":...}`.
@@ -145,8 +148,9 @@ pub enum Stream {
 pub enum Event {
     /// One line of the action's output, without its newline, cut at MAX_LINE bytes.
     Line { stream: Stream, text: String },
-    /// A warm runner's job ended, with this code (0: main() returned, 1: it threw), after all of
-    /// its lines; the runner waits for the next `submit`.
+    /// A warm runner's job ended, with this code (0: main() returned, 1: it threw, `UNLOADABLE`:
+    /// its module threw as it loaded), after all of its lines; the runner waits for the next
+    /// `submit`.
     Settled { code: i32 },
     /// The supervisor exited and both pipes reached their end: no event follows.
     Done,
@@ -266,9 +270,18 @@ impl Running {
         self.settled = Some(code);
     }
 
+    /// Whether a warm runner can run another job: not when its module failed to load (JavaScript
+    /// keeps a failed import's error, so every later job would fail the same way in this bun).
+    pub fn reusable(&self) -> bool {
+        self.settled != Some(UNLOADABLE)
+    }
+
     /// The outcome of the job a warm runner settled (see `settle`), read from its result file.
     pub fn settled_outcome(&self) -> Option<Outcome> {
-        let code = self.settled?;
+        let code = match self.settled? {
+            UNLOADABLE => 1,
+            code => code,
+        };
         let outcome = read_result(&Paths::new(&self.scratch).result, code);
         Some(outcome.unwrap_or_else(|| Outcome::failed("ResultUnreadable", "the warm runner wrote no result")))
     }

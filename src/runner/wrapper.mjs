@@ -10,8 +10,8 @@
 // Warm (`"warm": true` in the manifest): bun stays, and runs one job per request line read from
 // stdin, `{"nonce":"...","env":{...},"input":...}`, with the result written to <result.json> as above
 // (<input.json> is not read: the input comes with its request). A job's end is a line
-// `\x1f<nonce> <0|1>` written last to stdout and to stderr: the worker files everything before it
-// under that job. stdin closed: bun exits.
+// `\x1f<nonce> <0|1|2>` (returned, threw, threw as its module loaded) written last to stdout and to
+// stderr: the worker files everything before it under that job. stdin closed: bun exits.
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
 
 const [entrypoint, inputPath, resultPath, mode] = process.argv.slice(2);
@@ -201,7 +201,7 @@ function settle(outcome) {
     return;
   }
   if (warm) {
-    endOfJob(ok ? 0 : 1);
+    endOfJob(ok ? 0 : unloadable ? UNLOADABLE : 1);
     return;
   }
   // bun usually ends by itself now, with all the output written, and without building the Node
@@ -218,9 +218,21 @@ process.on("unhandledRejection", (reason) => settle({ ok: false, error: errorObj
 // its request.
 let readInput = () => JSON.parse(readFileSync(inputPath, "utf8"));
 
+// Warm: whether the module threw as it loaded. JavaScript keeps a failed import's error, so every
+// later job of this bun would fail the same way: the job's end says so (code UNLOADABLE), and the
+// worker gives the next job a new runner.
+const UNLOADABLE = 2;
+let unloadable = false;
+
 async function run() {
   const input = readInput();
-  const module = await import(entrypoint);
+  let module;
+  try {
+    module = await import(entrypoint);
+  } catch (error) {
+    unloadable = true;
+    throw error;
+  }
   if (typeof module.main !== "function") {
     throw new TypeError(`${entrypoint} does not export a function main(input)`);
   }

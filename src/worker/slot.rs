@@ -519,10 +519,12 @@ fn hand_to_warm(
         isolation: isolation_of(&shared.options.isolation, job),
     };
     match kept {
-        Some(mut warm) if warm.key == key && !warm.running.is_over() => match warm.running.submit(&job.input, &env) {
-            Ok(()) => return Ok(warm),
-            Err(_) => warm.running.close(),
-        },
+        Some(mut warm) if warm.key == key && warm.running.reusable() && !warm.running.is_over() => {
+            match warm.running.submit(&job.input, &env) {
+                Ok(()) => return Ok(warm),
+                Err(_) => warm.running.close(),
+            }
+        }
         Some(other) => other.running.close(),
         None => {}
     }

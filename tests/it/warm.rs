@@ -346,3 +346,36 @@ fn runner_processes(action: &str) -> Vec<i32> {
     }
     found
 }
+
+/// A module that throws as it loads (a connection its top level opens, failing once) fails its
+/// job; JavaScript keeps that error for every later import in the same bun, so the next job gets a
+/// new runner, where the module loads.
+#[test]
+fn a_module_that_failed_to_load_once_does_not_fail_the_next_jobs() {
+    let env = TestEnv::new();
+    let tried = path(&env, "tried");
+    let repo = GitRepo::new();
+    repo.manifest(&json!({"apps": {"w": {"actions": {"init": {"entrypoint": "w/init.ts", "warm": true}}}}}));
+    repo.file(
+        "w/init.ts",
+        &format!(
+            r#"
+import {{ existsSync, writeFileSync }} from "node:fs";
+if (!existsSync({tried:?})) {{
+  writeFileSync({tried:?}, "x");
+  throw new Error("the first load fails");
+}}
+export function main(input: any) {{ return input.n; }}
+"#
+        ),
+    );
+    repo.commit("an action whose first load fails");
+    env.wf(["source", "add", "warm", &repo.url()]).ok();
+    env.wf(["sync", "warm"]).ok();
+    let ids: Vec<String> = (0..3).map(|n| enqueue(&env, "w/init", json!({"n": n}))).collect();
+    env.wf(["work", "--drain", "--concurrency", "1", "--isolation", "none"]).ok();
+    let ended: Vec<(String, Value)> = ids.iter().map(|id| ended(&env, id)).map(|(s, r, _)| (s, r)).collect();
+    assert_eq!(ended[0].0, "failure", "{ended:?}");
+    assert_eq!(ended[0].1["message"], "the first load fails", "{ended:?}");
+    assert_eq!(ended[1..], [("success".to_string(), json!(1)), ("success".to_string(), json!(2))], "{ended:?}");
+}
