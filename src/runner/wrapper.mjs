@@ -127,7 +127,7 @@ function errorObject(thrown) {
   const errorLike =
     thrown !== null && (typeof thrown === "object" || typeof thrown === "function") && "message" in thrown;
   if (!errorLike) {
-    return { name: "Error", message: describe(thrown), stack: "" };
+    return { name: "Error", message: legible(describe(thrown)), stack: "" };
   }
   const name = asText(field(thrown, "name"), "Error");
   let message = asText(field(thrown, "message"), "");
@@ -138,19 +138,39 @@ function errorObject(thrown) {
     message = built.length === 1 ? each[0] : `${message}: ${each.join("; ")}`;
     stack = built.map((m) => `${m.where}: error: ${m.text}${m.source}`).join("\n");
   }
-  return { name, message, stack };
+  return { name: legible(name), message: legible(message), stack: legible(stack) };
 }
+
+// How much of an error's name, message or stack is kept: the result's 1 MiB is for results, and a
+// message holding a whole HTTP body must not turn the error into ResultTooLarge.
+const ERROR_FIELD_CHARS = 64 * 1024;
+
+// An error's text as PostgreSQL stores it: U+0000 and a lone surrogate (text cut inside an emoji)
+// become U+FFFD, and a text too long is cut, saying how much.
+function legible(text) {
+  const clean = text.toWellFormed().replaceAll("\0", "\ufffd");
+  if (clean.length <= ERROR_FIELD_CHARS) return clean;
+  const cut = clean.length - ERROR_FIELD_CHARS;
+  return `${clean.slice(0, ERROR_FIELD_CHARS).toWellFormed()}... (${cut} more characters)`;
+}
+
+// JSON.stringify writes a lone surrogate as an escape (paired ones as they are), which neither
+// PostgreSQL nor the worker takes: each such escape (not an escaped backslash before a `u`) becomes
+// U+FFFD, as invalid text in the logs does.
+const LONE_SURROGATE = /(?<!\\)((?:\\\\)*)\\ud[89a-f][0-9a-f]{2}/gi;
 
 function encode(outcome) {
   try {
-    return { ok: outcome.ok, body: JSON.stringify(outcome) };
+    return { ok: outcome.ok, body: JSON.stringify(outcome).replace(LONE_SURROGATE, "$1\\ufffd") };
   } catch (error) {
     const failure = {
       ok: false,
       error: {
         name: "TypeError",
-        message: `the result of main() cannot be encoded as JSON: ${asText(field(error, "message"), describe(error))}`,
-        stack: asText(field(error, "stack"), ""),
+        message: legible(
+          `the result of main() cannot be encoded as JSON: ${asText(field(error, "message"), describe(error))}`,
+        ),
+        stack: legible(withoutOwnFrames(asText(field(error, "stack"), ""))),
       },
     };
     return { ok: false, body: JSON.stringify(failure) };

@@ -297,6 +297,36 @@ fn failures_that_are_not_errors_still_give_an_error_object() {
     }
 }
 
+/// What PostgreSQL and the worker cannot take is made legible, not a lost error: U+0000 and a lone
+/// surrogate (text cut inside an emoji) become U+FFFD; an error's message holding a whole page is
+/// cut (it made the error `ResultTooLarge`); a result that cannot be encoded says so with the
+/// action's frames, not the wrapper's.
+#[test]
+fn text_the_database_cannot_store_becomes_legible_and_no_error_is_lost() {
+    let world = World::new();
+    let error = threw(world.run(r#"export function main() { throw new Error("bad \u0000 byte"); }"#, json!({})));
+    assert_eq!(error["message"], "bad \u{fffd} byte", "{error}");
+    let error =
+        threw(world.run(r#"export function main() { throw new Error("cut " + "ab😀".slice(0, 3)); }"#, json!({})));
+    assert_eq!(error["message"], "cut ab\u{fffd}", "{error}");
+    let result = returned(world.run(
+        r#"export function main() { const cut = "ab😀".slice(0, 3); return { [cut]: cut, kept: "\\ud800 😀" }; }"#,
+        json!({}),
+    ));
+    assert_eq!(result, json!({"ab\u{fffd}": "ab\u{fffd}", "kept": "\\ud800 😀"}));
+    let error =
+        threw(world.run(r#"export function main() { throw new Error("<html>" + "x".repeat(600000)); }"#, json!({})));
+    let (message, stack) = (error["message"].as_str().unwrap(), error["stack"].as_str().unwrap());
+    assert!(
+        message.starts_with("<html>xxx") && message.ends_with("... (534470 more characters)"),
+        "{}",
+        &message[..40]
+    );
+    assert!(stack.len() < 70_000, "the stack is cut too: {} bytes", stack.len());
+    let error = threw(world.run("export function main() { return { big: 10n }; }", json!({})));
+    assert!(!error["stack"].as_str().unwrap().contains("wrapper"), "{error}");
+}
+
 #[test]
 fn exit_without_a_result_is_died_with_the_code_or_signal() {
     for world in World::both() {
