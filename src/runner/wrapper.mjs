@@ -288,6 +288,8 @@ function endOfJob(code) {
 
 async function serve() {
   writes = [process.stdout, process.stderr].map((stream) => stream.write.bind(stream));
+  // Each job starts in the working directory, whatever folder the last one changed to.
+  const workdir = process.cwd();
   const requests = { [Symbol.asyncIterator]: console[Symbol.asyncIterator].bind(console) };
   let previous = [];
   for await (const line of requests) {
@@ -298,6 +300,7 @@ async function serve() {
     previous = Object.keys(request.env);
     Object.assign(process.env, request.env);
     readInput = () => request.input;
+    process.chdir(workdir);
     nonce = request.nonce;
     settled = false;
     await new Promise((resolve) => {

@@ -10,7 +10,8 @@ use crate::support::harness::{GitRepo, TestEnv, wait_for};
 
 /// `w/step` does what its input's `mode` says and returns what it knows: which runner it is (an id
 /// drawn when the module loads), how many jobs that runner ran, its job's WF_ variables, HOME and
-/// PATH, and whether the working directory was empty when the job began.
+/// PATH, its folder, and whether the working directory was empty when the job began; with `chdir`
+/// it leaves a folder changed.
 fn synced_warm(env: &TestEnv) -> GitRepo {
     let repo = GitRepo::new();
     repo.manifest(&json!({
@@ -30,12 +31,14 @@ fn synced_warm(env: &TestEnv) -> GitRepo {
     repo.file(
         "w/step.ts",
         r#"
-import { readdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 const runner = crypto.randomUUID();
 let runs = 0;
 export async function main(input: any) {
   runs += 1;
   const empty = readdirSync(".").length === 0;
+  const cwd = process.cwd();
+  if (input.chdir) { mkdirSync("sub"); process.chdir("sub"); }
   writeFileSync(`left-by-${input.n}`, "x");
   console.log(`log ${input.n}`);
   console.error(`error ${input.n}`);
@@ -63,7 +66,7 @@ export async function main(input: any) {
   return {
     runner, runs, empty, n: input.n, padded: input.pad?.length ?? 0,
     job: process.env.WF_JOB_ID, attempt: process.env.WF_ATTEMPT, token: Boolean(process.env.WF_TOKEN),
-    action: process.env.WF_ACTION, home: process.env.HOME, path: process.env.PATH,
+    action: process.env.WF_ACTION, home: process.env.HOME, path: process.env.PATH, cwd,
   };
 }
 "#,
@@ -117,7 +120,8 @@ fn a_warm_action_runs_its_jobs_in_one_process_each_with_its_own_input_variables_
 
 fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
     // A cold job in between: the runner waits for its action's next job meanwhile.
-    let mut ids: Vec<String> = (0..3).map(|n| enqueue(env, "w/first", json!({"n": n}))).collect();
+    // The second changes its folder: the next starts in the working directory all the same.
+    let mut ids: Vec<String> = (0..3).map(|n| enqueue(env, "w/first", json!({"n": n, "chdir": n == 1}))).collect();
     let cold = enqueue(env, "w/cold", json!({"n": 6}));
     ids.extend((3..5).map(|n| enqueue(env, "w/first", json!({"n": n}))));
     // Without a sandbox the action can leave a note outside: how its runner ended.
@@ -138,6 +142,7 @@ fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
             (&json!("1"), &json!(true), &json!("first"))
         );
         assert_eq!(result["empty"], true, "each job starts in an empty working directory: {result}");
+        assert_eq!(result["cwd"], ended(env, &ids[0]).1["cwd"], "each job starts in the working directory");
         let mut expected =
             vec![format!("log {n}"), format!("error {n}"), format!("raw {n}"), format!("unfinished {n}")];
         let mut got = logs.clone();
