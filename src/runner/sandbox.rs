@@ -30,7 +30,8 @@
 //!   `memory_mb`) or `ProcessLimit` (at `max_processes`). Without cgroups memory is watched, not
 //!   fenced: a burst shorter than a period is not caught; and an action that gives up at once on
 //!   EAGAIN fails with its own error rather than `ProcessLimit`. `/tmp` and `/dev/shm` are capped at `memory_mb` each, and the sandbox's
-//!   oom_score_adj is 1000, so the kernel's OOM killer picks an action before its worker.
+//!   oom_score_adj is 1000, so the kernel's OOM killer picks an action before its worker. The
+//!   action cannot make a user namespace (where it could mount a tmpfs of no size limit).
 
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File};
@@ -431,6 +432,9 @@ fn build_root(plan: &Plan, private: &Private) -> Result<()> {
     mkdir(&at("proc"))?;
     let proc_flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
     mount::mount("proc", at("proc"), "proc", proc_flags, None).context("mounting the sandbox's /proc")?;
+    // No user namespace inside: in one, the action would have what it takes to mount a tmpfs of
+    // its own, without the size of /tmp, whose memory no process holds and no limit counts.
+    fs::write(at("proc/sys/user/max_user_namespaces"), "0").context("forbidding user namespaces in the sandbox")?;
 
     mkdir(&at("wf"))?;
     mkdir(&at("wf/bin"))?;

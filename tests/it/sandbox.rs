@@ -28,6 +28,7 @@ fn attack_repo() -> GitRepo {
                     "big": {"entrypoint": "a/big.ts"},
                     "deep": {"entrypoint": "a/deep.ts"},
                     "hog": {"entrypoint": "a/hog.ts", "memory_mb": 96},
+                    "nested": {"entrypoint": "a/nested.ts", "memory_mb": 64},
                     "offline": {"entrypoint": "a/fetch.ts"},
                     "online": {"entrypoint": "a/fetch.ts", "network": true},
                     "hello": {"entrypoint": "a/hello.ts"},
@@ -196,6 +197,18 @@ export async function main() {
   const kept = [];
   for (let i = 0; i < 100; i++) { kept.push(Buffer.alloc(16 << 20, 1)); await Bun.sleep(20); }
   return kept.length;
+}
+"#,
+    );
+    // A user namespace of its own, where it may mount a tmpfs without the size limit of its /tmp:
+    // memory no process holds, so no limit of the sandbox counts it.
+    repo.file(
+        "a/nested.ts",
+        r#"
+export function main() {
+  const script = "mount -t tmpfs -o size=0 t /tmp && head -c 200M /dev/zero > /tmp/x && echo held";
+  const run = Bun.spawnSync(["unshare", "-Urm", "sh", "-c", script]);
+  return { code: run.exitCode, out: run.stdout.toString(), err: run.stderr.toString() };
 }
 "#,
     );
@@ -435,8 +448,9 @@ fn a_huge_result_is_refused_without_the_worker_reading_it() {
     assert!(error["message"].as_str().unwrap().contains("recursion limit"), "{error}");
 }
 
-/// `memory_mb` and `network` from the manifest are pinned on the job and hold in its sandbox; the
-/// worker and its next job live on.
+/// `memory_mb` and `network` from the manifest are pinned on the job and hold in its sandbox (no
+/// user namespace of the action's own, where it could mount a tmpfs no limit counts); the worker
+/// and its next job live on.
 #[test]
 fn the_manifests_limits_hold_and_the_worker_lives_on() {
     let env = TestEnv::new();
@@ -451,11 +465,15 @@ fn the_manifests_limits_hold_and_the_worker_lives_on() {
         }
     });
     let hog = enqueue(&env, "a/hog", json!({}));
+    let nested = enqueue(&env, "a/nested", json!({}));
     let offline = enqueue(&env, "a/offline", json!({"url": url}));
     let online = enqueue(&env, "a/online", json!({"url": url}));
     env.wf(["work", "--drain"]).ok();
     let error = error(&env, &hog);
     assert_eq!(error["name"], "MemoryLimit", "{error}");
+    let nested = result(&env, &nested);
+    assert_ne!(nested["code"], 0, "no user namespace in the sandbox: {nested}");
+    assert!(!nested["out"].as_str().unwrap().contains("held"), "{nested}");
     assert!(result(&env, &offline).as_str().unwrap().starts_with("failed"), "the app's network: false holds");
     assert_eq!(result(&env, &online), "ok", "the action's own network: true wins over its app's");
     server.join().unwrap();
