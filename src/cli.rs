@@ -235,7 +235,8 @@ pub(crate) struct WorkArgs {
     /// Heartbeat period (default WF_HEARTBEAT_S, 5s).
     #[arg(long, value_parser = parse_duration)]
     pub heartbeat: Option<Duration>,
-    /// On SIGINT/SIGTERM, let running jobs finish for this long before putting them back.
+    /// On SIGINT/SIGTERM, let running jobs finish for this long before putting them back (a second
+    /// signal: at once).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub grace: Duration,
     /// Worker name (default: host name and pid).

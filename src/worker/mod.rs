@@ -317,7 +317,14 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
             }
         }
     }
-    supervise_shutdown(&shared, signals, &slots);
+    if let Some(stuck) = supervise_shutdown(&shared, signals, &slots) {
+        // Their threads are left behind with the process: its end closes their connections, and the
+        // supervisors of any attempt still running kill it (their parent-death signal).
+        bail!(
+            "{stuck} still waiting for the database after the running jobs were stopped: the worker exits \
+             without them (their jobs go back through the reaper)"
+        );
+    }
     let mut first_panic = None;
     for slot in slots {
         match slot.join() {
@@ -331,8 +338,18 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         }
     }
     done.store(true, Ordering::SeqCst);
-    for thread in reaper.into_iter().chain([listener, registry]) {
-        if let Err(panic) = thread.join() {
+    // The same patience for the helpers, whose last call may wait on such a backend too: one that
+    // has not ended by then is left behind, said, with the process.
+    let helpers: Vec<_> = reaper.into_iter().chain([listener, registry]).collect();
+    let waited = Instant::now();
+    while !helpers.iter().all(|thread| thread.is_finished()) && waited.elapsed() < stop_patience(&shared) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for thread in helpers {
+        if !thread.is_finished() {
+            let name = thread.thread().name().unwrap_or("a helper thread");
+            diag!("worker {}: {name} still waiting for the database: left behind", shared.options.name);
+        } else if let Err(panic) = thread.join() {
             first_panic.get_or_insert(panic);
         }
     }
@@ -353,13 +370,18 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
 }
 
 /// Wait for the slots to end; on the first SIGINT/SIGTERM stop claiming and give running jobs
-/// the grace; when it is over (or on a second signal), have the slots stop and release them.
+/// the grace; when it is over (or on a second signal), have the slots stop and release them. A
+/// slot whose database call does not return (a backend that stopped answering, where no timeout of
+/// the server's runs and TCP sees nothing wrong) would hold up the stop forever: the slots not ended
+/// `stop_patience` after that are named and given up on.
 fn supervise_shutdown(
     shared: &Shared,
     mut signals: signal_hook::iterator::Signals,
     slots: &[std::thread::JoinHandle<Result<()>>],
-) {
+) -> Option<String> {
+    let patience = stop_patience(shared);
     let mut deadline: Option<Instant> = None;
+    let mut killed: Option<Instant> = None;
     while !slots.iter().all(|slot| slot.is_finished()) {
         for signal in signals.pending() {
             if deadline.is_none() {
@@ -379,9 +401,22 @@ fn supervise_shutdown(
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             shared.kill.store(true, Ordering::SeqCst);
+            let killed = *killed.get_or_insert_with(Instant::now);
+            if killed.elapsed() >= patience {
+                let stuck: Vec<&str> =
+                    slots.iter().filter(|slot| !slot.is_finished()).filter_map(|slot| slot.thread().name()).collect();
+                return Some(stuck.join(", "));
+            }
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    None
+}
+
+/// How long a stopping worker waits for a thread whose database call does not return: the longest a
+/// completion is retried (a zombie window) and two heartbeat periods.
+fn stop_patience(shared: &Shared) -> Duration {
+    shared.options.zombie_timeout + shared.options.heartbeat * 2
 }
 
 /// A reaper pass now and then (SKIP LOCKED makes it safe on every worker at once).

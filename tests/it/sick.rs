@@ -343,3 +343,40 @@ fn a_completion_cut_off_before_its_commit_does_not_hide_its_job_from_the_reaper(
     cut.kill().unwrap();
     cut.wait().unwrap();
 }
+
+/// A worker whose backends stop answering (frozen: no timeout of the server's runs, and TCP sees
+/// nothing wrong) while its slot waits on one still ends on SIGTERM: the slot, and any helper
+/// thread waiting so, is given up on once a zombie window and two heartbeat periods have passed
+/// after the running jobs were stopped; the worker says so and exits with an error.
+#[test]
+fn a_worker_whose_database_stops_answering_still_ends_on_sigterm() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
+    synced(&env);
+    let log = env.dir.path().join("w1.log");
+    let mut worker = env.wf(["work", "--name", "w1", "--heartbeat", "1s", "--grace", "1s", "--no-reap"]).spawn(&log);
+    wait_for(Duration::from_secs(30), "the worker's slot to look at the queue", || {
+        let slots: i64 = env.scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND application_name LIKE 'wf work w1 slot%'",
+        );
+        (slots > 0).then_some(())
+    });
+    let frozen = Frozen::worker(&env, "w1");
+    // Its idle slot looks at the queue every 5 s, and waits on its frozen backend from then on.
+    enqueue(&env, "t/sleep", json!({"ms": 100}));
+    std::thread::sleep(Duration::from_secs(6));
+    crate::support::fixtures::signal(&worker, libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = worker.try_wait().unwrap() {
+            break status;
+        }
+        let stderr = std::fs::read_to_string(&log).unwrap();
+        assert!(Instant::now() < deadline, "the worker did not end within 30 s of SIGTERM: {stderr}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(frozen);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("slot-0 still waiting for the database"), "{stderr}");
+}
