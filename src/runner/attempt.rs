@@ -25,9 +25,10 @@ use super::scratch::{ScratchRoot, Sweep, remove_tree};
 use super::supervisor::{Status, Supervision};
 use super::{pump, resolve_bun, wrapper};
 
-/// Lines buffered between the pipes and the worker. When the worker falls behind, the action
-/// blocks on its next write instead of the worker's memory growing.
-const EVENT_BUFFER: usize = 4096;
+/// Lines buffered between the pipes and the worker (at most 16 MiB, each line at most `MAX_LINE`).
+/// When the worker falls behind, or reads nothing (a warm runner's slot between jobs, the runner
+/// writing on), the action blocks on its next write instead of the worker's memory growing.
+const EVENT_BUFFER: usize = 256;
 
 /// After the supervisor exited, how long its pipes may stay open. They close at once unless a
 /// process outside the supervisor's reach (the supervisor itself was SIGKILLed, without a sandbox)

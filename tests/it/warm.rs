@@ -60,6 +60,7 @@ export async function main(input: any) {
       return { late: input.n };
     }
     case "wait": await Bun.sleep(1000); break;
+    case "flood": { const chunk = ("x".repeat(65000) + "\n").repeat(16); setInterval(() => process.stdout.write(chunk), 1); break; }
     case "spin": setTimeout(() => { writeFileSync(input.spinning, "x"); for (;;) {} }, 1000); break;
     case "hog": { const kept = []; for (;;) { kept.push(Buffer.alloc(16 << 20, 1)); await Bun.sleep(20); } }
   }
@@ -383,4 +384,40 @@ export function main(input: any) {{ return input.n; }}
     assert_eq!(ended[0].0, "failure", "{ended:?}");
     assert_eq!(ended[0].1["message"], "the first load fails", "{ended:?}");
     assert_eq!(ended[1..], [("success".to_string(), json!(1)), ("success".to_string(), json!(2))], "{ended:?}");
+}
+
+/// A warm runner that goes on writing after its job settled (a stray timer) while its slot waits
+/// for the next job: what it writes waits in a bounded buffer, then in its pipe (the runner blocks),
+/// never in the worker's memory beyond that.
+#[test]
+fn output_of_an_idle_warm_runner_does_not_grow_its_worker() {
+    let env = TestEnv::new();
+    synced_warm(&env);
+    let id = enqueue(&env, "w/step", json!({"n": 0, "mode": "flood"}));
+    let worker = worker(&env, "w", &["--concurrency", "1"]);
+    wait_for(Duration::from_secs(30), "the job to succeed", || {
+        let done: i64 = env.scalar_of("SELECT count(*) FROM job_completed WHERE job_id = $1::text::uuid", &[&id]);
+        (done == 1).then_some(())
+    });
+    let rss_kib = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", worker.id())).unwrap();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    };
+    // Until it grows no more (the buffer full, the runner blocked), or for 20 s.
+    let mut rss = rss_kib();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = rss_kib();
+        if now < rss + 1024 {
+            break;
+        }
+        rss = now;
+    }
+    let rss_kib = rss_kib();
+    signal(&worker, libc::SIGTERM);
+    assert!(rss_kib < 64 * 1024, "the worker holds {rss_kib} KiB while its idle runner floods");
 }
