@@ -103,7 +103,7 @@ pub(crate) enum Command {
     GenerateDocs(GenerateDocsArgs),
     /// Internal: the process between a worker and bun that owns the action's process tree.
     #[command(hide = true, name = "__supervise")]
-    Supervise(SuperviseArgs),
+    Supervise,
 }
 
 #[derive(Debug, Subcommand)]
@@ -526,12 +526,6 @@ pub(crate) struct GenerateDocsArgs {
     /// Directory to write completions/ and man/ into.
     #[arg(long, default_value = ".")]
     pub out: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct SuperviseArgs {
-    /// The supervision plan (JSON), as the worker writes it.
-    pub plan: String,
 }
 
 /// A moment: an RFC 3339 time, or a duration before now (`30s`, `5m`, `2h`, `30d`).

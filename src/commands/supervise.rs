@@ -4,12 +4,11 @@
 use anyhow::Context;
 
 use super::CommandResult;
-use crate::cli::SuperviseArgs;
 use crate::error::Exit;
 use crate::runner::supervisor::{self, Supervision};
 
-pub(super) fn run(args: SuperviseArgs) -> CommandResult {
-    let plan = Supervision::from_arg(&args.plan)?;
+pub(super) fn run() -> CommandResult {
+    let plan = Supervision::from_env()?;
     let code = supervisor::supervise(&plan)?;
     // bun's code, or 128 + a signal, passed on as the supervisor's own.
     Ok(Exit::PassedOn(u8::try_from(code).context("the supervisor's exit code")?))

@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use super::sandbox::{self, Limits};
 use super::scratch::{ScratchRoot, Sweep, remove_tree};
-use super::supervisor::{Status, Supervision};
+use super::supervisor::{self, Status, Supervision};
 use super::{pump, resolve_bun, wrapper};
 
 /// Lines buffered between the pipes and the worker (at most 16 MiB, each line at most `MAX_LINE`).
@@ -83,7 +83,7 @@ impl Default for SandboxOptions {
 pub struct Spec {
     /// The bun executable (WF_BUN, else `bun` on PATH).
     pub bun: String,
-    /// The binary that runs the supervisor as `<it> __supervise PLAN`: `wf-supervise`, or `wf`.
+    /// The binary that runs the supervisor as `<it> __supervise`, its plan in its environment: `wf-supervise`, or `wf`.
     pub wf_exe: PathBuf,
     /// The action wrapper (`ScratchRoot::wrapper`).
     pub wrapper: PathBuf,
@@ -532,11 +532,11 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
     command
         .arg0("wf")
         .arg("__supervise")
-        .arg(plan.to_arg()?)
-        // The supervisor gets exactly the action's environment: the worker's own (WF_SECRET,
-        // DATABASE_URL, ...) stays with the worker.
+        // The supervisor gets exactly the action's environment, and its plan: the worker's own
+        // (WF_SECRET, DATABASE_URL, ...) stays with the worker.
         .env_clear()
         .envs(env)
+        .env(supervisor::PLAN_VARIABLE, plan.to_json()?)
         .current_dir(paths.work.parent().expect("work is inside the scratch directory"))
         .stdin(if spec.warm { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())

@@ -29,12 +29,12 @@ pub use pump::MAX_LINE;
 pub use sandbox::Limits;
 pub use scratch::{ScratchRoot, Sweep};
 
-/// The supervisor's entry point (`wf-supervise __supervise PLAN`, or `wf __supervise PLAN`): run
+/// The supervisor's entry point (`wf-supervise __supervise`, or `wf __supervise`, the plan in `WF_SUPERVISION`): run
 /// the plan, return the supervisor's exit code (bun's, or 128 + a signal; 1 when the plan is bad).
 pub fn supervise_main(mut args: impl Iterator<Item = String>) -> i32 {
     let plan = match (args.next().as_deref(), args.next()) {
-        (Some("__supervise"), Some(plan)) => supervisor::Supervision::from_arg(&plan),
-        _ => Err(anyhow::anyhow!("usage: wf-supervise __supervise PLAN (started by wf work, not by hand)")),
+        (Some("__supervise"), None) => supervisor::Supervision::from_env(),
+        _ => Err(anyhow::anyhow!("usage: wf-supervise __supervise (started by wf work, not by hand)")),
     };
     match plan.and_then(|plan| supervisor::supervise(&plan)) {
         Ok(code) => code,
@@ -45,7 +45,7 @@ pub fn supervise_main(mut args: impl Iterator<Item = String>) -> i32 {
     }
 }
 
-/// The binary a worker runs its attempts' supervisors with (`<it> __supervise PLAN`), opened once:
+/// The binary a worker runs its attempts' supervisors with (`<it> __supervise`, its plan in its environment), opened once:
 /// an upgrade that replaces the file later does not mix versions, the worker keeps running the one
 /// it started with.
 pub struct SupervisorExe(std::fs::File);

@@ -40,10 +40,11 @@ const PARENT_CHECK: Duration = Duration::from_secs(1);
 /// supervisor then says so and exits rather than hold the worker's slot forever.
 const KILL_PATIENCE: Duration = Duration::from_secs(30);
 
-/// What to supervise. Travels as one JSON argument, so the worker can start `wf __supervise`
-/// without any other channel. Values of environment variables never go on the command line (it is
-/// readable by every user): `keep` names them, the values come from the supervisor's own
-/// environment.
+/// What to supervise. Travels as JSON in the supervisor's environment (`PLAN_VARIABLE`), never passed
+/// on to bun: not on its command line, which every user of the host can read, and which a sandbox's
+/// init (the supervisor forked) would show the action, with the host's paths of `WF_HOME`. The
+/// values of bun's variables are not in it: `keep` names them, the values come from the
+/// supervisor's own environment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Supervision {
     /// The worker's pid: a supervisor whose parent is already another process exits at once.
@@ -65,13 +66,18 @@ pub(crate) struct Supervision {
     pub requests: bool,
 }
 
+/// The variable holding the supervision plan.
+pub(crate) const PLAN_VARIABLE: &str = "WF_SUPERVISION";
+
 impl Supervision {
-    pub(crate) fn to_arg(&self) -> Result<String> {
+    pub(crate) fn to_json(&self) -> Result<String> {
         serde_json::to_string(self).context("encoding the supervision plan")
     }
 
-    pub(crate) fn from_arg(arg: &str) -> Result<Supervision> {
-        serde_json::from_str(arg).context("reading the supervision plan (wf __supervise is internal to wf work)")
+    pub(crate) fn from_env() -> Result<Supervision> {
+        let plan = std::env::var(PLAN_VARIABLE)
+            .with_context(|| format!("{PLAN_VARIABLE} is not set (wf __supervise is internal to wf work)"))?;
+        serde_json::from_str(&plan).context("reading the supervision plan (wf __supervise is internal to wf work)")
     }
 
     /// bun's environment: the kept variables with the supervisor's values, then the set ones. The

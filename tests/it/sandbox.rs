@@ -40,8 +40,9 @@ fn attack_repo() -> GitRepo {
             }
         }
     }));
-    // What a thief looks for: the worker's secrets in any process's environment or command line,
-    // the secret file in WF_HOME, and the folders around its own.
+    // What a thief looks for: the worker's secrets in any process's environment or command line
+    // (and there the host's paths of WF_HOME, where to aim), the secret file in WF_HOME, and the
+    // folders around its own.
     repo.file(
         "a/secrets.ts",
         r#"
@@ -53,7 +54,8 @@ export function main(input: any) {
     for (const file of ["environ", "cmdline"]) {
       try {
         const text = readFileSync(`/proc/${pid}/${file}`, "latin1");
-        if (text.includes(input.secret) || text.includes("WF_SECRET=") || text.includes("DATABASE_URL=")) {
+        const paths = file === "cmdline" && input.home && text.includes(input.home);
+        if (text.includes(input.secret) || text.includes("WF_SECRET=") || text.includes("DATABASE_URL=") || paths) {
           hits.push(`${pid}/${file}`);
         }
       } catch {}
