@@ -12,7 +12,7 @@
 // (<input.json> is not read: the input comes with its request). A job's end is a line
 // `\x1f<nonce> <0|1|2>` (returned, threw, threw as its module loaded) written last to stdout and to
 // stderr: the worker files everything before it under that job. stdin closed: bun exits.
-import { readFileSync, renameSync, writeFileSync } from "node:fs";
+import { readFileSync, renameSync, writeFileSync, writeSync } from "node:fs";
 
 const [entrypoint, inputPath, resultPath, mode] = process.argv.slice(2);
 const warm = mode === "warm";
@@ -42,7 +42,43 @@ for (const [method, mark] of [
 ]) {
   console[method] = (...args) => {
     const lines = format(args).split("\n");
-    process.stdout.write(lines.map((line) => mark + line).join("\n") + "\n");
+    writeOut(lines.map((line) => mark + line).join("\n") + "\n");
+  };
+}
+
+// The console writes to stdout at once, not through process.stdout: bun takes about 15 ms to build
+// that stream (as long as the rest of a trivial attempt), and what it has queued for a full pipe,
+// process.exit() drops. A pipe bun made non-blocking (the action used process.stdout) may be full
+// for a moment: the write waits for the worker to read it. A closed one (the worker is gone) takes
+// nothing more.
+const pause = new Int32Array(new SharedArrayBuffer(4));
+function writeOut(text) {
+  writeAll(1, Buffer.from(text));
+}
+
+// Writes all of `bytes` to `fd`; returns the error that stopped it, if any.
+function writeAll(fd, bytes) {
+  let written = 0;
+  while (written < bytes.length) {
+    try {
+      written += writeSync(fd, bytes, written);
+    } catch (error) {
+      if (field(error, "code") !== "EAGAIN") return error;
+      Atomics.wait(pause, 0, 0, 1);
+    }
+  }
+  return undefined;
+}
+
+// A stream's write() that writes at once, as the console does (a warm runner's streams, which exist
+// anyway: each job's end goes through them).
+function writingAtOnce(fd) {
+  return (chunk, encoding, callback) => {
+    if (typeof encoding === "function") [encoding, callback] = [undefined, encoding];
+    const bytes = typeof chunk === "string" ? Buffer.from(chunk, encoding ?? "utf8") : chunk;
+    const error = writeAll(fd, bytes);
+    if (typeof callback === "function") queueMicrotask(() => callback(error ?? null));
+    return true;
   };
 }
 
@@ -287,7 +323,11 @@ function endOfJob(code) {
 }
 
 async function serve() {
-  writes = [process.stdout, process.stderr].map((stream) => stream.write.bind(stream));
+  // The action's own process.stdout.write() and process.stderr.write() go out at once too: what a
+  // stream queued, the action's process.exit() would drop.
+  process.stdout.write = writingAtOnce(1);
+  process.stderr.write = writingAtOnce(2);
+  writes = [process.stdout.write, process.stderr.write];
   // Each job starts in the working directory, whatever folder the last one changed to.
   const workdir = process.cwd();
   const requests = { [Symbol.asyncIterator]: console[Symbol.asyncIterator].bind(console) };

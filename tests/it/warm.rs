@@ -52,7 +52,11 @@ export async function main(input: any) {
   if (input.on_exit) process.once("exit", (code) => writeFileSync(input.on_exit, `exit ${code}`));
   switch (input.mode) {
     case "hang": await new Promise(() => setInterval(() => {}, 1000)); break;
-    case "exit": process.exit(3);
+    case "exit": {
+      for (let i = 0; i < (input.lines ?? 0); i++) console.log(String(i).padEnd(1000, "x"));
+      for (let i = 0; i < (input.lines ?? 0); i++) process.stdout.write(String(i).padEnd(1000, "y") + "\n");
+      process.exit(3);
+    }
     case "throw": throw new Error(`thrown by ${input.n}`);
     case "late": {
       setTimeout(() => { throw new Error(`uncaught in ${input.n}`); }, 10);
@@ -181,7 +185,7 @@ fn a_timeout_a_crash_or_a_memory_limit_ends_the_runner_and_the_next_job_gets_a_f
         ("w/step", json!({"n": 0})),
         ("w/step", json!({"n": 1, "mode": "hang", "started": started})),
         ("w/step", json!({"n": 2})),
-        ("w/step", json!({"n": 3, "mode": "exit"})),
+        ("w/step", json!({"n": 3, "mode": "exit", "lines": 400})),
         ("w/step", json!({"n": 4})),
         ("w/step", json!({"n": 5, "mode": "throw"})),
         ("w/step", json!({"n": 6})),
@@ -212,6 +216,11 @@ fn a_timeout_a_crash_or_a_memory_limit_ends_the_runner_and_the_next_job_gets_a_f
     assert_eq!((results[2].0.as_str(), runs(2)), ("success", 1), "after a timeout, a fresh runner: {:?}", results[2]);
     assert_ne!(runner(2), runner(0));
     assert_eq!(results[3].1["name"], "ProcessError", "{:?}", results[3]);
+    // (The first continues the line the job left unfinished.)
+    for (written, by) in [("x", "console.log"), ("y", "process.stdout.write")] {
+        let logged = results[3].2.iter().filter(|line| line.ends_with(&written.repeat(990))).count();
+        assert_eq!(logged, 400, "every line written by {by} before process.exit() is kept");
+    }
     assert_eq!((results[4].0.as_str(), runs(4)), ("success", 1), "after a crash, a fresh runner: {:?}", results[4]);
     assert_ne!(runner(4), runner(2));
     assert_eq!(results[5].0, "failure");
