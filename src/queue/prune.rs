@@ -16,13 +16,19 @@ use super::job::JobStatus;
 pub(crate) const BATCH: i64 = 1000;
 
 /// The completion records of the jobs retention may delete: completed before $1, of status $2 (or
-/// any), and no longer in the queue, `$not_queued` saying the last: a batch probes the queue by its
+/// any), not holding a schedule's fire time still ahead (a fire time canceled ahead of time: its
+/// job's record is what keeps the schedule from enqueueing it again, after a change of the
+/// schedule too), and no longer in the queue, `$not_queued` saying the last: a batch probes the queue by its
 /// key for each record it walks (as a NOT EXISTS, PostgreSQL made that a hash anti-join over the
 /// whole queue: with 200,000 jobs queued and 200,000 old records, 297 ms a batch instead of 45);
 /// the count, which reads every record anyway, hashes the queue once (146 ms there, 804 probing).
 macro_rules! candidates {
     ($not_queued:expr) => {
-        concat!("job_completed c WHERE c.completed_at < $1 AND ($2::text IS NULL OR c.status = $2) AND ", $not_queued)
+        concat!(
+            "job_completed c WHERE c.completed_at < $1 AND ($2::text IS NULL OR c.status = $2)
+               AND NOT EXISTS (SELECT FROM job f WHERE f.id = c.job_id AND f.schedule_fire > now()) AND ",
+            $not_queued
+        )
     };
 }
 

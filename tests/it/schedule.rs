@@ -150,3 +150,36 @@ fn scheduled_jobs_run_on_time_with_their_trigger_kind() {
         assert!(fires.contains(&fired), "WF_SCHEDULED_FOR {fired} is one of the fire times");
     }
 }
+
+/// A fire time an operator canceled ahead of time stays canceled: its canceled job is what keeps
+/// the fire time from being enqueued again, so retention keeps that job until the fire time has
+/// passed; a prune, then a change of the schedule (which enqueues its fire times anew), do not
+/// bring it back.
+#[test]
+fn a_fire_time_canceled_ahead_stays_canceled_through_a_prune_and_a_change_of_its_schedule() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "hourly", "t/echo", "--cron", "0 * * * *"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "3h"]).ok();
+    let (first, fire): (String, DateTime<Utc>) = {
+        let row =
+            env.db().query_one("SELECT id::text, schedule_fire FROM job ORDER BY schedule_fire LIMIT 1", &[]).unwrap();
+        (row.get(0), row.get(1))
+    };
+    env.wf(["cancel", &first]).ok();
+    let pruned = env.wf(["prune", "--older-than", "0s", "--yes", "--json"]).ok().json();
+    env.wf(["schedule", "update", "hourly", "--priority", "5"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "3h"]).ok();
+    let at_fire: Vec<String> = env
+        .db()
+        .query(
+            "SELECT coalesce(c.status, 'queued') FROM job j LEFT JOIN job_completed c ON c.job_id = j.id
+              WHERE j.schedule_name = 'hourly' AND j.scheduled_for = $1",
+            &[&fire],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(at_fire, ["canceled"], "the canceled fire time is not enqueued again (prune: {pruned})");
+}
