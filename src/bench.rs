@@ -1023,11 +1023,11 @@ struct Worker {
 }
 
 /// A minimal runner of an action, as a bare loop would have one: read the input file, call main,
-/// write the result file, with Bun's own file calls (as the wrapper does: node:fs costs bun about
-/// 6 ms to load).
-const BARE_RUNNER: &str = r#"const [action, input, result] = process.argv.slice(2);
+/// write the result file.
+const BARE_RUNNER: &str = r#"import { readFileSync, writeFileSync } from "node:fs";
+const [action, input, result] = process.argv.slice(2);
 const { main } = await import(action);
-await Bun.write(result, JSON.stringify({ ok: true, result: await main(await Bun.file(input).json()) }));
+writeFileSync(result, JSON.stringify({ ok: true, result: await main(JSON.parse(readFileSync(input, "utf8"))) }));
 "#;
 
 /// The ceiling of the end-to-end rate: the bench's action run `jobs` times by `bun run` of a

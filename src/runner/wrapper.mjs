@@ -12,18 +12,14 @@
 // (<input.json> is not read: the input comes with its request). A job's end is a line
 // `\x1f<nonce> <0|1|2>` (returned, threw, threw as its module loaded) written last to stdout and to
 // stderr: the worker files everything before it under that job. stdin closed: bun exits.
+import { readFileSync, renameSync, writeFileSync, writeSync } from "node:fs";
+
 const [entrypoint, inputPath, resultPath, mode] = process.argv.slice(2);
 const warm = mode === "warm";
 
 // Where bun found this file transpiled (set by the worker, read by bun as it started): not part of
 // the action's environment.
 delete process.env.BUN_RUNTIME_TRANSPILER_CACHE_PATH;
-
-// node:fs, loaded when the console first writes: loading it costs bun about 6 ms of processor
-// time, a third of a trivial attempt, which reads its input and writes its result with Bun's own
-// file calls instead.
-let fs;
-const nodeFs = () => (fs ??= process.getBuiltinModule("node:fs"));
 
 // Taken before the action is loaded: an action that replaces process.exit must not keep us alive.
 const exit = process.exit.bind(process);
@@ -46,26 +42,21 @@ for (const [method, mark] of [
 ]) {
   console[method] = (...args) => {
     const lines = format(args).split("\n");
-    writeOut(lines.map((line) => mark + line).join("\n") + "\n");
+    process.stdout.write(lines.map((line) => mark + line).join("\n") + "\n");
   };
 }
 
-// The console writes to stdout at once, not through process.stdout: bun takes about 15 ms to build
-// that stream (as long as the rest of a trivial attempt), and what it has queued for a full pipe,
-// process.exit() drops. A pipe bun made non-blocking (the action used process.stdout) may be full
+// Warm: the streams' writes go out at once (see serve). A pipe bun made non-blocking may be full
 // for a moment: the write waits for the worker to read it. A closed one (the worker is gone) takes
 // nothing more.
 const pause = new Int32Array(new SharedArrayBuffer(4));
-function writeOut(text) {
-  writeAll(1, Buffer.from(text));
-}
 
 // Writes all of `bytes` to `fd`; returns the error that stopped it, if any.
 function writeAll(fd, bytes) {
   let written = 0;
   while (written < bytes.length) {
     try {
-      written += nodeFs().writeSync(fd, bytes, written);
+      written += writeSync(fd, bytes, written);
     } catch (error) {
       if (field(error, "code") !== "EAGAIN") return error;
       Atomics.wait(pause, 0, 0, 1);
@@ -74,8 +65,7 @@ function writeAll(fd, bytes) {
   return undefined;
 }
 
-// A stream's write() that writes at once, as the console does (a warm runner's streams, which exist
-// anyway: each job's end goes through them).
+// A stream's write() that writes at once.
 function writingAtOnce(fd) {
   return (chunk, encoding, callback) => {
     if (typeof encoding === "function") [encoding, callback] = [undefined, encoding];
@@ -182,8 +172,9 @@ function errorObject(thrown) {
 }
 
 // How much of an error's name, message or stack is kept: the result's 1 MiB is for results, and a
-// message holding a whole HTTP body must not turn the error into ResultTooLarge.
-const ERROR_FIELD_CHARS = 64 * 1024;
+// message holding a whole HTTP body must not turn the error into ResultTooLarge (three fields of
+// characters JSON escapes in 6 bytes each, such as control characters, still fit).
+const ERROR_FIELD_CHARS = 32 * 1024;
 
 // An error's text as PostgreSQL stores it: U+0000 and a lone surrogate (text cut inside an emoji)
 // become U+FFFD, and a text too long is cut, saying how much.
@@ -250,19 +241,18 @@ function settle(outcome) {
   }
   settled = true;
   const { ok, body } = encode(outcome);
-  // The worker reads the result only once bun ended with 0 or 1 (cold) or the job's end line came
-  // (warm), both after the write: never half of it.
-  Bun.write(resultPath, body).then(
-    () => resultWritten(ok),
-    (error) => {
-      process.stderr.write(`wf: could not write the result file ${resultPath}: ${describe(field(error, "message"))}\n`);
-      flushThenExit(70);
-    },
-  );
-}
-
-// The result is written: the job's end.
-function resultWritten(ok) {
+  // At once, before anything else of the action's can run (a timer that calls process.exit());
+  // written beside and renamed over anything the action left in its place, so the worker never
+  // reads half a result.
+  try {
+    const partial = `${resultPath}.partial`;
+    writeFileSync(partial, body);
+    renameSync(partial, resultPath);
+  } catch (error) {
+    process.stderr.write(`wf: could not write the result file ${resultPath}: ${describe(field(error, "message"))}\n`);
+    flushThenExit(70);
+    return;
+  }
   if (warm) {
     endOfJob(ok ? 0 : unloadable ? UNLOADABLE : 1);
     return;
@@ -279,7 +269,7 @@ process.on("unhandledRejection", (reason) => settle({ ok: false, error: errorObj
 
 // The input of the job running now: a cold attempt's is in its input file, a warm job's comes with
 // its request.
-let readInput = () => Bun.file(inputPath).json();
+let readInput = () => JSON.parse(readFileSync(inputPath, "utf8"));
 
 // Warm: whether the module threw as it loaded. JavaScript keeps a failed import's error, so every
 // later job of this bun would fail the same way: the job's end says so (code UNLOADABLE), and the
@@ -288,7 +278,7 @@ const UNLOADABLE = 2;
 let unloadable = false;
 
 async function run() {
-  const input = await readInput();
+  const input = readInput();
   let module;
   try {
     module = await import(entrypoint);
@@ -330,8 +320,9 @@ function endOfJob(code) {
 }
 
 async function serve() {
-  // The action's own process.stdout.write() and process.stderr.write() go out at once too: what a
-  // stream queued, the action's process.exit() would drop.
+  // Every write to the streams (the console's, the action's own) goes out at once: what a stream
+  // queued, the action's process.exit() would drop. An action may still replace them (to capture
+  // its console, say).
   process.stdout.write = writingAtOnce(1);
   process.stderr.write = writingAtOnce(2);
   writes = [process.stdout.write, process.stderr.write];

@@ -476,6 +476,7 @@ fn the_manifests_limits_hold_and_the_worker_lives_on() {
     let nested = result(&env, &nested);
     assert_ne!(nested["code"], 0, "no user namespace in the sandbox: {nested}");
     assert!(!nested["out"].as_str().unwrap().contains("held"), "{nested}");
+    assert!(nested["err"].as_str().unwrap().contains("No space left on device"), "the namespace limit: {nested}");
     assert!(result(&env, &offline).as_str().unwrap().starts_with("failed"), "the app's network: false holds");
     assert_eq!(result(&env, &online), "ok", "the action's own network: true wins over its app's");
     server.join().unwrap();
