@@ -338,11 +338,11 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         }
     }
     done.store(true, Ordering::SeqCst);
-    // The same patience for the helpers, whose last call may wait on such a backend too: one that
-    // has not ended by then is left behind, said, with the process.
+    // The helpers see `done` within a heartbeat period, unless their last call waits on such a
+    // backend too: one that has not ended after two is left behind, said, with the process.
     let helpers: Vec<_> = reaper.into_iter().chain([listener, registry]).collect();
     let waited = Instant::now();
-    while !helpers.iter().all(|thread| thread.is_finished()) && waited.elapsed() < stop_patience(&shared) {
+    while !helpers.iter().all(|thread| thread.is_finished()) && waited.elapsed() < shared.options.heartbeat * 2 {
         std::thread::sleep(Duration::from_millis(50));
     }
     for thread in helpers {
