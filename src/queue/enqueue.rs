@@ -296,34 +296,28 @@ impl<'r, 'a> Batch<'r, 'a> {
 
 /// The pinned metadata the request's jobs take.
 fn pins(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result<Row> {
-    match request.pin {
-        Pin::Catalog => {
-            // The lock this enqueue's insert takes anyway, taken before the commit is read: `prune
-            // --sources` (which takes the table in SHARE mode) then waits for the job that pins it,
-            // rather than remove the commit between this read and that insert.
-            tx.batch_execute("LOCK TABLE job IN ROW EXCLUSIVE MODE")?;
-            // KEY SHARE keeps a concurrent sync from deleting the action until this enqueue
-            // commits; the row read is one consistent version, so the job pins the catalog
-            // exactly as one sync left it.
-            let action = tx.query_opt(
-                &format!("SELECT {PINNED} FROM action WHERE app_key = $1 AND action_key = $2 FOR KEY SHARE"),
-                &[&request.app, &request.action],
-            )?;
-            if crate::fault::at("enqueue-late") {
-                std::thread::sleep(std::time::Duration::from_secs(2));
-            }
-            match action {
-                Some(action) => Ok(action),
-                None => bail!("{}", crate::source::catalog::unknown_action(tx, request.app, request.action)?),
-            }
-        }
-        Pin::Job(id) => {
-            let job = tx.query_opt(&format!("SELECT {PINNED} FROM job WHERE id = $1"), &[&id])?;
-            match job {
-                Some(job) => Ok(job),
-                None => bail!("no such job: {id}"),
-            }
-        }
+    // The lock this enqueue's insert takes anyway, taken before the commit is read: `prune
+    // --sources` (which takes the table in SHARE mode) then waits for the job that pins it, rather
+    // than remove the commit between this read and that insert (the job a rerun or a retry copies
+    // may be pruned meanwhile: its commit is then pinned by nothing else).
+    tx.batch_execute("LOCK TABLE job IN ROW EXCLUSIVE MODE")?;
+    let pinned = match request.pin {
+        // KEY SHARE keeps a concurrent sync from deleting the action until this enqueue commits;
+        // the row read is one consistent version, so the job pins the catalog exactly as one sync
+        // left it.
+        Pin::Catalog => tx.query_opt(
+            &format!("SELECT {PINNED} FROM action WHERE app_key = $1 AND action_key = $2 FOR KEY SHARE"),
+            &[&request.app, &request.action],
+        )?,
+        Pin::Job(id) => tx.query_opt(&format!("SELECT {PINNED} FROM job WHERE id = $1"), &[&id])?,
+    };
+    if crate::fault::at("enqueue-late") {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    match (pinned, request.pin) {
+        (Some(pinned), _) => Ok(pinned),
+        (None, Pin::Catalog) => bail!("{}", crate::source::catalog::unknown_action(tx, request.app, request.action)?),
+        (None, Pin::Job(id)) => bail!("no such job: {id}"),
     }
 }
 

@@ -470,6 +470,30 @@ fn prune_never_removes_the_commit_an_enqueue_is_pinning() {
     assert_eq!(stored, 1, "the commit the job pins ({pinned}) is in the database");
 }
 
+/// The same for a rerun, which pins what the job it reruns pinned: that job pruned meanwhile, and
+/// the catalog moved on, nothing else pinned its commit, and `prune --sources` removed it under the
+/// rerun.
+#[test]
+fn prune_never_removes_the_commit_a_rerun_is_pinning() {
+    let env = TestEnv::new();
+    let (repo, id, _first) = synced(&env);
+    let first = enqueue(&env, "t/echo", json!({"n": 1}));
+    env.wf(["work", "--drain", "--isolation", "none"]).ok();
+    sync_unrelated_commit(&env, &repo);
+    let rerun = env.wf(["rerun", &first, "--json"]).env("WF_FAULT", "enqueue-late").start();
+    std::thread::sleep(Duration::from_millis(700));
+    env.wf(["prune", "--older-than", "0s", "--sources", "--yes"]).ok();
+    let job = rerun.finish();
+    assert_eq!(job.code, 0, "{job:?}");
+    let job = job.json()["id"].as_str().unwrap().to_string();
+    let pinned: String = env.scalar_of("SELECT commit_sha FROM job WHERE id = $1::text::uuid", &[&job]);
+    let stored: i64 = env.scalar_of(
+        "SELECT count(*) FROM source_commit WHERE git_source_id = $1::text::uuid AND commit_sha = $2",
+        &[&id, &pinned],
+    );
+    assert_eq!(stored, 1, "the commit the rerun pins ({pinned}) is in the database");
+}
+
 /// A worker writing a commit from the database links the contents its store holds already: one of
 /// them changed on the host since (here by hand) is found by the tree's digest before the job runs,
 /// and the job fails `SourceNotMaterialized` instead of running it.
