@@ -487,7 +487,8 @@ pub(crate) struct PruneArgs {
     /// Only jobs that ended with this status.
     #[arg(long, value_parser = finished_status())]
     pub status: Option<JobStatus>,
-    /// Count what would be deleted, delete nothing.
+    /// Count what would be deleted, delete nothing (with --sources: the commits unpinned now, not
+    /// those the jobs' pruning would free, nor the contents only they hold).
     #[arg(long)]
     pub dry_run: bool,
     /// Do not ask for confirmation.

@@ -86,23 +86,31 @@ pub(crate) fn is_current(client: &mut postgres::Client, claims: &Claims) -> Resu
     Ok(row.is_some())
 }
 
-/// The signing key: `given` (WF_SECRET), else `<home>/secret` (WF_HOME), generated once (mode
-/// 0600).
-pub(crate) fn load_secret(given: Option<&str>, home: &Path) -> Result<Vec<u8>> {
+/// The signing key there is: `given` (WF_SECRET), else `<home>/secret` (WF_HOME) if it exists.
+pub(crate) fn existing_secret(given: Option<&str>, home: &Path) -> Result<Option<Vec<u8>>> {
     if let Some(secret) = given {
         if secret.len() < MIN_SECRET_BYTES {
             bail!("WF_SECRET must be at least {MIN_SECRET_BYTES} bytes long");
         }
-        return Ok(secret.as_bytes().to_vec());
+        return Ok(Some(secret.as_bytes().to_vec()));
+    }
+    let path = home.join("secret");
+    match std::fs::read(&path) {
+        Ok(secret) if secret.len() >= MIN_SECRET_BYTES => Ok(Some(secret)),
+        Ok(_) => bail!("{} is shorter than {MIN_SECRET_BYTES} bytes: remove it to generate a new one", path.display()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// The signing key: the one there is (`existing_secret`), else `<home>/secret` generated once
+/// (mode 0600).
+pub(crate) fn load_secret(given: Option<&str>, home: &Path) -> Result<Vec<u8>> {
+    if let Some(secret) = existing_secret(given, home)? {
+        return Ok(secret);
     }
     std::fs::create_dir_all(home).with_context(|| format!("creating {}", home.display()))?;
     let path = home.join("secret");
-    if let Ok(secret) = std::fs::read(&path) {
-        if secret.len() >= MIN_SECRET_BYTES {
-            return Ok(secret);
-        }
-        bail!("{} is shorter than {MIN_SECRET_BYTES} bytes: remove it to generate a new one", path.display());
-    }
     let mut random = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut random)?;
     let secret: String = random.iter().map(|b| format!("{b:02x}")).collect();

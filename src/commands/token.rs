@@ -21,7 +21,15 @@ pub(super) fn run(ctx: &Ctx, command: TokenCommand) -> CommandResult {
 /// token that outlived its attempt (completed, reaped, put back) is printed with `current: false`
 /// and refused (exit 1).
 fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> CommandResult {
-    let secret = token::load_secret(ctx.config.secret(), ctx.config.home()?)?;
+    // Never made here: a key made now could not have signed the token, and the workers of this
+    // host would sign with it from then on.
+    let home = ctx.config.home()?;
+    let secret = token::existing_secret(ctx.config.secret(), home)?.with_context(|| {
+        format!(
+            "no signing key: WF_SECRET is not set and {} does not exist (set WF_SECRET as the workers have it)",
+            home.join("secret").display()
+        )
+    })?;
     let mut client = ctx.connect()?;
     // Expiry is judged on the database's clock, like every time that matters.
     let now = db::now(&mut client)?;

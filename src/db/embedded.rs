@@ -34,6 +34,8 @@ const START_RETRY: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Clone)]
 pub struct Cluster {
+    /// `$WF_HOME`.
+    home: PathBuf,
     /// `$WF_HOME/pg`, as the operator sees it.
     home_pg: PathBuf,
     /// Where the files really are (differs from home_pg as root).
@@ -77,9 +79,13 @@ enum Postmaster {
 impl Cluster {
     /// The cluster of `home` (WF_HOME), whose server binaries are looked for in `search_path`
     /// first (see `pg_bin`).
+    /// Nothing is created: `wf db status` and `down` change nothing.
     pub fn locate(home: &Path, search_path: &[PathBuf]) -> Result<Cluster> {
-        fs::create_dir_all(home).with_context(|| format!("creating WF_HOME {}", home.display()))?;
-        let home = home.canonicalize().with_context(|| format!("resolving WF_HOME {}", home.display()))?;
+        let home = match home.canonicalize() {
+            Ok(home) => home,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => std::path::absolute(home)?,
+            Err(error) => return Err(error).with_context(|| format!("resolving WF_HOME {}", home.display())),
+        };
         let home_pg = home.join("pg");
         let dir = if is_root() { Path::new(ROOT_CLUSTERS).join(short_hash(&home)) } else { home_pg.clone() };
         let socket_dir = if usable_socket_dir(&dir) {
@@ -87,7 +93,8 @@ impl Cluster {
         } else {
             PathBuf::from("/tmp").join(format!("windforce-{}", short_hash(&dir)))
         };
-        Ok(Cluster { home_pg, dir, socket_dir, lock_file: home.join("pg.lock"), search_path: search_path.to_vec() })
+        let lock_file = home.join("pg.lock");
+        Ok(Cluster { home, home_pg, dir, socket_dir, lock_file, search_path: search_path.to_vec() })
     }
 
     pub fn home_pg(&self) -> &Path {
@@ -120,6 +127,7 @@ impl Cluster {
     }
 
     pub fn state(&self) -> Result<ClusterState> {
+        self.not_in_the_way()?;
         let initialized = self.initialized();
         let running = initialized && self.postmaster()? == Postmaster::Running;
         Ok(ClusterState { initialized, running })
@@ -128,6 +136,7 @@ impl Cluster {
     /// Create the cluster if needed and start it if it is not running. Safe to call from many
     /// processes at once (a file lock serializes them) and after a crash or a reboot.
     pub fn ensure_up(&self) -> Result<Started> {
+        fs::create_dir_all(&self.home).with_context(|| format!("creating WF_HOME {}", self.home.display()))?;
         let _lock = FileLock::acquire(&self.lock_file)?;
         self.make_dirs()?;
         let mut started = Started::Running;
@@ -152,6 +161,10 @@ impl Cluster {
     }
 
     pub fn stop(&self) -> Result<bool> {
+        self.not_in_the_way()?;
+        if !self.initialized() {
+            return Ok(false);
+        }
         let _lock = FileLock::acquire(&self.lock_file)?;
         if !self.initialized() || self.postmaster()? != Postmaster::Running {
             return Ok(false);
@@ -190,6 +203,32 @@ impl Cluster {
 
     /// As root, `$WF_HOME/pg` is a link to the cluster folder: made, or fixed when it points
     /// elsewhere. Anything else in its place is refused rather than deleted.
+    /// As root, `$WF_HOME/pg` holding something other than the link to root's cluster (another
+    /// user's cluster): said, rather than a cluster found not running where one may run.
+    fn not_in_the_way(&self) -> Result<()> {
+        match fs::symlink_metadata(&self.home_pg) {
+            Ok(meta) if is_root() && !meta.file_type().is_symlink() => {
+                let empty = meta.is_dir() && fs::read_dir(&self.home_pg)?.next().is_none();
+                if !empty {
+                    return Err(self.in_the_way());
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn in_the_way(&self) -> anyhow::Error {
+        anyhow::anyhow!(
+            "{} is in the way: as root, wf keeps the embedded cluster in {} (PostgreSQL refuses to run as root) \
+             and links {} to it; move {} away, or run wf as the user who created it",
+            self.home_pg.display(),
+            self.dir.display(),
+            self.home_pg.display(),
+            self.home_pg.display()
+        )
+    }
+
     fn link_home_pg(&self) -> Result<()> {
         match fs::symlink_metadata(&self.home_pg) {
             Ok(meta) if meta.file_type().is_symlink() => {
@@ -201,14 +240,7 @@ impl Cluster {
             }
             // An empty folder goes; remove_dir refuses anything else.
             Ok(meta) if meta.is_dir() && fs::remove_dir(&self.home_pg).is_ok() => {}
-            Ok(_) => bail!(
-                "{} is in the way: as root, wf keeps the embedded cluster in {} (PostgreSQL refuses to run \
-                 as root) and links {} to it; move {} away, or run wf as the user who created it",
-                self.home_pg.display(),
-                self.dir.display(),
-                self.home_pg.display(),
-                self.home_pg.display()
-            ),
+            Ok(_) => return Err(self.in_the_way()),
             Err(error) if error.kind() == ErrorKind::NotFound => {}
             Err(error) => return Err(error).with_context(|| format!("inspecting {}", self.home_pg.display())),
         }

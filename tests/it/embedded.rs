@@ -324,6 +324,27 @@ fn something_else_in_place_of_wf_home_pg_is_refused_and_kept() {
     assert!(up.stderr.starts_with("error: ") && up.stderr.contains("move"), "says what to do: {up:?}");
     assert!(up.stderr.contains(&embedded.pg().display().to_string()), "{up:?}");
     assert_eq!(fs::read_to_string(embedded.pg()).unwrap(), "not a cluster");
+    // So it is for `wf db status` and `down`, which could otherwise only say "not running" of
+    // another user's cluster that may be running there.
+    if is_root() {
+        for command in ["status", "down"] {
+            let run = embedded.wf(["db", command]).run();
+            assert_eq!(run.code, 1, "wf db {command}: {run:?}");
+            assert!(run.stderr.contains("is in the way"), "wf db {command}: {run:?}");
+        }
+    }
+}
+
+/// `wf db status` and `wf db down` change nothing: on a WF_HOME that does not exist they say no
+/// cluster runs, and leave no folder behind.
+#[test]
+fn db_status_and_down_create_nothing() {
+    let embedded = EmbeddedHome::new();
+    assert!(!embedded.home.exists());
+    let status = embedded.wf(["db", "status", "--json"]).ok().json();
+    assert_eq!(status["running"], false, "{status}");
+    embedded.wf(["db", "down"]).ok();
+    assert!(!embedded.home.exists(), "WF_HOME was created");
 }
 
 /// The README's main command, on a fresh WF_HOME: the embedded cluster, the example source

@@ -482,6 +482,13 @@ fn the_action_sees_its_environment_and_a_token_that_verifies() {
         wf::token::issue(secret, &wf::token::Claims::for_claim(uuid::Uuid::new_v4(), "w#1", chrono::Utc::now(), 60));
     let run = env.wf(["token", "verify", &fresh]).run().expect_code(1);
     assert!(run.stderr.contains("no longer current"), "a job no claim owns: {run:?}");
+
+    // Without WF_SECRET and without a key file, nothing to verify with: said, and none is made
+    // (a key made then would be the one this host's workers sign with from then on).
+    let home = env.dir.path().join("keyless");
+    let run = env.wf(["token", "verify", &token]).env_remove("WF_SECRET").env("WF_HOME", &home).run().expect_code(1);
+    assert!(run.stderr.contains("no signing key"), "{run:?}");
+    assert!(!home.join("secret").exists(), "a read made a signing key");
 }
 
 /// While its attempt runs, the action's token verifies as current.
