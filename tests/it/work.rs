@@ -81,8 +81,8 @@ fn jobs_claimed_for_waiting_slots_start_at_once_and_each_runs_once() {
 
 /// A job started long after its claim (its commit written from the database first) is beaten once
 /// before it starts: one the reaper took back meanwhile, and another worker ran, is not started
-/// again, also when the server closed the worker's connection meanwhile; one asked to cancel
-/// meanwhile is canceled without running.
+/// again, also when the server closed the worker's connection meanwhile, nor is one whose beat
+/// cannot be made at all; one asked to cancel meanwhile is canceled without running.
 #[test]
 fn a_job_started_long_after_its_claim_starts_only_if_still_its_own_and_not_canceled() {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
@@ -135,8 +135,44 @@ fn a_job_started_long_after_its_claim_starts_only_if_still_its_own_and_not_cance
     let said = std::fs::read_to_string(env.dir.path().join("late-3.log")).unwrap();
     assert!(said.contains("before it started: not started"), "{said}");
 
+    // Nor is it started when the beat cannot be made at all (the database takes no connection):
+    // whether it is still the worker's is unknown.
+    let unknown = enqueue(&env, "t/sleep", json!({"log": log, "ms": 100}));
+    let mut fourth = late("late-4");
+    wait_for(Duration::from_secs(30), "the job to be claimed", || (state(&unknown) == "running").then_some(()));
+    // A connection of the test's own, made before, and kept: no new one is taken meanwhile.
+    let mut admin = env.db();
+    let allow = |admin: &mut postgres::Client, allowed: bool| {
+        let statement = format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS {allowed}", env.dbname);
+        admin.batch_execute(&statement).unwrap();
+    };
+    allow(&mut admin, false);
+    let terminated: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE datname = current_database() AND application_name LIKE 'wf work late-4%') AS cut",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(terminated > 0, "the late worker's connections were cut");
+    let said = wait_for(Duration::from_secs(30), "the late worker to give the job up", || {
+        let said = std::fs::read_to_string(env.dir.path().join("late-4.log")).unwrap_or_default();
+        said.contains("could not be confirmed ours").then_some(said)
+    });
+    allow(&mut admin, true);
+    assert!(said.contains("not started, left to the reaper"), "{said}");
+    let _ = fourth.kill();
+    fourth.wait().unwrap();
+    wait_for(Duration::from_secs(30), "the reaper to take the job back", || {
+        env.wf(["reap"]).ok();
+        (state(&unknown) == "queued").then_some(())
+    });
+    env.wf(["work", "--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"]).ok();
+    assert_eq!(state(&unknown), "success");
+
     let runs: Vec<String> = executions(&log).into_iter().map(|(id, _)| id).collect();
-    assert_eq!(runs, [reaped, cut], "each reaped job ran once, by the other worker; the canceled one never");
+    assert_eq!(runs, [reaped, cut, unknown], "each reaped job ran once, by the other worker; the canceled one never");
 }
 
 #[test]
