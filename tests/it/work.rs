@@ -140,8 +140,10 @@ fn a_job_started_long_after_its_claim_starts_only_if_still_its_own_and_not_cance
     let unknown = enqueue(&env, "t/sleep", json!({"log": log, "ms": 100}));
     let mut fourth = late("late-4");
     wait_for(Duration::from_secs(30), "the job to be claimed", || (state(&unknown) == "running").then_some(()));
-    // A connection of the test's own, made before, and kept: no new one is taken meanwhile.
-    let mut admin = env.db();
+    // A connection of the test's own to another database of the cluster: none to this one is taken
+    // meanwhile.
+    let admin_url = env.url.replace(&format!("dbname={}", env.dbname), "dbname=postgres");
+    let mut admin = postgres::Client::connect(&admin_url, postgres::NoTls).unwrap();
     let allow = |admin: &mut postgres::Client, allowed: bool| {
         let statement = format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS {allowed}", env.dbname);
         admin.batch_execute(&statement).unwrap();
@@ -150,8 +152,8 @@ fn a_job_started_long_after_its_claim_starts_only_if_still_its_own_and_not_cance
     let terminated: i64 = admin
         .query_one(
             "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-              WHERE datname = current_database() AND application_name LIKE 'wf work late-4%') AS cut",
-            &[],
+              WHERE datname = $1 AND application_name LIKE 'wf work late-4%') AS cut",
+            &[&env.dbname],
         )
         .unwrap()
         .get(0);
