@@ -83,7 +83,8 @@ impl Default for SandboxOptions {
 pub struct Spec {
     /// The bun executable (WF_BUN, else `bun` on PATH).
     pub bun: String,
-    /// The binary that runs the supervisor as `<it> __supervise`, its plan in its environment: `wf-supervise`, or `wf`.
+    /// The binary that runs the supervisor as `<it> __supervise` (the plan in its environment):
+    /// `wf-supervise`, or `wf`.
     pub wf_exe: PathBuf,
     /// The action wrapper (`ScratchRoot::wrapper`).
     pub wrapper: PathBuf,

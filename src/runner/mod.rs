@@ -29,8 +29,9 @@ pub use pump::MAX_LINE;
 pub use sandbox::Limits;
 pub use scratch::{ScratchRoot, Sweep};
 
-/// The supervisor's entry point (`wf-supervise __supervise`, or `wf __supervise`, the plan in `WF_SUPERVISION`): run
-/// the plan, return the supervisor's exit code (bun's, or 128 + a signal; 1 when the plan is bad).
+/// The supervisor's entry point (`wf-supervise __supervise`, or `wf __supervise`, the plan in
+/// `WF_SUPERVISION`): run the plan, return the supervisor's exit code (bun's, or 128 + a signal; 1
+/// when the plan is bad).
 pub fn supervise_main(mut args: impl Iterator<Item = String>) -> i32 {
     let plan = match (args.next().as_deref(), args.next()) {
         (Some("__supervise"), None) => supervisor::Supervision::from_env(),
@@ -45,9 +46,9 @@ pub fn supervise_main(mut args: impl Iterator<Item = String>) -> i32 {
     }
 }
 
-/// The binary a worker runs its attempts' supervisors with (`<it> __supervise`, its plan in its environment), opened once:
-/// an upgrade that replaces the file later does not mix versions, the worker keeps running the one
-/// it started with.
+/// The binary a worker runs its attempts' supervisors with (`<it> __supervise`, the plan in its
+/// environment), opened once: an upgrade that replaces the file later does not mix versions, the
+/// worker keeps running the one it started with.
 pub struct SupervisorExe(std::fs::File);
 
 impl SupervisorExe {
