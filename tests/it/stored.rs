@@ -448,6 +448,19 @@ fn a_worker_writes_again_a_commit_pruned_from_its_host_since_it_ran_it() {
     crate::support::checks::stop_worker(&mut worker, "the worker");
 }
 
+/// Wait until an enqueue of this test's database holds the job table's lock, as it does from before
+/// it reads the commit it pins (`WF_FAULT=enqueue-late` then holds it 2 s before its insert).
+fn pinning(env: &TestEnv) {
+    wait_for(Duration::from_secs(30), "the enqueue to take the job table's lock", || {
+        let held: i64 = env.scalar(
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+              WHERE d.datname = current_database() AND l.relation = 'job'::regclass
+                AND l.mode = 'RowExclusiveLock' AND l.granted AND l.pid <> pg_backend_pid()",
+        );
+        (held > 0).then_some(())
+    });
+}
+
 /// An enqueue reads the commit it pins, then inserts its jobs: `prune --sources` meanwhile (the
 /// catalog moved on, nothing pinned the commit yet) removed the commit the job then pinned, and
 /// the job could never run. Prune now waits for the enqueue, and keeps the commit its job pins.
@@ -456,7 +469,7 @@ fn prune_never_removes_the_commit_an_enqueue_is_pinning() {
     let env = TestEnv::new();
     let (repo, id, _first) = synced(&env);
     let enqueue = env.wf(["enqueue", "t/echo", "--input", "{}"]).env("WF_FAULT", "enqueue-late").start();
-    std::thread::sleep(Duration::from_millis(700));
+    pinning(&env);
     sync_unrelated_commit(&env, &repo);
     env.wf(["prune", "--sources", "--yes"]).ok();
     let job = enqueue.finish();
@@ -481,7 +494,7 @@ fn prune_never_removes_the_commit_a_rerun_is_pinning() {
     env.wf(["work", "--drain", "--isolation", "none"]).ok();
     sync_unrelated_commit(&env, &repo);
     let rerun = env.wf(["rerun", &first, "--json"]).env("WF_FAULT", "enqueue-late").start();
-    std::thread::sleep(Duration::from_millis(700));
+    pinning(&env);
     env.wf(["prune", "--older-than", "0s", "--sources", "--yes"]).ok();
     let job = rerun.finish();
     assert_eq!(job.code, 0, "{job:?}");
