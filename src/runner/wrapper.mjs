@@ -46,6 +46,13 @@ for (const [method, mark] of [
   };
 }
 
+// console.trace as Node prints it ("Trace: ..." and the stack, to stderr), with the action's
+// frames only.
+console.trace = (...args) => {
+  const frames = withoutOwnFrames(new Error().stack ?? "").split("\n").slice(1);
+  console.error([`Trace${args.length > 0 ? `: ${format(args)}` : ""}`, ...frames].join("\n"));
+};
+
 // Warm: the streams' writes go out at once (see serve). A pipe bun made non-blocking may be full
 // for a moment: the write waits for the worker to read it. A closed one (the worker is gone) takes
 // nothing more.

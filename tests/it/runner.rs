@@ -444,12 +444,18 @@ fn console_formats_strings_format_strings_and_values_as_node_does() {
           console.log({ a: 1, b: [1, 2] });
           console.log("value:", 42, null);
           console.warn("warned", { w: true });
+          (function traced() { console.trace("here", 1); })();
           return 1;
         }
         "#,
         json!({}),
     );
     let lines: Vec<(Stream, &str)> = finished.lines.iter().map(|(stream, text)| (*stream, text.as_str())).collect();
+    // The trace's stack: the action's frames, not the wrapper's.
+    let (lines, trace) = lines.split_at(lines.iter().position(|(_, text)| text.starts_with("Trace")).unwrap());
+    assert_eq!(trace.first(), Some(&(Stream::Stderr, "Trace: here 1")), "{trace:?}");
+    assert!(trace[1].1.contains("at traced (") && trace[1].1.contains("action.ts"), "{trace:?}");
+    assert!(trace.iter().all(|(stream, text)| *stream == Stream::Stderr && !text.contains("wrapper")), "{trace:?}");
     assert_eq!(
         lines,
         [
