@@ -45,6 +45,9 @@ pub(crate) struct Stored {
     pub bytes: u64,
 }
 
+/// A stored commit's total bytes.
+const BYTES: &str = "SELECT bytes FROM source_commit WHERE git_source_id = $1 AND commit_sha = $2";
+
 /// Store the tree of `commit_sha` (its `files`, with `digest`) in the database inside the sync's
 /// transaction, unless it is there already. `previous` is the commit the source was synced to
 /// before, and its files: when the database holds it, its blobs are there and only the others are
@@ -63,35 +66,11 @@ pub(crate) fn store(
     accepted: &mut dyn FnMut(),
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Stored> {
-    const BYTES: &str = "SELECT bytes FROM source_commit WHERE git_source_id = $1 AND commit_sha = $2";
-    let odb = blobs.repo.odb()?;
-    let size = |oid: &Oid| -> Result<u64> { Ok(odb.read_header(*oid)?.0 as u64) };
-    let distinct: HashSet<Oid> = files.iter().map(|file| file.blob).collect();
-    // The previous commit's total, less the blobs it has and this one does not.
-    let (mut total, known) = match previous {
-        Some((sha, files)) => match tx.query_opt(BYTES, &[&git_source_id, &sha])? {
-            Some(row) => {
-                let known: HashSet<Oid> = files.iter().map(|file| file.blob).collect();
-                let gone = known.difference(&distinct).map(size).sum::<Result<u64>>()?;
-                (u64::try_from(row.get::<_, i64>(0))?.saturating_sub(gone), known)
-            }
-            None => (0, HashSet::new()),
-        },
-        None => (0, HashSet::new()),
-    };
-    let mut sizes = HashMap::new();
-    for oid in distinct.difference(&known) {
-        let bytes = size(oid)?;
-        sizes.insert(*oid, bytes);
-        total += bytes;
-    }
-    if total > MAX_TREE_BYTES {
-        bail!(
-            "commit {commit_sha} holds {} MiB of files, more than the {} MiB a source's commit may hold",
-            total >> 20,
-            MAX_TREE_BYTES >> 20
-        );
-    }
+    // A commit stored once was within the limit: its tree goes into the store at once, without
+    // the sizes of its blobs (a second host's sync of a commit the database holds).
+    let stored_before = tx.query_opt(BYTES, &[&git_source_id, &commit_sha])?.is_some();
+    let measured =
+        if stored_before { None } else { Some(measure(tx, blobs, git_source_id, commit_sha, files, previous)?) };
     accepted();
 
     // Held until the sync commits: the blobs found missing below stay missing until then, and a
@@ -100,6 +79,10 @@ pub(crate) fn store(
     if tx.query_opt(BYTES, &[&git_source_id, &commit_sha])?.is_some() {
         return Ok(Stored { already: true, ..Stored::default() });
     }
+    let (total, sizes) = match measured {
+        Some(measured) => measured,
+        None => measure(tx, blobs, git_source_id, commit_sha, files, previous)?,
+    };
 
     let wanted: Vec<String> = sizes.keys().map(Oid::to_string).collect();
     let present: HashSet<String> = tx
@@ -154,6 +137,47 @@ pub(crate) fn store(
         ],
     )?;
     Ok(Stored { already: false, blobs: missing.len(), bytes: new_bytes })
+}
+
+/// The bytes of `commit_sha`'s tree, each distinct blob counted once, and the size of each blob the
+/// `previous` commit (when the database holds it) does not have; refused over `MAX_TREE_BYTES`.
+fn measure(
+    tx: &mut Transaction<'_>,
+    blobs: &GitBlobs<'_>,
+    git_source_id: Uuid,
+    commit_sha: &str,
+    files: &[TreeFile],
+    previous: Option<(&str, &[TreeFile])>,
+) -> Result<(u64, HashMap<Oid, u64>)> {
+    let odb = blobs.repo.odb()?;
+    let size = |oid: &Oid| -> Result<u64> { Ok(odb.read_header(*oid)?.0 as u64) };
+    let distinct: HashSet<Oid> = files.iter().map(|file| file.blob).collect();
+    // The previous commit's total, less the blobs it has and this one does not.
+    let (mut total, known) = match previous {
+        Some((sha, files)) => match tx.query_opt(BYTES, &[&git_source_id, &sha])? {
+            Some(row) => {
+                let known: HashSet<Oid> = files.iter().map(|file| file.blob).collect();
+                let gone = known.difference(&distinct).map(size).sum::<Result<u64>>()?;
+                (u64::try_from(row.get::<_, i64>(0))?.saturating_sub(gone), known)
+            }
+            None => (0, HashSet::new()),
+        },
+        None => (0, HashSet::new()),
+    };
+    let mut sizes = HashMap::new();
+    for oid in distinct.difference(&known) {
+        let bytes = size(oid)?;
+        sizes.insert(*oid, bytes);
+        total += bytes;
+    }
+    if total > MAX_TREE_BYTES {
+        bail!(
+            "commit {commit_sha} holds {} MiB of files, more than the {} MiB a source's commit may hold",
+            total >> 20,
+            MAX_TREE_BYTES >> 20
+        );
+    }
+    Ok((total, sizes))
 }
 
 /// Write the tree of `commit_sha` from the database into this host's `store`, marker last (a

@@ -474,13 +474,17 @@ fn prune_never_removes_the_commit_an_enqueue_is_pinning() {
     env.wf(["prune", "--sources", "--yes"]).ok();
     let job = enqueue.finish();
     assert_eq!(job.code, 0, "{job:?}");
-    let job = job.stdout.trim().to_string();
+    assert_pinned_commit_stored(&env, &id, job.stdout.trim());
+}
+
+/// The commit job `job` pins is in the database, under source `source`.
+fn assert_pinned_commit_stored(env: &TestEnv, source: &str, job: &str) {
     let pinned: String = env.scalar_of("SELECT commit_sha FROM job WHERE id = $1::text::uuid", &[&job]);
     let stored: i64 = env.scalar_of(
         "SELECT count(*) FROM source_commit WHERE git_source_id = $1::text::uuid AND commit_sha = $2",
-        &[&id, &pinned],
+        &[&source, &pinned],
     );
-    assert_eq!(stored, 1, "the commit the job pins ({pinned}) is in the database");
+    assert_eq!(stored, 1, "the commit job {job} pins ({pinned}) is in the database");
 }
 
 /// The same for a rerun, which pins what the job it reruns pinned: that job pruned meanwhile, and
@@ -498,13 +502,7 @@ fn prune_never_removes_the_commit_a_rerun_is_pinning() {
     env.wf(["prune", "--older-than", "0s", "--sources", "--yes"]).ok();
     let job = rerun.finish();
     assert_eq!(job.code, 0, "{job:?}");
-    let job = job.json()["id"].as_str().unwrap().to_string();
-    let pinned: String = env.scalar_of("SELECT commit_sha FROM job WHERE id = $1::text::uuid", &[&job]);
-    let stored: i64 = env.scalar_of(
-        "SELECT count(*) FROM source_commit WHERE git_source_id = $1::text::uuid AND commit_sha = $2",
-        &[&id, &pinned],
-    );
-    assert_eq!(stored, 1, "the commit the rerun pins ({pinned}) is in the database");
+    assert_pinned_commit_stored(&env, &id, job.json()["id"].as_str().unwrap());
 }
 
 /// A worker writing a commit from the database links the contents its store holds already: one of

@@ -93,24 +93,30 @@ fn a_job_started_long_after_its_claim_starts_only_if_still_its_own_and_not_cance
         env.wf(args).env("WF_FAULT", "start-late").spawn(&env.dir.path().join(format!("{name}.log")))
     };
     let state = |id: &str| env.wf(["show", id, "--json"]).ok().json()["status"].as_str().unwrap().to_string();
+    let claimed = |id: &str| {
+        wait_for(Duration::from_secs(30), "the job to be claimed", || (state(id) == "running").then_some(()))
+    };
+    // Taken back by a reaper pass once its ping is older than the window, and run by another worker.
+    let run_elsewhere = |id: &str| {
+        wait_for(Duration::from_secs(30), "the reaper to take the job back", || {
+            env.wf(["reap"]).ok();
+            (state(id) == "queued").then_some(())
+        });
+        env.wf(["work", "--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"]).ok();
+        assert_eq!(state(id), "success");
+    };
+    let said = |name: &str| std::fs::read_to_string(env.dir.path().join(format!("{name}.log"))).unwrap_or_default();
 
     let reaped = enqueue(&env, "t/sleep", json!({"log": log, "ms": 100}));
     let mut first = late("late-1");
-    wait_for(Duration::from_secs(30), "the job to be claimed", || (state(&reaped) == "running").then_some(()));
-    // Taken back by a reaper pass once its ping is older than the window, and run by another worker.
-    wait_for(Duration::from_secs(30), "the reaper to take the job back", || {
-        env.wf(["reap"]).ok();
-        (state(&reaped) == "queued").then_some(())
-    });
-    env.wf(["work", "--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"]).ok();
-    assert_eq!(state(&reaped), "success");
+    claimed(&reaped);
+    run_elsewhere(&reaped);
     assert!(first.wait().unwrap().success());
-    let said = std::fs::read_to_string(env.dir.path().join("late-1.log")).unwrap();
-    assert!(said.contains("before it started: not started"), "{said}");
+    assert!(said("late-1").contains("before it started: not started"), "{}", said("late-1"));
 
     let canceled = enqueue(&env, "t/sleep", json!({"log": log, "ms": 100}));
     let mut second = late("late-2");
-    wait_for(Duration::from_secs(30), "the job to be claimed", || (state(&canceled) == "running").then_some(()));
+    claimed(&canceled);
     env.wf(["cancel", &canceled]).ok();
     assert!(second.wait().unwrap().success());
     assert_eq!(state(&canceled), "canceled");
@@ -119,27 +125,21 @@ fn a_job_started_long_after_its_claim_starts_only_if_still_its_own_and_not_cance
     // one, and the job, reaped and run by another worker meanwhile, is not started again.
     let cut = enqueue(&env, "t/sleep", json!({"log": log, "ms": 100}));
     let mut third = late("late-3");
-    wait_for(Duration::from_secs(30), "the job to be claimed", || (state(&cut) == "running").then_some(()));
+    claimed(&cut);
     let terminated: i64 = env.scalar(
         "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
          WHERE datname = current_database() AND application_name LIKE 'wf work late-3%') AS cut",
     );
     assert!(terminated > 0, "the late worker's connections were cut");
-    wait_for(Duration::from_secs(30), "the reaper to take the job back", || {
-        env.wf(["reap"]).ok();
-        (state(&cut) == "queued").then_some(())
-    });
-    env.wf(["work", "--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"]).ok();
-    assert_eq!(state(&cut), "success");
+    run_elsewhere(&cut);
     assert!(third.wait().unwrap().success());
-    let said = std::fs::read_to_string(env.dir.path().join("late-3.log")).unwrap();
-    assert!(said.contains("before it started: not started"), "{said}");
+    assert!(said("late-3").contains("before it started: not started"), "{}", said("late-3"));
 
     // Nor is it started when the beat cannot be made at all (the database takes no connection):
     // whether it is still the worker's is unknown.
     let unknown = enqueue(&env, "t/sleep", json!({"log": log, "ms": 100}));
     let mut fourth = late("late-4");
-    wait_for(Duration::from_secs(30), "the job to be claimed", || (state(&unknown) == "running").then_some(()));
+    claimed(&unknown);
     // A connection of the test's own to another database of the cluster: none to this one is taken
     // meanwhile.
     let admin_url = env.url.replace(&format!("dbname={}", env.dbname), "dbname=postgres");
@@ -158,20 +158,14 @@ fn a_job_started_long_after_its_claim_starts_only_if_still_its_own_and_not_cance
         .unwrap()
         .get(0);
     assert!(terminated > 0, "the late worker's connections were cut");
-    let said = wait_for(Duration::from_secs(30), "the late worker to give the job up", || {
-        let said = std::fs::read_to_string(env.dir.path().join("late-4.log")).unwrap_or_default();
-        said.contains("could not be confirmed ours").then_some(said)
+    let gave_up = wait_for(Duration::from_secs(30), "the late worker to give the job up", || {
+        Some(said("late-4")).filter(|said| said.contains("could not be confirmed ours"))
     });
     allow(&mut admin, true);
-    assert!(said.contains("not started, left to the reaper"), "{said}");
+    assert!(gave_up.contains("not started, left to the reaper"), "{gave_up}");
     let _ = fourth.kill();
     fourth.wait().unwrap();
-    wait_for(Duration::from_secs(30), "the reaper to take the job back", || {
-        env.wf(["reap"]).ok();
-        (state(&unknown) == "queued").then_some(())
-    });
-    env.wf(["work", "--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"]).ok();
-    assert_eq!(state(&unknown), "success");
+    run_elsewhere(&unknown);
 
     let runs: Vec<String> = executions(&log).into_iter().map(|(id, _)| id).collect();
     assert_eq!(runs, [reaped, cut, unknown], "each reaped job ran once, by the other worker; the canceled one never");
