@@ -373,13 +373,14 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
 /// the grace; when it is over (or on a second signal), have the slots stop and release them. A
 /// slot whose database call does not return (a backend that stopped answering, where no timeout of
 /// the server's runs and TCP sees nothing wrong) would hold up the stop forever: the slots not ended
-/// `stop_patience` after that are named and given up on.
+/// a while after that are named and given up on.
 fn supervise_shutdown(
     shared: &Shared,
     mut signals: signal_hook::iterator::Signals,
     slots: &[std::thread::JoinHandle<Result<()>>],
 ) -> Option<String> {
-    let patience = stop_patience(shared);
+    // The longest a completion is retried (a zombie window), and two heartbeat periods.
+    let patience = shared.options.zombie_timeout + shared.options.heartbeat * 2;
     let mut deadline: Option<Instant> = None;
     let mut killed: Option<Instant> = None;
     while !slots.iter().all(|slot| slot.is_finished()) {
@@ -411,12 +412,6 @@ fn supervise_shutdown(
         std::thread::sleep(Duration::from_millis(50));
     }
     None
-}
-
-/// How long a stopping worker waits for a thread whose database call does not return: the longest a
-/// completion is retried (a zombie window) and two heartbeat periods.
-fn stop_patience(shared: &Shared) -> Duration {
-    shared.options.zombie_timeout + shared.options.heartbeat * 2
 }
 
 /// A reaper pass now and then (SKIP LOCKED makes it safe on every worker at once).
