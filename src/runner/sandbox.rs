@@ -207,7 +207,7 @@ impl Init {
 /// Clone init into new namespaces, map the sandbox user, and let it build the sandbox and run
 /// `command` (bun and its arguments, inside paths) with `env`. Runs in the supervisor, which is
 /// single-threaded: the clone is an ordinary fork as far as this process is concerned.
-pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)]) -> Result<Init> {
+pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)], requests: bool) -> Result<Init> {
     let command = c_strings(command.iter().map(String::as_str))?;
     let env = c_strings(env.iter().map(|(key, value)| format!("{key}={value}")))?;
     if rustix::process::geteuid().is_root() {
@@ -237,7 +237,7 @@ pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)]) -
         0 => {
             drop(go_write);
             drop(report_read);
-            init(plan, &command, &env, go_read, report_write)
+            init(plan, &command, &env, requests, go_read, report_write)
         }
         _ => {}
     }
@@ -274,9 +274,9 @@ fn write_id_maps(pid: i32, user: User) -> Result<()> {
 /// Init: PID 1 of the sandbox. Kills and reaps every other process of the sandbox, then reports
 /// how the attempt ended and exits: once the supervisor has the report, nothing of the attempt runs
 /// any more (what is left is the kernel dismantling the namespaces, which nobody needs to wait for).
-fn init(plan: &Plan, command: &[CString], env: &[CString], go: OwnedFd, report: OwnedFd) -> ! {
+fn init(plan: &Plan, command: &[CString], env: &[CString], requests: bool, go: OwnedFd, report: OwnedFd) -> ! {
     let outcome = match prepare(plan, &go) {
-        Ok(()) => match spawn_bun(plan, command, env) {
+        Ok(()) => match spawn_bun(plan, command, env, requests) {
             Ok(bun) => watch(bun, plan.limits),
             Err(error) => Report::Setup(format!("{error:#}")),
         },
@@ -526,8 +526,9 @@ fn loopback_up() -> io::Result<()> {
     Ok(())
 }
 
-/// Fork bun: its own session, the limits, no capability, no_new_privs, nothing but stdio open.
-fn spawn_bun(plan: &Plan, command: &[CString], env: &[CString]) -> Result<i32> {
+/// Fork bun: its own session, the limits, no capability, no_new_privs, nothing but stdio (and a
+/// warm runner's requests) open.
+fn spawn_bun(plan: &Plan, command: &[CString], env: &[CString], requests: bool) -> Result<i32> {
     // The sandbox user's tasks include init's own: the action may have max_processes besides it.
     let nproc = u64::from(plan.limits.max_processes) + 1;
     // SAFETY: fork in a single-threaded process; the child only makes syscalls, execs or exits.
@@ -536,7 +537,7 @@ fn spawn_bun(plan: &Plan, command: &[CString], env: &[CString]) -> Result<i32> {
         return Err(io::Error::last_os_error()).context("starting bun in the sandbox");
     }
     if pid == 0 {
-        let error = exec_bun(command, env, nproc);
+        let error = exec_bun(command, env, nproc, requests);
         let _ = writeln!(io::stderr(), "wf: could not start bun in the sandbox: {error}");
         exit_now(127)
     }
@@ -544,7 +545,7 @@ fn spawn_bun(plan: &Plan, command: &[CString], env: &[CString]) -> Result<i32> {
 }
 
 /// In the forked child: returns only when something failed.
-fn exec_bun(command: &[CString], env: &[CString], nproc: u64) -> io::Error {
+fn exec_bun(command: &[CString], env: &[CString], nproc: u64, requests: bool) -> io::Error {
     use rustix::process::{Resource, Rlimit};
     let limit =
         |resource, value| rustix::process::setrlimit(resource, Rlimit { current: Some(value), maximum: Some(value) });
@@ -560,13 +561,14 @@ fn exec_bun(command: &[CString], env: &[CString], nproc: u64) -> io::Error {
     if let Err(error) = prepared {
         return error.into();
     }
-    // bun gets no blocked signal, and no descriptor beyond stdio: one the worker inherited without
-    // close-on-exec would otherwise reach the action.
+    // bun gets no blocked signal, and no descriptor beyond stdio and the requests: one the worker
+    // inherited without close-on-exec would otherwise reach the action.
     if let Err(error) = SigSet::empty().thread_set_mask() {
         return error.into();
     }
+    let first_closed = if requests { super::supervisor::REQUESTS_FD as u32 + 1 } else { 3 };
     // SAFETY: closes descriptors this process owns and never uses again: it execs or exits next.
-    if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) } != 0 {
+    if unsafe { libc::syscall(libc::SYS_close_range, first_closed, u32::MAX, 0u32) } != 0 {
         return io::Error::last_os_error();
     }
     match nix::unistd::execve(&command[0], command, env) {

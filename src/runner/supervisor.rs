@@ -62,9 +62,13 @@ pub(crate) struct Supervision {
     pub command: Vec<String>,
     /// The sandbox to run bun in; None for `--isolation none`.
     pub sandbox: Option<sandbox::Plan>,
-    /// bun reads our stdin (a warm runner's requests); otherwise /dev/null.
+    /// Our stdin holds a warm runner's requests: bun reads them from REQUESTS_FD.
     pub requests: bool,
 }
+
+/// Where a warm runner's bun reads its requests. Its stdin is /dev/null, as a cold attempt's: an
+/// action that reads its stdin finds it empty, and takes no request meant for the runner.
+pub(crate) const REQUESTS_FD: libc::c_int = 3;
 
 /// The variable holding the supervision plan.
 pub(crate) const PLAN_VARIABLE: &str = "WF_SUPERVISION";
@@ -126,6 +130,9 @@ enum Ending {
 /// Returns the exit code for the supervisor: bun's code, or 128 + the signal that ended bun or
 /// stopped the job, or 127 when bun could not be started.
 pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
+    if plan.requests {
+        move_requests().context("moving the warm runner's requests off stdin")?;
+    }
     let signals = take_signals()?;
     // The worker dying, even by SIGKILL, stops the job. The parent-death signal is only sent if the
     // worker dies after it was armed; had it died earlier, we were already adopted by someone else.
@@ -229,7 +236,7 @@ fn run_plain(plan: &Supervision, signals: &Signals) -> Result<Ending> {
 /// init's pid when it is still to be reaped: it reported, and every process of the attempt is
 /// dead, but it is still exiting.
 fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &Signals) -> (Ending, Option<i32>) {
-    let mut init = match sandbox::start(sandbox, &plan.command, &plan.environment()) {
+    let mut init = match sandbox::start(sandbox, &plan.command, &plan.environment(), plan.requests) {
         Ok(init) => init,
         Err(error) => return (Ending::NotStarted(format!("the sandbox could not be set up: {error:#}")), None),
     };
@@ -344,15 +351,23 @@ impl Signals {
     }
 }
 
-/// Start bun in `cwd`, with only the kept environment variables, stdin from /dev/null (ours for a
-/// warm runner: its requests) and our stdout/stderr (the worker's pipes). Returns its pid; it is
-/// reaped by `reap_exited`.
+/// Our stdin (the requests' pipe) to REQUESTS_FD, inherited by bun, and /dev/null as stdin. Done
+/// first, before this process opens anything that could take that number.
+fn move_requests() -> io::Result<()> {
+    // SAFETY: dup2 of our own stdin onto a number no descriptor of ours holds yet; the copy has no
+    // close-on-exec, so bun (and a sandbox's init before it) inherits it.
+    if unsafe { libc::dup2(0, REQUESTS_FD) } != REQUESTS_FD {
+        return Err(io::Error::last_os_error());
+    }
+    rustix::stdio::dup2_stdin(fs::File::open("/dev/null")?)?;
+    Ok(())
+}
+
+/// Start bun in `cwd`, with only the kept environment variables, stdin from /dev/null and our
+/// stdout/stderr (the worker's pipes). Returns its pid; it is reaped by `reap_exited`.
 fn spawn(plan: &Supervision) -> io::Result<i32> {
     let mut command = Command::new(&plan.command[0]);
-    command.args(&plan.command[1..]).current_dir(&plan.cwd).env_clear().envs(plan.environment());
-    if !plan.requests {
-        command.stdin(Stdio::null());
-    }
+    command.args(&plan.command[1..]).current_dir(&plan.cwd).env_clear().envs(plan.environment()).stdin(Stdio::null());
     // SAFETY: between fork and exec, one async-signal-safe call (pthread_sigmask) that allocates
     // nothing: bun must not inherit the signals we blocked for ourselves.
     unsafe {

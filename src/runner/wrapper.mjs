@@ -8,11 +8,12 @@
 // and can never be mistaken for its result.
 //
 // Warm (`"warm": true` in the manifest): bun stays, and runs one job per request line read from
-// stdin, `{"nonce":"...","env":{...},"input":...}`, with the result written to <result.json> as above
-// (<input.json> is not read: the input comes with its request). A job's end is a line
-// `\x1f<nonce> <0|1|2>` (returned, threw, threw as its module loaded) written last to stdout and to
-// stderr: the worker files everything before it under that job. stdin closed: bun exits.
-import { readFileSync, renameSync, writeFileSync, writeSync } from "node:fs";
+// descriptor 3 (stdin is /dev/null, as for a cold attempt), `{"nonce":"...","env":{...},"input":...}`,
+// with the result written to <result.json> as above (<input.json> is not read: the input comes with
+// its request). A job's end is a line `\x1f<nonce> <0|1|2>` (returned, threw, threw as its module
+// loaded) written last to stdout and to stderr: the worker files everything before it under that
+// job. The requests closed: bun exits.
+import { createReadStream, readFileSync, renameSync, writeFileSync, writeSync } from "node:fs";
 
 const [entrypoint, inputPath, resultPath, mode] = process.argv.slice(2);
 const warm = mode === "warm";
@@ -335,7 +336,8 @@ async function serve() {
   writes = [process.stdout.write, process.stderr.write];
   // Each job starts in the working directory, whatever folder the last one changed to.
   const workdir = process.cwd();
-  const requests = { [Symbol.asyncIterator]: console[Symbol.asyncIterator].bind(console) };
+  const { createInterface } = await import("node:readline");
+  const requests = createInterface({ input: createReadStream("", { fd: 3 }), crlfDelay: Infinity });
   let previous = [];
   for await (const line of requests) {
     if (line === "") continue;

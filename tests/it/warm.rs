@@ -50,6 +50,7 @@ export async function main(input: any) {
   }
   if (input.started) writeFileSync(input.started, runner);
   if (input.on_exit) process.once("exit", (code) => writeFileSync(input.on_exit, `exit ${code}`));
+  const stdin = input.stdin ? await Bun.stdin.text() : undefined;
   switch (input.mode) {
     case "hang": await new Promise(() => setInterval(() => {}, 1000)); break;
     case "exit": {
@@ -71,7 +72,7 @@ export async function main(input: any) {
   return {
     runner, runs, empty, n: input.n, padded: input.pad?.length ?? 0,
     job: process.env.WF_JOB_ID, attempt: process.env.WF_ATTEMPT, token: Boolean(process.env.WF_TOKEN),
-    action: process.env.WF_ACTION, home: process.env.HOME, path: process.env.PATH, cwd,
+    action: process.env.WF_ACTION, home: process.env.HOME, path: process.env.PATH, cwd, stdin,
   };
 }
 "#,
@@ -120,6 +121,27 @@ fn a_warm_action_runs_its_jobs_in_one_process_each_with_its_own_input_variables_
     synced_warm(&env);
     for isolation in ["sandbox", "none"] {
         one_runner_runs_every_job(&env, isolation);
+    }
+}
+
+/// A warm action that reads its stdin finds it empty, as a cold one does: the runner's requests
+/// come on another descriptor, and the runner goes on with its next job.
+#[test]
+fn a_warm_action_that_reads_its_stdin_finds_it_empty_and_takes_no_request() {
+    let env = TestEnv::new();
+    synced_warm(&env);
+    for isolation in ["sandbox", "none"] {
+        let ids: Vec<String> = (0..3).map(|n| enqueue(&env, "w/step", json!({"n": n, "stdin": true}))).collect();
+        env.wf(["work", "--drain", "--concurrency", "1", "--isolation", isolation]).ok();
+        let mut runners = Vec::new();
+        for id in &ids {
+            let (status, result, logs) = ended(&env, id);
+            assert_eq!(status, "success", "{isolation}: {result} {logs:?}");
+            assert_eq!(result["stdin"], "", "{isolation}: {result}");
+            runners.push(result["runner"].clone());
+        }
+        runners.dedup();
+        assert_eq!(runners.len(), 1, "{isolation}: one runner ran every job: {runners:?}");
     }
 }
 
