@@ -103,7 +103,7 @@ pub(crate) enum Command {
     GenerateDocs(GenerateDocsArgs),
     /// Internal: the process between a worker and bun that owns the action's process tree.
     #[command(hide = true, name = "__supervise")]
-    Supervise,
+    Supervise(SuperviseArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -520,6 +520,13 @@ pub(crate) struct BenchArgs {
     /// change in the host's speed weighs on both alike); prints the spine's rate against it.
     #[arg(long)]
     pub floor: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SuperviseArgs {
+    /// Print the protocol this supervisor speaks (a worker asks it at start) and exit.
+    #[arg(long)]
+    pub protocol: bool,
 }
 
 #[derive(Debug, Args)]

@@ -135,7 +135,7 @@ pub(crate) fn dispatch(cli: Cli) -> CommandResult {
         Command::Source(command) => source::run(&ctx, command),
         Command::Sync(args) => sync::run(&ctx, args),
         Command::Actions(args) => actions::run(&ctx, args),
-        Command::Supervise => supervise::run(),
+        Command::Supervise(args) => supervise::run(&args),
         Command::Enqueue(args) => enqueue::run(&ctx, args),
         Command::Work(args) => work::run(&ctx, args),
         Command::Cancel(args) => cancel::run(&ctx, args),

@@ -4,10 +4,15 @@
 use anyhow::Context;
 
 use super::CommandResult;
+use crate::cli::SuperviseArgs;
 use crate::error::Exit;
 use crate::runner::supervisor::{self, Supervision};
 
-pub(super) fn run() -> CommandResult {
+pub(super) fn run(args: &SuperviseArgs) -> CommandResult {
+    if args.protocol {
+        println!("{}", supervisor::PROTOCOL);
+        return Ok(Exit::Ok);
+    }
     let plan = Supervision::from_env()?;
     let code = supervisor::supervise(&plan)?;
     // bun's code, or 128 + a signal, passed on as the supervisor's own.

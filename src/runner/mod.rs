@@ -31,10 +31,15 @@ pub use scratch::{ScratchRoot, Sweep};
 
 /// The supervisor's entry point (`wf-supervise __supervise`, or `wf __supervise`, the plan in
 /// `WF_SUPERVISION`): run the plan, return the supervisor's exit code (bun's, or 128 + a signal; 1
-/// when the plan is bad).
-pub fn supervise_main(mut args: impl Iterator<Item = String>) -> i32 {
-    let plan = match (args.next().as_deref(), args.next()) {
-        (Some("__supervise"), None) => supervisor::Supervision::from_env(),
+/// when the plan is bad). `__supervise --protocol` prints `supervisor::PROTOCOL`.
+pub fn supervise_main(args: impl Iterator<Item = String>) -> i32 {
+    let args: Vec<String> = args.collect();
+    let plan = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["__supervise"] => supervisor::Supervision::from_env(),
+        ["__supervise", "--protocol"] => {
+            println!("{}", supervisor::PROTOCOL);
+            return 0;
+        }
         _ => Err(anyhow::anyhow!("usage: wf-supervise __supervise (started by wf work, not by hand)")),
     };
     match plan.and_then(|plan| supervisor::supervise(&plan)) {
@@ -56,6 +61,28 @@ impl SupervisorExe {
         std::fs::File::open(path)
             .map(SupervisorExe)
             .with_context(|| format!("opening the action supervisor {}", path.display()))
+    }
+
+    /// Refuse a supervisor of another build (a `wf-supervise` left beside a newer `wf`): it would
+    /// start bun otherwise than this worker expects, and fail jobs. An older one does not know
+    /// `--protocol` and fails.
+    pub fn check(&self, path: &Path) -> Result<()> {
+        let output = Command::new(self.path())
+            .args(["__supervise", "--protocol"])
+            .output()
+            .with_context(|| format!("running the action supervisor {}", path.display()))?;
+        let answer = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        if !output.status.success() || answer != supervisor::PROTOCOL.to_string() {
+            bail!(
+                "the action supervisor {} is not of this build of wf (asked its protocol, it answered {:?} \
+                 with {}; this wf speaks {}): install wf and wf-supervise together (cargo install --locked --path .)",
+                path.display(),
+                answer,
+                output.status,
+                supervisor::PROTOCOL
+            );
+        }
+        Ok(())
     }
 
     /// A path to the binary as it was opened.

@@ -66,6 +66,10 @@ pub(crate) struct Supervision {
     pub requests: bool,
 }
 
+/// How a worker and its supervisor work together: the plan and the way bun gets its requests. A
+/// worker refuses a supervisor that answers another (`SupervisorExe::check`); changed with either.
+pub(crate) const PROTOCOL: u32 = 2;
+
 /// Where a warm runner's bun reads its requests. Its stdin is /dev/null, as a cold attempt's: an
 /// action that reads its stdin finds it empty, and takes no request meant for the runner.
 pub(crate) const REQUESTS_FD: libc::c_int = 3;

@@ -212,6 +212,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
     let bun = options.local.bun.display().to_string();
     let mut version = crate::runner::check_bun(&bun)?;
     let supervisor = SupervisorExe::open(&options.local.supervisor)?;
+    supervisor.check(&options.local.supervisor)?;
     let mut scratch = ScratchRoot::create_in(&options.local.home)?;
     // Only speed depends on it: without it each attempt's bun transpiles the wrapper itself.
     if let Err(error) = scratch.transpile_wrapper(&bun) {

@@ -570,6 +570,28 @@ fn a_missing_bun_is_one_clear_error_at_start() {
     assert!(run.stderr.contains("WF_BUN"), "{run:?}");
 }
 
+/// A `wf-supervise` of another build beside `wf` (an older one left in place when only `wf` was
+/// copied) would start bun otherwise than the worker expects: the worker refuses to start, and
+/// claims nothing. An older one fails `--protocol`; another one answers something else.
+#[test]
+fn a_supervisor_of_another_build_is_one_clear_error_at_start() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/echo", json!({}));
+    for other in ["/bin/false", "/bin/echo"] {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = crate::support::harness::copy_of_wf(dir.path());
+        std::fs::copy(other, dir.path().join("wf-supervise")).unwrap();
+        let run = env.wf(["work", "--drain"]).under("env", [""; 0], bin.as_os_str()).run();
+        assert_eq!(run.code, 1, "{other}: {run:?}");
+        assert!(run.stderr.contains("wf-supervise is not of this build of wf"), "{other}: {run:?}");
+        let waiting: i64 = env.scalar(&format!("SELECT count(*) FROM job_queue WHERE job_id = '{id}' AND NOT running"));
+        assert_eq!(waiting, 1, "{other}: nothing claimed");
+    }
+    env.wf(["work", "--drain"]).ok();
+    assert_eq!(env.wf(["result", &id]).ok().code, 0);
+}
+
 #[test]
 fn status_counts_each_tag_and_jobs_filters() {
     // Pings older than the server's start count from that start: use a window shorter than the
