@@ -487,8 +487,8 @@ pub(crate) struct PruneArgs {
     /// Only jobs that ended with this status.
     #[arg(long, value_parser = finished_status())]
     pub status: Option<JobStatus>,
-    /// Count what would be deleted, delete nothing (with --sources: the commits unpinned now, not
-    /// those the jobs' pruning would free, nor the contents only they hold).
+    /// Count what would be deleted, delete nothing (with --older-than and --sources: the commits
+    /// the jobs' pruning would free too).
     #[arg(long)]
     pub dry_run: bool,
     /// Do not ask for confirmation.

@@ -1,6 +1,7 @@
 //! `wf prune`: delete completed jobs older than a cutoff, in batches; with `--sources`, the synced
 //! commits no job pins any more.
 
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{CommandResult, Ctx};
@@ -8,15 +9,16 @@ use crate::cli::PruneArgs;
 use crate::error::{CommandError, Exit};
 use crate::output::{confirm, time_cell};
 use crate::queue::prune;
-use crate::source::stored;
+use crate::source::stored::{self, PruneRun};
 
 pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> CommandResult {
     let mut client = ctx.connect()?;
-    let jobs = match args.older_than {
-        Some(older_than) => Some(prune_jobs(ctx, &mut client, &args, older_than)?),
+    let cutoff = args.older_than.map(|older_than| prune::cutoff(&mut client, older_than)).transpose()?;
+    let jobs = match cutoff {
+        Some(cutoff) => Some(prune_jobs(ctx, &mut client, &args, cutoff)?),
         None => None,
     };
-    let sources = if args.sources { Some(prune_sources(ctx, &mut client, &args)?) } else { None };
+    let sources = if args.sources { Some(prune_sources(ctx, &mut client, &args, cutoff)?) } else { None };
     if ctx.out.json {
         let (deleted, would_delete) = jobs.unwrap_or_default();
         ctx.out.json(&PruneDocument { deleted, would_delete, sources })?;
@@ -29,10 +31,9 @@ fn prune_jobs(
     ctx: &Ctx,
     client: &mut postgres::Client,
     args: &PruneArgs,
-    older_than: std::time::Duration,
+    cutoff: DateTime<Utc>,
 ) -> Result<(u64, Option<i64>), CommandError> {
     let status = args.status;
-    let cutoff = prune::cutoff(client, older_than)?;
     // Seconds for millions of completed jobs: said on a terminal meanwhile.
     let counting = format!("counting the jobs completed before {}", time_cell(Some(cutoff)));
     let candidates = ctx.out.spinning(&counting, || prune::count(client, cutoff, status))?;
@@ -68,10 +69,17 @@ fn prune_jobs(
     Ok((deleted, None))
 }
 
-/// Synced commits no job pins, in the database and in this host's store.
-fn prune_sources(ctx: &Ctx, client: &mut postgres::Client, args: &PruneArgs) -> Result<SourcesDocument, CommandError> {
+/// Synced commits no job pins, in the database and in this host's store. A dry run after the jobs'
+/// (`cutoff`) counts the pins of the jobs they would delete for nothing.
+fn prune_sources(
+    ctx: &Ctx,
+    client: &mut postgres::Client,
+    args: &PruneArgs,
+    cutoff: Option<DateTime<Utc>>,
+) -> Result<SourcesDocument, CommandError> {
     let store = ctx.config.store()?;
-    let counted = stored::prune(client, &store, true)?;
+    let retention = if args.dry_run { cutoff.map(|cutoff| (cutoff, args.status)) } else { None };
+    let counted = stored::prune(client, &store, PruneRun::Count(retention))?;
     let pruned = if args.dry_run || (counted.commits == 0 && counted.local_trees == 0 && counted.blobs == 0) {
         counted
     } else {
@@ -82,7 +90,7 @@ fn prune_sources(ctx: &Ctx, client: &mut postgres::Client, args: &PruneArgs) -> 
             ),
             args.yes,
         )?;
-        stored::prune(client, &store, false)?
+        stored::prune(client, &store, PruneRun::Remove)?
     };
     let verb = if args.dry_run { "would delete" } else { "deleted" };
     if !ctx.out.json {

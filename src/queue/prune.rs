@@ -42,6 +42,11 @@ pub(crate) fn cutoff(client: &mut Client, older_than: Duration) -> Result<DateTi
 pub const COUNT_SQL: &str =
     concat!("SELECT count(*) FROM ", candidates!("NOT EXISTS (SELECT FROM job_queue q WHERE q.job_id = c.job_id)"));
 
+/// Their ids ($1 cutoff, $2 status or NULL): what a dry run of `wf prune --older-than --sources`
+/// counts as gone when it looks for the commits no job pins.
+pub const CANDIDATES_SQL: &str =
+    concat!("SELECT c.job_id FROM ", candidates!("NOT EXISTS (SELECT FROM job_queue q WHERE q.job_id = c.job_id)"));
+
 /// One batch of them, oldest first ($1 cutoff, $2 status or NULL, $3 batch size).
 pub const BATCH_SQL: &str = concat!(
     "DELETE FROM job WHERE id IN (SELECT c.job_id FROM ",

@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use chrono::{DateTime, Utc};
 use git2::Oid;
 use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::fallible_iterator::FallibleIterator;
@@ -21,6 +22,7 @@ use uuid::Uuid;
 
 use super::git;
 use super::store::{self, BlobSource, GitBlobs, Materialized, TreeFile};
+use crate::queue::job::JobStatus;
 
 /// The largest chunk of a blob in one row.
 const CHUNK: usize = 1 << 20;
@@ -251,27 +253,63 @@ pub(crate) struct Pruned {
 
 /// Of the commits given (two arrays: source ids, commit ids), those no job pins and the catalog is
 /// not on. A job pins its commit while it exists: queued, running, or completed and not pruned.
-const UNPINNED_SQL: &str = "
-SELECT c.id, c.sha
-  FROM unnest($1::uuid[], $2::text[]) AS c(id, sha)
- WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.git_source_id = c.id AND j.commit_sha = c.sha)
-   AND NOT EXISTS (SELECT 1 FROM git_source s WHERE s.id = c.id AND s.commit_sha = c.sha)";
+macro_rules! unpinned_sql {
+    ($pinning_job:expr) => {
+        concat!(
+            "SELECT c.id, c.sha
+               FROM unnest($1::uuid[], $2::text[]) AS c(id, sha)
+              WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.git_source_id = c.id AND j.commit_sha = c.sha",
+            $pinning_job,
+            ")
+                AND NOT EXISTS (SELECT 1 FROM git_source s WHERE s.id = c.id AND s.commit_sha = c.sha)"
+        )
+    };
+}
+/// See `unpinned_sql`.
+const UNPINNED_SQL: &str = unpinned_sql!("");
+/// The same, the jobs of `pruned_job` pinning nothing (a dry run's, which retention would delete).
+const UNPINNED_AFTER_RETENTION_SQL: &str =
+    unpinned_sql!(" AND NOT EXISTS (SELECT 1 FROM pruned_job p WHERE p.job_id = j.id)");
 
 /// The chunks of blobs no stored commit lists (one hash anti join against every listing).
 const ORPHANS: &str = "FROM source_blob b
  WHERE NOT EXISTS (SELECT 1 FROM (SELECT DISTINCT unnest(blobs) AS blob FROM source_commit) held
                     WHERE held.blob = b.blob)";
 
-fn unpinned(tx: &mut Transaction<'_>, commits: Vec<(Uuid, String)>) -> Result<Vec<(Uuid, String)>> {
+fn unpinned(tx: &mut Transaction<'_>, commits: Vec<(Uuid, String)>, sql: &str) -> Result<Vec<(Uuid, String)>> {
     let (ids, shas): (Vec<Uuid>, Vec<String>) = commits.into_iter().unzip();
-    Ok(tx.query(UNPINNED_SQL, &[&ids, &shas])?.iter().map(|row| (row.get(0), row.get(1))).collect())
+    Ok(tx.query(sql, &[&ids, &shas])?.iter().map(|row| (row.get(0), row.get(1))).collect())
+}
+
+/// How a prune of the synced commits runs.
+#[derive(Clone, Copy)]
+pub(crate) enum PruneRun {
+    /// Remove what is unpinned.
+    Remove,
+    /// Count it and remove nothing; with a retention (cutoff, status), as if `wf prune` had first
+    /// deleted the jobs it would (`--older-than` with `--sources`): their pins count for nothing.
+    Count(Option<(DateTime<Utc>, Option<JobStatus>)>),
 }
 
 /// Remove the commits no job pins any more, from the database and from this host's `store`, and
-/// the blob contents nothing holds any more. With `dry_run`, count them and remove nothing.
-pub(crate) fn prune(client: &mut Client, store: &Path, dry_run: bool) -> Result<Pruned> {
+/// the blob contents nothing holds any more; or count them (`PruneRun::Count`).
+pub(crate) fn prune(client: &mut Client, store: &Path, run: PruneRun) -> Result<Pruned> {
+    let dry_run = matches!(run, PruneRun::Count(_));
     let mut pruned = Pruned::default();
     let mut tx = client.transaction()?;
+    // Before the lock: it reads every completion record (seconds for millions), and enqueues wait.
+    let unpinned_sql = match run {
+        PruneRun::Count(Some((cutoff, status))) => {
+            let candidates = crate::queue::prune::CANDIDATES_SQL;
+            tx.execute(
+                &format!("CREATE TEMP TABLE pruned_job ON COMMIT DROP AS {candidates}"),
+                &[&cutoff, &status.map(JobStatus::as_str)],
+            )?;
+            tx.batch_execute("ANALYZE pruned_job")?;
+            UNPINNED_AFTER_RETENTION_SQL
+        }
+        _ => UNPINNED_SQL,
+    };
     // No job is enqueued meanwhile (one pinned to a commit found unpinned here would lose its tree);
     // enqueues wait for this transaction, which is short.
     tx.batch_execute("LOCK TABLE job IN SHARE MODE")?;
@@ -282,7 +320,7 @@ pub(crate) fn prune(client: &mut Client, store: &Path, dry_run: bool) -> Result<
         .iter()
         .map(|row| (row.get(0), row.get(1)))
         .collect();
-    let (ids, shas): (Vec<Uuid>, Vec<String>) = unpinned(&mut tx, stored)?.into_iter().unzip();
+    let (ids, shas): (Vec<Uuid>, Vec<String>) = unpinned(&mut tx, stored, unpinned_sql)?.into_iter().unzip();
     pruned.commits = ids.len() as u64;
     tx.execute(
         "DELETE FROM source_commit WHERE (git_source_id, commit_sha) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))",
@@ -298,7 +336,7 @@ pub(crate) fn prune(client: &mut Client, store: &Path, dry_run: bool) -> Result<
 
     // This host's store: the trees of commits the database no longer pins, whether it just removed
     // them or they were never stored there (synced by an older wf, or another database's).
-    let unpinned_here = unpinned(&mut tx, store::trees(store)?)?;
+    let unpinned_here = unpinned(&mut tx, store::trees(store)?, unpinned_sql)?;
     let removed = store::remove_trees(store, &unpinned_here, dry_run)?;
     pruned.local_trees = removed.0;
     pruned.local_blobs = removed.1;

@@ -304,14 +304,28 @@ fn prune_sources_removes_the_commits_no_job_pins_in_the_database_and_in_the_stor
     assert_eq!(kept["sources"]["commits"], 0, "the first commit is pinned by its job: {kept}");
     assert!(tree1.join(MARKER).is_file());
 
+    // A dry run of both counts the commit the job's pruning would free; one of another status does not.
+    let dry = |args: &[&str]| {
+        let dry = env.wf(["prune", "--sources", "--dry-run", "--json"].iter().chain(args)).ok().json();
+        assert_eq!(env.scalar::<i64>("SELECT count(*) FROM source_commit"), 2, "a dry run removes nothing");
+        assert!(tree1.join(MARKER).is_file(), "a dry run removes nothing");
+        dry
+    };
+    let unpinned = |dry: &serde_json::Value| {
+        let sources = &dry["sources"];
+        (sources["commits"].as_u64(), sources["blobs"].as_u64(), sources["local_trees"].as_u64())
+    };
+    // Only the changed file's old contents go.
+    let freed = (Some(1), Some(1), Some(1));
+    let both = dry(&["--older-than", "0s"]);
+    assert_eq!((&both["would_delete"], unpinned(&both)), (&json!(1), freed), "{both}");
+    let failed_only = dry(&["--older-than", "0s", "--status", "failure"]);
+    assert_eq!(unpinned(&failed_only), (Some(0), Some(0), Some(0)), "{failed_only}");
+    assert_eq!(env.scalar_of::<i64>("SELECT count(*) FROM job WHERE id = $1::text::uuid", &[&job]), 1);
+
     env.wf(["prune", "--older-than", "0s", "--yes"]).ok();
     assert_eq!(env.scalar_of::<i64>("SELECT count(*) FROM job WHERE id = $1::text::uuid", &[&job]), 0);
-    let dry = env.wf(["prune", "--sources", "--dry-run", "--json"]).ok().json();
-    assert_eq!(dry["sources"]["commits"], 1, "{dry}");
-    assert_eq!(dry["sources"]["blobs"], 1, "only the changed file's old contents go: {dry}");
-    assert_eq!(dry["sources"]["local_trees"], 1, "{dry}");
-    assert_eq!(env.scalar::<i64>("SELECT count(*) FROM source_commit"), 2, "a dry run removes nothing");
-    assert!(tree1.join(MARKER).is_file(), "a dry run removes nothing");
+    assert_eq!(unpinned(&dry(&[])), freed);
 
     let pruned = env.wf(["prune", "--sources", "--yes", "--json"]).ok().json();
     assert_eq!(pruned["sources"]["commits"], 1, "{pruned}");
