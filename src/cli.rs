@@ -151,10 +151,11 @@ pub(crate) struct SourceRmArgs {
 pub(crate) struct SyncArgs {
     /// Source name.
     pub name: String,
-    /// A ref to sync (branch, tag, or any revision git understands).
+    /// A ref to sync (branch, tag, or any revision git understands; HEAD is the remote's; a name
+    /// that is both a branch and a tag is refused: say refs/heads/NAME or refs/tags/NAME).
     #[arg(long, conflicts_with = "commit")]
     pub r#ref: Option<String>,
-    /// An exact commit to sync.
+    /// An exact commit to sync, by its id (full, or 4 digits and more).
     #[arg(long)]
     pub commit: Option<String>,
 }

@@ -8,11 +8,11 @@ use anyhow::{Context, Result, bail};
 use git2::{AutotagOption, Cred, CredentialType, FetchOptions, FetchPrune, Oid, RemoteCallbacks, Repository};
 use uuid::Uuid;
 
-/// What `--ref` and `--commit` may name: heads and tags under their own names, and the remote's
-/// HEAD. `+`: a force-pushed branch is followed (the catalog's no-going-back rule is checked on
-/// commits, not on refs).
-const ALL_REFSPECS: [&str; 3] =
-    ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", "+HEAD:refs/remotes/origin/HEAD"];
+/// What `--ref` and `--commit` may name: heads and tags under their own names. `+`: a force-pushed
+/// branch is followed (the catalog's no-going-back rule is checked on commits, not on refs). Not
+/// the remote's HEAD: asking for a HEAD the remote does not have (an empty repository, or a bare
+/// one whose HEAD names a branch never pushed) fails the whole fetch; `--ref HEAD` fetches it alone.
+const ALL_REFSPECS: [&str; 2] = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"];
 
 /// Where the remote's HEAD is kept in the mirror.
 const REMOTE_HEAD: &str = "refs/remotes/origin/HEAD";
@@ -26,6 +26,21 @@ pub(crate) enum Target {
     Ref(String),
     /// An exact commit id (full or abbreviated).
     Commit(String),
+}
+
+impl Target {
+    /// `--ref HEAD` (or `HEAD~2`, `HEAD^`, ...): the remote's HEAD, which the mirror keeps at
+    /// REMOTE_HEAD, not the mirror's own HEAD (a bare repository's `refs/heads/master`). The rest of
+    /// the revision after `HEAD`, if any.
+    fn remote_head(&self) -> Option<&str> {
+        match self {
+            Target::Ref(name) => {
+                let rest = name.strip_prefix("HEAD")?;
+                (rest.is_empty() || rest.starts_with(['~', '^', '@'])).then_some(rest)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The mirror of one source.
@@ -64,19 +79,28 @@ pub(crate) fn fetch(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Vec<String>> {
     check_transport(url)?;
+    remove_stale_locks(repo.path())?;
     let dropped = drop_refs_without_commit(repo)?;
     let (refspecs, what) = match (target, branch) {
         (Target::Default, Some(branch)) => {
             (vec![format!("+refs/heads/{branch}:refs/heads/{branch}")], format!("branch {branch} of {url}"))
         }
-        (Target::Default, None) => (vec![format!("+HEAD:{REMOTE_HEAD}")], format!("the HEAD of {url}")),
-        (Target::Ref(_) | Target::Commit(_), _) => {
-            (ALL_REFSPECS.map(str::to_string).to_vec(), format!("the heads and tags of {url}"))
+        _ if matches!(target, Target::Default) || target.remote_head().is_some() => {
+            (vec![format!("+HEAD:{REMOTE_HEAD}")], format!("the HEAD of {url}"))
         }
+        _ => (ALL_REFSPECS.map(str::to_string).to_vec(), format!("the heads and tags of {url}")),
+    };
+    let failed = |error: anyhow::Error| {
+        let hint = if format!("{error:#}").contains("find remote ref") {
+            "the repository has no such ref: an empty repository, or a HEAD naming a branch never pushed \
+             (give the source a branch with `wf source add --branch`, or sync with --ref)"
+        } else {
+            "check that the URL is reachable and is a git repository"
+        };
+        error.context(format!("fetching {what}; {hint}"))
     };
     if let Some(git) = git_cli {
-        fetch_with_git(git, repo.path(), url, &refspecs, &mut progress)
-            .with_context(|| format!("fetching {what}; check that the URL is reachable and is a git repository"))?;
+        fetch_with_git(git, repo.path(), url, &refspecs, &mut progress).map_err(failed)?;
         return Ok(dropped);
     }
     let attempts = Cell::new(0u32);
@@ -102,10 +126,35 @@ pub(crate) fn fetch(
     let mut options = FetchOptions::new();
     options.remote_callbacks(callbacks).prune(FetchPrune::On).download_tags(AutotagOption::None);
     let mut remote = repo.remote_anonymous(url).with_context(|| format!("preparing to fetch {url}"))?;
-    remote
-        .fetch(&refspecs, Some(&mut options), Some("wf sync"))
-        .with_context(|| format!("fetching {what}; check that the URL is reachable and is a git repository"))?;
+    remote.fetch(&refspecs, Some(&mut options), Some("wf sync")).map_err(|error| failed(error.into()))?;
     Ok(dropped)
+}
+
+/// Remove the lock files a fetch killed halfway left in the mirror (`refs/heads/main.lock`,
+/// `packed-refs.lock`, ...): git refuses to update a ref whose lock file exists, so one would block
+/// every later sync of the source. No other process uses the mirror meanwhile: the sync holds the
+/// source's lock.
+fn remove_stale_locks(mirror: &Path) -> Result<()> {
+    let mut folders = vec![mirror.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let entries = match std::fs::read_dir(&folder) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(error).with_context(|| format!("reading {}", folder.display())),
+        };
+        for entry in entries {
+            let entry = entry.with_context(|| format!("reading {}", folder.display()))?;
+            let path = entry.path();
+            let kind = entry.file_type().with_context(|| format!("reading {}", path.display()))?;
+            if kind.is_dir() && (folder != mirror || entry.file_name() == "refs") {
+                folders.push(path);
+            } else if kind.is_file() && path.extension().is_some_and(|extension| extension == "lock") {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("removing {}, left by a fetch that did not finish", path.display()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `git fetch` into the mirror, its progress ("Receiving objects:  45% (9000/20000)") read from its
@@ -247,9 +296,24 @@ pub(crate) fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) 
             if sha.len() < 4 || sha.len() > 40 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
                 bail!("--commit {sha:?} is not a commit id (4 to 40 hexadecimal digits)");
             }
-            (sha.clone(), format!("commit {sha}"))
+            // An object id only: a branch or tag named like the id is not what --commit means.
+            let object = repo
+                .find_object_by_prefix(sha, None)
+                .with_context(|| format!("commit {sha} is not in the fetched heads and tags; is it pushed?"))?;
+            let commit =
+                object.peel_to_commit().with_context(|| format!("{sha} names a {}, not a commit", kind_of(&object)))?;
+            return Ok(commit.id());
         }
-        Target::Ref(name) => (name.clone(), format!("ref {name}")),
+        Target::Ref(name) => match target.remote_head() {
+            Some(rest) => (format!("{REMOTE_HEAD}{rest}"), format!("ref {name} (the remote's HEAD)")),
+            None => {
+                let branch = repo.find_reference(&format!("refs/heads/{name}")).is_ok();
+                if branch && repo.find_reference(&format!("refs/tags/{name}")).is_ok() {
+                    bail!("ref {name} is both a branch and a tag: say refs/heads/{name} or refs/tags/{name}");
+                }
+                (name.clone(), format!("ref {name}"))
+            }
+        },
         Target::Default => match branch {
             Some(branch) => (format!("refs/heads/{branch}"), format!("branch {branch}")),
             None => (REMOTE_HEAD.to_string(), "the remote's HEAD".to_string()),
@@ -258,11 +322,15 @@ pub(crate) fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) 
     let object = repo
         .revparse_single(&spec)
         .with_context(|| format!("{what} is not in the fetched heads and tags; is it pushed?"))?;
-    let commit = object.peel_to_commit().with_context(|| {
-        let kind = object.as_tag().map_or(object.kind(), |tag| tag.target_type());
-        format!("{what} names a {}, not a commit", kind.map_or("git object", |kind| kind.str()))
-    })?;
+    let commit =
+        object.peel_to_commit().with_context(|| format!("{what} names a {}, not a commit", kind_of(&object)))?;
     Ok(commit.id())
+}
+
+/// What an object that is not a commit is, a tag seen through: "tree", "blob", ...
+fn kind_of(object: &git2::Object<'_>) -> &'static str {
+    let kind = object.as_tag().map_or(object.kind(), |tag| tag.target_type());
+    kind.map_or("git object", |kind| kind.str())
 }
 
 /// Is `commit` a strict ancestor of `newer`? An unknown `newer` (a mirror rebuilt after a

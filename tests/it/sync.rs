@@ -402,6 +402,68 @@ fn sync_follows_the_ref_the_branch_or_the_remote_head() {
     assert_eq!(sync_json(&env, &["by-branch"])["commit_sha"], c1.id().to_string().as_str());
 }
 
+/// `--ref HEAD` is the remote's HEAD (not the mirror's own, a bare repository's `master`);
+/// `--commit` an object id only, never a branch named like one; a name that is both a branch and a
+/// tag is refused. A remote whose HEAD names no branch still serves `--ref` and `--commit`, an
+/// empty one is said to have no such ref, and a lock file a killed fetch left in the mirror
+/// blocks no later sync.
+#[test]
+fn refs_and_commits_name_what_the_remote_means() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let c1 = repo.repo.head().unwrap().peel_to_commit().unwrap();
+    let c1_id = c1.id().to_string();
+    repo.repo.branch("master", &c1, false).unwrap();
+    repo.file("billing/new.ts", "export function main() { return {}; }\n");
+    let c2 = repo.commit("second on main");
+    let c2_commit = repo.repo.find_commit(git2::Oid::from_str(&c2).unwrap()).unwrap();
+    repo.repo.branch(&c1_id[..10], &c2_commit, false).unwrap();
+
+    add_source(&env, "head", &repo);
+    assert_eq!(sync_json(&env, &["head", "--ref", "HEAD"])["commit_sha"], c2.as_str(), "the remote's HEAD");
+    env.wf(["source", "rm", "head", "--yes"]).ok();
+    let id = add_source(&env, "by-id", &repo);
+    let synced = sync_json(&env, &["by-id", "--commit", &c1_id[..10]]);
+    assert_eq!(synced["commit_sha"], c1_id.as_str(), "the commit, not the branch named like it");
+
+    repo.repo.tag_lightweight("release", c1.as_object(), false).unwrap();
+    repo.repo.branch("release", &c2_commit, false).unwrap();
+    let run = env.wf(["sync", "by-id", "--ref", "release"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("ref release is both a branch and a tag"), "{run:?}");
+    assert_eq!(source_commit(&env, "by-id").as_deref(), Some(c1_id.as_str()), "nothing changed");
+    assert_eq!(sync_json(&env, &["by-id", "--ref", "refs/heads/release"])["commit_sha"], c2.as_str());
+
+    let lock = env.home().join("git").join(format!("{id}.git")).join("refs/heads/main.lock");
+    std::fs::write(&lock, "").unwrap();
+    repo.file("billing/newer.ts", "export function main() { return {}; }\n");
+    let c3 = repo.commit("third on main");
+    assert_eq!(sync_json(&env, &["by-id", "--ref", "main"])["commit_sha"], c3.as_str(), "the lock is stale");
+    env.wf(["source", "rm", "by-id", "--yes"]).ok();
+
+    // A bare repository whose HEAD names master, where only main was pushed; and an empty one.
+    let bare = tempfile::tempdir().unwrap();
+    let (pushed, empty) = (bare.path().join("pushed.git"), bare.path().join("empty.git"));
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git").args(args).current_dir(repo.path()).status().unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    for dir in [&pushed, &empty] {
+        git(&["init", "-q", "--bare", "-b", "master", dir.to_str().unwrap()]);
+    }
+    git(&["push", "-q", pushed.to_str().unwrap(), "main"]);
+    env.wf(["source", "add", "pushed", pushed.to_str().unwrap()]).ok();
+    let run = env.wf(["sync", "pushed"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("the repository has no such ref"), "{run:?}");
+    assert_eq!(sync_json(&env, &["pushed", "--commit", &c2])["commit_sha"], c2.as_str());
+    assert_eq!(sync_json(&env, &["pushed", "--ref", "main"])["commit_sha"], c3.as_str());
+    env.wf(["source", "add", "empty", empty.to_str().unwrap()]).ok();
+    let run = env.wf(["sync", "empty"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("an empty repository"), "{run:?}");
+}
+
 #[test]
 fn a_tag_naming_a_tree_never_blocks_a_source() {
     let env = TestEnv::new();
