@@ -146,6 +146,7 @@ struct AppFile {
     memory_mb: Option<i32>,
     max_processes: Option<i32>,
     retries: Option<RetriesFile>,
+    warm: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -271,7 +272,7 @@ fn manifest(file: ManifestFile, found: &Found) -> Manifest {
                         }
                         .or(app_sandbox),
                         retries: action.retries.as_ref().map(RetriesFile::retries).or(app_retries),
-                        warm: action.warm.unwrap_or(false),
+                        warm: action.warm.or(app.warm).unwrap_or(false),
                         key,
                     }
                 })
@@ -471,7 +472,71 @@ fn blob_json(repo: &Repository, oid: Oid) -> Result<Value, String> {
         ));
     }
     let blob = repo.find_blob(oid).map_err(|e| format!("cannot be read: {e}"))?;
-    serde_json::from_slice(blob.content()).map_err(|e| format!("not valid JSON: {e}"))
+    let text = blob.content();
+    if text.starts_with("\u{feff}".as_bytes()) {
+        return Err("starts with a byte order mark (U+FEFF): save it as UTF-8 without one".to_string());
+    }
+    // JSON lets a key appear twice in an object and serde_json keeps the last: a manifest that
+    // defines an action twice would lose the first without a word.
+    serde_json::from_slice::<NoDuplicateKeys>(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    serde_json::from_slice(text).map_err(|e| format!("not valid JSON: {e}"))
+}
+
+/// A JSON value read only to refuse an object holding a key twice.
+struct NoDuplicateKeys;
+
+impl<'de> Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(NoDuplicateKeys)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicateKeys {
+    type Value = NoDuplicateKeys;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<Self, A::Error> {
+        while items.next_element::<NoDuplicateKeys>()?.is_some() {}
+        Ok(self)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut entries: A) -> Result<Self, A::Error> {
+        let mut keys = BTreeSet::new();
+        while let Some(key) = entries.next_key::<String>()? {
+            if !keys.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!("key {key:?} appears twice in one object")));
+            }
+            entries.next_value::<NoDuplicateKeys>()?;
+        }
+        Ok(self)
+    }
 }
 
 /// Find the regular file at `path` in `root`, refusing every way out of the repository: absolute

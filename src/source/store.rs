@@ -167,6 +167,10 @@ fn collect(repo: &Repository, tree: &Tree, prefix: &Path, files: &mut Vec<TreeFi
         }
         previous = Some(entry.name_bytes().to_vec());
         let path = prefix.join(name);
+        // The database keeps paths as text: refused here, before anything of the commit is written.
+        if name.to_str().is_none() {
+            bail!("the commit's tree has a name that is not UTF-8: {:?}; rename it", path);
+        }
         match entry.kind() {
             Some(ObjectType::Tree) => collect(repo, &repo.find_tree(entry.id())?, &path, files)?,
             // Symlinks are blobs with mode 120000; only regular files are written.

@@ -2,6 +2,7 @@
 //! is complete in the store; an invalid manifest changes nothing; syncs of one source are
 //! serialized; the catalog never moves back.
 
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -631,6 +632,31 @@ fn charge(manifest: &mut Value) -> &mut Value {
 
 const BROKEN: &[Broken] = &[
     Broken {
+        name: "an action defined twice",
+        change: |repo| {
+            let twice = r#"{"apps": {"tools": {"actions": {
+                "ping": {"entrypoint": "tools/ping.mjs", "timeout": 5},
+                "ping": {"entrypoint": "tools/ping.mjs"}}}}}"#;
+            repo.file("windforce.json", twice);
+        },
+        expect: &["windforce.json", "key \"ping\" appears twice"],
+    },
+    Broken {
+        name: "a byte order mark",
+        change: |repo| {
+            repo.file("windforce.json", &format!("\u{feff}{}", fixture_manifest()));
+        },
+        expect: &["windforce.json", "byte order mark"],
+    },
+    Broken {
+        name: "a file name that is not UTF-8",
+        change: |repo| {
+            let name = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+            std::fs::write(repo.path().join("billing").join(name), "x").unwrap();
+        },
+        expect: &["not UTF-8", "caf"],
+    },
+    Broken {
         name: "bad app key",
         change: |repo| {
             set_manifest(repo, |m| {
@@ -826,6 +852,26 @@ fn invalid_manifests_are_refused_and_change_nothing() {
         assert_eq!(catalog_snapshot(&env), catalog, "{}: the catalog changed", broken.name);
         assert_eq!(listing(&env.store()), store, "{}: the store changed", broken.name);
     }
+}
+
+/// An app's `warm`, as its other settings, is its actions' unless one says otherwise.
+#[test]
+fn an_apps_warm_is_inherited_by_its_actions() {
+    let env = TestEnv::new();
+    let repo = GitRepo::new();
+    let actions = json!({"inherits": {"entrypoint": "a.ts"}, "own": {"entrypoint": "a.ts", "warm": false}});
+    repo.manifest(&json!({"apps": {"w": {"warm": true, "actions": actions}}}));
+    repo.file("a.ts", "export function main() {}\n").commit("a warm app");
+    add_source(&env, "s", &repo);
+    sync_json(&env, &["s"]);
+    let warm: Vec<(String, bool)> = env
+        .db()
+        .query("SELECT action_key, warm FROM action ORDER BY action_key", &[])
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(warm, [("inherits".to_string(), true), ("own".to_string(), false)]);
 }
 
 #[test]
