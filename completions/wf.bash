@@ -1612,12 +1612,16 @@ _wf() {
             return 0
             ;;
         wf__subcmd__schedule__subcmd__resume)
-            opts="-q -h --yes --database-url --json --output --quiet --help"
+            opts="-q -h --horizon --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --horizon)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --database-url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -289,10 +289,10 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subc
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "add" -d 'Add a schedule'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "list" -d 'List schedules: state, how far they are enqueued, their next fire time'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again as it now says'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again at once as it now says'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "rm" -d 'Remove a schedule; the jobs it enqueued ahead are withdrawn (canceled), the others stay'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "pause" -d 'Stop enqueueing for a schedule; the jobs it enqueued ahead are withdrawn (canceled)'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "resume" -d 'Enqueue again for a paused schedule (missed fire times are not replayed)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "resume" -d 'Enqueue again for a paused schedule: at once, as a tick would, its fire times up to now + horizon (those missed while paused are not replayed)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "tick" -d 'Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l cron -d 'Cron expression: 5 fields (minute hour day-of-month month day-of-week), 6 with seconds first, or 7 with a year last; or @yearly, @monthly, @weekly, @daily, @midnight, @hourly' -r
@@ -340,10 +340,10 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l horizon -d 'Enqueue fire times up to this far ahead at once: the horizon your ticks use' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l yes -d 'Do not ask for confirmation (rm)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -s h -l help -d 'Print help'
@@ -356,10 +356,10 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "add" -d 'Add a schedule'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "list" -d 'List schedules: state, how far they are enqueued, their next fire time'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again as it now says'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again at once as it now says'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "rm" -d 'Remove a schedule; the jobs it enqueued ahead are withdrawn (canceled), the others stay'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "pause" -d 'Stop enqueueing for a schedule; the jobs it enqueued ahead are withdrawn (canceled)'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "resume" -d 'Enqueue again for a paused schedule (missed fire times are not replayed)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "resume" -d 'Enqueue again for a paused schedule: at once, as a tick would, its fire times up to now + horizon (those missed while paused are not replayed)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "tick" -d 'Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand prune" -l older-than -d 'Delete jobs that completed before now minus this (e.g. 30d)' -r
@@ -416,8 +416,8 @@ complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_f
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed, expired, or no longer current (its attempt has ended, or the job is no longer that claim\'s)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "add" -d 'Add a schedule'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "list" -d 'List schedules: state, how far they are enqueued, their next fire time'
-complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again as it now says'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again at once as it now says'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "rm" -d 'Remove a schedule; the jobs it enqueued ahead are withdrawn (canceled), the others stay'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "pause" -d 'Stop enqueueing for a schedule; the jobs it enqueued ahead are withdrawn (canceled)'
-complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "resume" -d 'Enqueue again for a paused schedule (missed fire times are not replayed)'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "resume" -d 'Enqueue again for a paused schedule: at once, as a tick would, its fire times up to now + horizon (those missed while paused are not replayed)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "tick" -d 'Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute'

@@ -399,14 +399,15 @@ pub(crate) enum ScheduleCommand {
     /// List schedules: state, how far they are enqueued, their next fire time.
     List,
     /// Change a schedule's cron, time zone, input, priority or tag; the jobs it enqueued ahead are
-    /// withdrawn and enqueued again as it now says.
+    /// withdrawn and enqueued again at once as it now says.
     Update(ScheduleUpdateArgs),
     /// Remove a schedule; the jobs it enqueued ahead are withdrawn (canceled), the others stay.
     Rm(ScheduleNameArgs),
     /// Stop enqueueing for a schedule; the jobs it enqueued ahead are withdrawn (canceled).
     Pause(ScheduleNameArgs),
-    /// Enqueue again for a paused schedule (missed fire times are not replayed).
-    Resume(ScheduleNameArgs),
+    /// Enqueue again for a paused schedule: at once, as a tick would, its fire times up to now +
+    /// horizon (those missed while paused are not replayed).
+    Resume(ScheduleResumeArgs),
     /// Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute.
     Tick(ScheduleTickArgs),
 }
@@ -466,6 +467,14 @@ pub(crate) struct ScheduleNameArgs {
     /// Do not ask for confirmation (rm).
     #[arg(long)]
     pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleResumeArgs {
+    pub name: String,
+    /// Enqueue fire times up to this far ahead at once: the horizon your ticks use.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub horizon: Duration,
 }
 
 #[derive(Debug, Args)]

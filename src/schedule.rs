@@ -6,6 +6,10 @@
 //! tick comes (the previous tick was longer ago than its horizon) is enqueued at once if it was
 //! missed by at most the horizon, and counted as late; of those missed by longer (ticks not
 //! running, a paused schedule), only the latest runs, when no later one does.
+//!
+//! An update or a resume enqueues too, in its own transaction, so that no fire time between it and
+//! the next tick is left to that tick (to run late): an update enqueues again, as the schedule now
+//! says, the fire times it withdrew; a resume enqueues as a tick would.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -35,7 +39,8 @@ pub(crate) struct Schedule {
     pub priority: i32,
     pub tag: Option<String>,
     pub enabled: bool,
-    /// Enqueued up to: the last fire time enqueued (or the moment of a resume or an update).
+    /// Enqueued up to: the last fire time enqueued, or the moment of a pause or of a resume that
+    /// enqueued nothing. An update keeps it: it enqueues again up to it.
     pub last_fire_time: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub no_overlap: bool,
@@ -366,23 +371,54 @@ pub(crate) fn remove(client: &mut Client, name: &str, by: &str) -> Result<u64> {
     Ok(withdrawn)
 }
 
-/// Pause (withdrawing the jobs enqueued ahead; returns how many) or resume. Resuming restarts the
-/// count from now: fire times missed while paused are not replayed.
-pub(crate) fn set_enabled(client: &mut Client, name: &str, enabled: bool, by: &str) -> Result<u64> {
+/// Pause, withdrawing the jobs enqueued ahead; returns how many. "Enqueued up to" moves to now:
+/// nothing after it is enqueued any more.
+pub(crate) fn pause(client: &mut Client, name: &str, by: &str) -> Result<u64> {
     let mut tx = client.transaction()?;
     let changed = tx.execute(
         "UPDATE schedule
-            SET enabled = $2,
-                last_fire_time = CASE WHEN enabled <> $2 THEN now() ELSE last_fire_time END
+            SET enabled = false,
+                last_fire_time = CASE WHEN enabled THEN now() ELSE last_fire_time END
           WHERE name = $1",
-        &[&name, &enabled],
+        &[&name],
     )?;
     if changed == 0 {
         bail!("no such schedule: {name}");
     }
-    let withdrawn = if enabled { 0 } else { withdraw(&mut tx, name, by, "was paused")? };
+    let withdrawn = withdraw(&mut tx, name, by, "was paused")?;
     tx.commit()?;
     Ok(withdrawn)
+}
+
+/// Resume a paused schedule and enqueue, as a tick with this horizon would, its fire times after
+/// now up to now + horizon: the first ones after the resume run on time whenever the next tick
+/// comes, and none of the paused period is replayed. The schedule stays locked until this commits,
+/// so a tick at the same moment skips it (and the unique index on its fire times backs that up).
+/// A schedule that cannot enqueue (broken) is resumed all the same, the error reported, as a tick
+/// reports it. Resuming an active schedule changes nothing (None).
+pub(crate) fn resume(client: &mut Client, name: &str, horizon: Duration) -> Result<Option<Fired>> {
+    let mut tx = client.transaction()?;
+    let row = tx.query_opt(
+        &format!(
+            "UPDATE schedule SET enabled = true, last_fire_time = now()
+              WHERE name = $1 AND NOT enabled
+             RETURNING {COLUMNS}"
+        ),
+        &[&name],
+    )?;
+    let Some(row) = row else {
+        if tx.query_opt("SELECT 1 FROM schedule WHERE name = $1", &[&name])?.is_none() {
+            bail!("no such schedule: {name}");
+        }
+        return Ok(None);
+    };
+    let schedule = Schedule::from_row(&row);
+    let none = Fired { schedule: schedule.name.clone(), jobs: Vec::new(), late: 0, error: None };
+    let now = crate::db::now(&mut tx)?;
+    let horizon = chrono::Duration::from_std(horizon).context("horizon too long")?;
+    let fired = fire(&mut tx, schedule, now, horizon)?.unwrap_or(none);
+    tx.commit()?;
+    Ok(Some(fired))
 }
 
 /// What `wf schedule update` changes; None keeps.
@@ -396,15 +432,23 @@ pub(crate) struct Changes<'a> {
     pub no_overlap: Option<bool>,
 }
 
-/// Change a schedule, checked as `add` checks it. The jobs it enqueued ahead are withdrawn and
-/// "enqueued up to" moves to now, so the next tick enqueues them again as the schedule now says.
-/// Returns the schedule, its next fire time and how many jobs were withdrawn.
-pub(crate) fn update(
-    client: &mut Client,
-    name: &str,
-    changes: Changes<'_>,
-    by: &str,
-) -> Result<(Schedule, DateTime<Utc>, u64)> {
+/// What `update` did besides the change.
+#[derive(Debug)]
+pub(crate) struct Updated {
+    pub schedule: Schedule,
+    pub next: DateTime<Utc>,
+    /// Jobs enqueued ahead, withdrawn.
+    pub withdrawn: u64,
+    /// Fire times enqueued again, as the schedule now says.
+    pub enqueued: usize,
+}
+
+/// Change a schedule, checked as `add` checks it. The jobs it enqueued ahead are withdrawn and, in
+/// the same transaction, its fire times after now up to its "enqueued up to" (which stays) are
+/// enqueued again as the schedule now says: a fire time before the next tick still runs on time.
+/// The schedule is locked meanwhile, so a tick skips it; a fire time canceled by an operator stays
+/// canceled (its job still holds it).
+pub(crate) fn update(client: &mut Client, name: &str, changes: Changes<'_>, by: &str) -> Result<Updated> {
     let mut tx = client.transaction()?;
     let row = tx
         .query_opt(&format!("SELECT {COLUMNS} FROM schedule WHERE name = $1 FOR UPDATE"), &[&name])?
@@ -436,10 +480,23 @@ pub(crate) fn update(
     )?;
     schedule.tz = zone.name().to_string();
     let withdrawn = withdraw(&mut tx, name, by, "was changed")?;
+    let now = crate::db::now(&mut tx)?;
+    let mut fires = Vec::new();
+    if schedule.enabled
+        && let Some(up_to) = schedule.last_fire_time
+    {
+        let timing = parse(&schedule.cron, &schedule.tz)?;
+        fires.extend(timing.fires_after(now).take_while(|fire| *fire <= up_to).take(MAX_FIRES_PER_TICK));
+        // As many as a tick enqueues at most: the next tick goes on from the last of them.
+        if fires.len() == MAX_FIRES_PER_TICK {
+            schedule.last_fire_time = fires.last().copied();
+        }
+    }
+    let enqueued = enqueue_fires(&mut tx, &schedule, &fires)?.len();
     let row = tx.query_one(
         &format!(
             "UPDATE schedule SET cron = $2, tz = $3, input = $4, priority = $5, tag = $6, no_overlap = $7,
-                                 last_fire_time = now()
+                                 last_fire_time = $8
               WHERE name = $1
              RETURNING {COLUMNS}"
         ),
@@ -451,10 +508,11 @@ pub(crate) fn update(
             &schedule.priority,
             &schedule.tag,
             &schedule.no_overlap,
+            &schedule.last_fire_time,
         ],
     )?;
     tx.commit()?;
-    Ok((Schedule::from_row(&row), next, withdrawn))
+    Ok(Updated { schedule: Schedule::from_row(&row), next, withdrawn, enqueued })
 }
 
 /// What one tick did for one schedule.
@@ -486,47 +544,62 @@ pub fn tick(client: &mut Client, horizon: Duration, now: Option<DateTime<Utc>>) 
         .collect();
     let mut fired = Vec::new();
     for schedule in schedules {
-        let plan = match plan(&schedule, now, horizon) {
-            Ok(plan) => plan,
-            Err(error) => {
-                let error = Some(format!("{error:#}"));
-                fired.push(Fired { schedule: schedule.name.clone(), jobs: Vec::new(), late: 0, error });
-                continue;
-            }
-        };
-        let Some(&last) = plan.fires.last() else { continue };
-        let mut savepoint = tx.savepoint("schedule")?;
-        let mut jobs = Vec::new();
-        let mut failure = None;
-        for fire in &plan.fires {
-            let request = Request {
-                priority: schedule.priority,
-                tag: schedule.tag.as_deref(),
-                when: When::At(*fire),
-                trigger_kind: TriggerKind::Schedule,
-                pin: Pin::Catalog,
-                schedule: Some(ScheduleFire { name: &schedule.name, no_overlap: schedule.no_overlap }),
-                ..Request::new(&schedule.app, &schedule.action, vec![schedule.input.clone()])
-            };
-            match enqueue::enqueue(&mut savepoint, &request) {
-                Ok(mut enqueued) => jobs.append(&mut enqueued),
-                Err(error) => {
-                    failure = Some(format!("{error:#}"));
-                    break;
-                }
-            }
-        }
-        if let Some(error) = failure {
-            savepoint.rollback()?;
-            fired.push(Fired { schedule: schedule.name, jobs: Vec::new(), late: 0, error: Some(error) });
-            continue;
-        }
-        savepoint.execute("UPDATE schedule SET last_fire_time = $2 WHERE name = $1", &[&schedule.name, &last])?;
-        savepoint.commit()?;
-        fired.push(Fired { schedule: schedule.name, jobs, late: plan.late, error: None });
+        fired.extend(fire(&mut tx, schedule, now, horizon)?);
     }
     tx.commit()?;
     Ok(fired)
+}
+
+/// Enqueue one schedule's fire times as `plan` says and move its "enqueued up to" to the last of
+/// them; None when it has none to enqueue. A failure is rolled back (a savepoint) and reported,
+/// not returned: the caller goes on.
+fn fire(
+    tx: &mut Transaction<'_>,
+    schedule: Schedule,
+    now: DateTime<Utc>,
+    horizon: chrono::Duration,
+) -> Result<Option<Fired>> {
+    let failed = |schedule: Schedule, error: anyhow::Error| Fired {
+        schedule: schedule.name,
+        jobs: Vec::new(),
+        late: 0,
+        error: Some(format!("{error:#}")),
+    };
+    let plan = match plan(&schedule, now, horizon) {
+        Ok(plan) => plan,
+        Err(error) => return Ok(Some(failed(schedule, error))),
+    };
+    let Some(&last) = plan.fires.last() else { return Ok(None) };
+    let mut savepoint = tx.savepoint("schedule")?;
+    let jobs = match enqueue_fires(&mut savepoint, &schedule, &plan.fires) {
+        Ok(jobs) => jobs,
+        Err(error) => {
+            savepoint.rollback()?;
+            return Ok(Some(failed(schedule, error)));
+        }
+    };
+    savepoint.execute("UPDATE schedule SET last_fire_time = $2 WHERE name = $1", &[&schedule.name, &last])?;
+    savepoint.commit()?;
+    Ok(Some(Fired { schedule: schedule.name, jobs, late: plan.late, error: None }))
+}
+
+/// Enqueue these fire times of a schedule as it says, through the single enqueue path; one found
+/// enqueued already is skipped (the unique index on a schedule's fire times).
+fn enqueue_fires(tx: &mut Transaction<'_>, schedule: &Schedule, fires: &[DateTime<Utc>]) -> Result<Vec<Enqueued>> {
+    let mut jobs = Vec::new();
+    for fire in fires {
+        let request = Request {
+            priority: schedule.priority,
+            tag: schedule.tag.as_deref(),
+            when: When::At(*fire),
+            trigger_kind: TriggerKind::Schedule,
+            pin: Pin::Catalog,
+            schedule: Some(ScheduleFire { name: &schedule.name, no_overlap: schedule.no_overlap }),
+            ..Request::new(&schedule.app, &schedule.action, vec![schedule.input.clone()])
+        };
+        jobs.append(&mut enqueue::enqueue(tx, &request)?);
+    }
+    Ok(jobs)
 }
 
 /// The fire times a tick enqueues for one schedule.

@@ -7,7 +7,9 @@ use uuid::Uuid;
 
 use super::args::{read_input, split_target};
 use super::{CommandResult, Ctx};
-use crate::cli::{ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleTickArgs, ScheduleUpdateArgs};
+use crate::cli::{
+    ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleResumeArgs, ScheduleTickArgs, ScheduleUpdateArgs,
+};
 use crate::db;
 use crate::diag::diag;
 use crate::error::Exit;
@@ -21,8 +23,8 @@ pub(super) fn run(ctx: &Ctx, command: ScheduleCommand) -> CommandResult {
         ScheduleCommand::List => list(ctx),
         ScheduleCommand::Update(args) => update(ctx, args),
         ScheduleCommand::Rm(args) => rm(ctx, args),
-        ScheduleCommand::Pause(args) => set_enabled(ctx, args, false),
-        ScheduleCommand::Resume(args) => set_enabled(ctx, args, true),
+        ScheduleCommand::Pause(args) => pause(ctx, args),
+        ScheduleCommand::Resume(args) => resume(ctx, args),
         ScheduleCommand::Tick(args) => tick(ctx, args),
     }
 }
@@ -43,7 +45,7 @@ fn add(ctx: &Ctx, args: ScheduleAddArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let (added, next) = schedule::add(&mut client, &new)?;
     if ctx.out.json {
-        ctx.out.json(&ScheduleDocument::new(&added, Some(next), None, None))?;
+        ctx.out.json(&ScheduleDocument::new(&added, Some(next), None, None, None))?;
     } else {
         ctx.out.info(&format!(
             "added schedule {} ({} in {}), next fire {}; run `wf schedule tick` from cron every minute",
@@ -67,7 +69,7 @@ fn list(ctx: &Ctx) -> CommandResult {
         let document: Vec<ScheduleDocument> = schedules
             .iter()
             .zip(&problems)
-            .map(|(s, problem)| ScheduleDocument::new(s, next(s), problem.as_deref(), None))
+            .map(|(s, problem)| ScheduleDocument::new(s, next(s), problem.as_deref(), None, None))
             .collect();
         ctx.out.json(&document)?;
         return Ok(Exit::Ok);
@@ -122,17 +124,20 @@ fn update(ctx: &Ctx, args: ScheduleUpdateArgs) -> CommandResult {
         no_overlap: args.no_overlap,
     };
     let mut client = ctx.connect()?;
-    let (updated, next, withdrawn) = schedule::update(&mut client, &args.name, changes, &ctx.config.operator)?;
+    let updated = schedule::update(&mut client, &args.name, changes, &ctx.config.operator)?;
+    let (s, next) = (&updated.schedule, Some(updated.next));
     if ctx.out.json {
-        ctx.out.json(&ScheduleDocument::new(&updated, Some(next), None, Some(withdrawn)))?;
+        ctx.out.json(&ScheduleDocument::new(s, next, None, Some(updated.withdrawn), Some(updated.enqueued)))?;
     } else {
         ctx.out.info(&format!(
-            "updated schedule {} ({} in {}), next fire {}; {withdrawn} job(s) enqueued ahead withdrawn, to be \
-             enqueued again by the next tick",
-            updated.name,
-            updated.cron,
-            updated.tz,
-            in_zone(&updated, Some(next))
+            "updated schedule {} ({} in {}), next fire {}; {} job(s) enqueued ahead withdrawn, {} enqueued again \
+             as it now says",
+            s.name,
+            s.cron,
+            s.tz,
+            in_zone(s, next),
+            updated.withdrawn,
+            updated.enqueued
         ));
     }
     Ok(Exit::Ok)
@@ -153,15 +158,36 @@ fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> CommandResult {
     Ok(Exit::Ok)
 }
 
-fn set_enabled(ctx: &Ctx, args: ScheduleNameArgs, enabled: bool) -> CommandResult {
+fn pause(ctx: &Ctx, args: ScheduleNameArgs) -> CommandResult {
     let mut client = ctx.connect()?;
-    let withdrawn = schedule::set_enabled(&mut client, &args.name, enabled, &ctx.config.operator)?;
+    let withdrawn = schedule::pause(&mut client, &args.name, &ctx.config.operator)?;
     if ctx.out.json {
-        ctx.out.json(&EnabledDocument { name: &args.name, enabled, withdrawn })?;
-    } else if enabled {
-        ctx.out.info(&format!("schedule {} resumed (fire times missed while paused are not replayed)", args.name));
+        ctx.out.json(&EnabledDocument { name: &args.name, enabled: false, withdrawn, enqueued: None })?;
     } else {
         ctx.out.info(&format!("schedule {} paused; {withdrawn} job(s) it enqueued ahead withdrawn", args.name));
+    }
+    Ok(Exit::Ok)
+}
+
+fn resume(ctx: &Ctx, args: ScheduleResumeArgs) -> CommandResult {
+    let mut client = ctx.connect()?;
+    let fired = schedule::resume(&mut client, &args.name, args.horizon)?;
+    let enqueued = fired.as_ref().map_or(0, |f| f.jobs.len());
+    if ctx.out.json {
+        ctx.out.json(&EnabledDocument { name: &args.name, enabled: true, withdrawn: 0, enqueued: Some(enqueued) })?;
+    } else if fired.is_none() {
+        ctx.out.info(&format!("schedule {} is active already", args.name));
+    } else {
+        ctx.out.info(&format!(
+            "schedule {} resumed; {enqueued} job(s) enqueued up to now + {} (fire times missed while paused are \
+             not replayed)",
+            args.name,
+            humantime::format_duration(args.horizon)
+        ));
+    }
+    // Resumed all the same, as `list` shows it; each tick reports it until it is fixed.
+    if let Some(error) = fired.and_then(|f| f.error) {
+        ctx.out.warn(&format!("schedule {} is broken: {error}", args.name));
     }
     Ok(Exit::Ok)
 }
@@ -191,7 +217,8 @@ fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> CommandResult {
     for f in fired.iter().filter(|f| f.late > 0) {
         ctx.out.warn(&format!(
             "{}: {} fire time(s) were due before this tick enqueued them (they run late): the previous tick was \
-             longer ago than --horizon {}; tick more often or with a longer horizon",
+             longer ago than --horizon {} (or the schedule was resumed with a shorter --horizon); tick more often or \
+             with a longer horizon",
             f.schedule,
             f.late,
             humantime::format_duration(args.horizon)
@@ -230,6 +257,9 @@ struct ScheduleDocument<'a> {
     /// After an update: the jobs enqueued ahead that were withdrawn.
     #[serde(skip_serializing_if = "Option::is_none")]
     withdrawn: Option<u64>,
+    /// After an update: the fire times enqueued again, as the schedule now says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enqueued: Option<usize>,
 }
 
 impl<'a> ScheduleDocument<'a> {
@@ -238,6 +268,7 @@ impl<'a> ScheduleDocument<'a> {
         next_fire_time: Option<DateTime<Utc>>,
         problem: Option<&'a str>,
         withdrawn: Option<u64>,
+        enqueued: Option<usize>,
     ) -> ScheduleDocument<'a> {
         ScheduleDocument {
             name: &schedule.name,
@@ -256,6 +287,7 @@ impl<'a> ScheduleDocument<'a> {
             enqueued_up_to: schedule.last_fire_time,
             next_fire_time,
             withdrawn,
+            enqueued,
         }
     }
 }
@@ -274,6 +306,9 @@ struct EnabledDocument<'a> {
     enabled: bool,
     /// Jobs enqueued ahead, canceled by a pause.
     withdrawn: u64,
+    /// Jobs a resume enqueued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enqueued: Option<usize>,
 }
 
 /// What one tick enqueued, per schedule.

@@ -291,9 +291,10 @@ fn schedule_update() {
   "app": "t",
   "cron": "0 4 * * *",
   "enabled": true,
-  "enqueued_up_to": "<time>",
+  "enqueued": 0,
+  "enqueued_up_to": null,
   "input": {},
-  "last_fire_time": "<time>",
+  "last_fire_time": null,
   "name": "s",
   "next_fire_time": "<time>",
   "no_overlap": true,
@@ -651,7 +652,8 @@ fn schedule_add_list_pause_resume_tick_rm() {
   "withdrawn": 0
 }"#,
     );
-    let resumed = env.wf(["schedule", "resume", "nightly", "--json"]).ok();
+    // A horizon of 0 s: within two minutes before 03:00 UTC, the default one would enqueue a job.
+    let resumed = env.wf(["schedule", "resume", "nightly", "--horizon", "0s", "--json"]).ok();
     pin(
         &resumed,
         env.dir.path(),
@@ -659,6 +661,7 @@ fn schedule_add_list_pause_resume_tick_rm() {
         r#"
 {
   "enabled": true,
+  "enqueued": 0,
   "name": "nightly",
   "withdrawn": 0
 }"#,

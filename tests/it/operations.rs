@@ -352,6 +352,105 @@ fn update_replans_the_jobs_enqueued_ahead_with_the_new_cron_and_input() {
     env.wf(["schedule", "update", "nope", "--cron", "* * * * *"]).run().expect_code(1);
 }
 
+/// A schedule's jobs waiting in the queue: fire time, priority, input, and whether it was enqueued
+/// before it was due.
+fn waiting(env: &TestEnv, name: &str) -> Vec<(DateTime<Utc>, i32, Value, bool)> {
+    env.db()
+        .query(
+            "SELECT j.scheduled_for, j.priority, j.input, j.created_at < j.scheduled_for
+               FROM job j JOIN job_queue q ON q.job_id = j.id
+              WHERE j.schedule_name = $1
+              ORDER BY 1",
+            &[&name],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+        .collect()
+}
+
+/// Every fire time of a `*/5 * * * * *` schedule from the first to the last, each once.
+fn every_fire_once(fires: &[DateTime<Utc>]) {
+    assert!(fires.iter().all(|fire| fire.timestamp() % 5 == 0), "{fires:?}");
+    assert!(fires.windows(2).all(|pair| pair[1] - pair[0] == chrono::Duration::seconds(5)), "{fires:?}");
+}
+
+/// Waits until the database's clock is past this time.
+fn wait_past(env: &TestEnv, time: DateTime<Utc>) {
+    while env.scalar::<DateTime<Utc>>("SELECT now()") <= time {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The tick after a change finds no fire time due before it was enqueued: the fire times the
+/// change withdrew were enqueued again by the change itself, not left to this tick to enqueue late
+/// (with a warning blaming the interval between ticks). Every fire time after `after` waits once.
+fn tick_finds_none_late(env: &TestEnv, name: &str, after: DateTime<Utc>) {
+    let ticked = env.wf(["schedule", "tick", "--horizon", "30s", "--json"]).ok();
+    let fired: Value = ticked.json();
+    let late: u64 = fired["fired"].as_array().unwrap().iter().filter_map(|f| f["late"].as_u64()).sum();
+    assert_eq!(late, 0, "{fired}");
+    assert!(!ticked.stderr.contains("run late"), "{}", ticked.stderr);
+    let fires: Vec<DateTime<Utc>> = waiting(env, name).iter().map(|job| job.0).filter(|fire| *fire > after).collect();
+    every_fire_once(&fires);
+}
+
+#[test]
+fn update_enqueues_again_at_once_the_fire_times_it_withdrew_so_none_runs_late() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "sec", "t/echo", "--cron", "*/5 * * * * *", "--input", r#"{"v":1}"#]).ok();
+    env.wf(["schedule", "tick", "--horizon", "30s"]).ok();
+    let up_to: DateTime<Utc> = env.scalar("SELECT last_fire_time FROM schedule");
+    let updated =
+        env.wf(["schedule", "update", "sec", "--priority", "5", "--input", r#"{"v":2}"#, "--json"]).ok().json();
+    let withdrawn = updated["withdrawn"].as_u64().unwrap();
+    assert!(withdrawn >= 3, "{updated}");
+    assert_eq!(updated["enqueued"], withdrawn, "each fire time withdrawn is enqueued again: {updated}");
+    assert_eq!(updated["enqueued_up_to"].as_str().unwrap().parse::<DateTime<Utc>>().unwrap(), up_to);
+    let jobs = waiting(&env, "sec");
+    let fires: Vec<DateTime<Utc>> = jobs.iter().map(|job| job.0).collect();
+    every_fire_once(&fires);
+    assert_eq!(fires.last(), Some(&up_to), "up to where the ticks had enqueued it");
+    // The fire times after the update, as it now says, enqueued by it before they were due; those
+    // due before it stay as they were.
+    let again: Vec<_> = jobs.iter().filter(|job| job.1 == 5).collect();
+    assert_eq!(again.len() as u64, withdrawn, "{jobs:?}");
+    assert!(again.iter().all(|job| job.2 == json!({"v": 2}) && job.3), "{jobs:?}");
+    assert!(jobs.iter().filter(|job| job.1 != 5).all(|job| job.2 == json!({"v": 1})), "{jobs:?}");
+    assert!(jobs.iter().skip_while(|job| job.1 != 5).all(|job| job.1 == 5), "{jobs:?}");
+
+    wait_past(&env, again[0].0);
+    tick_finds_none_late(&env, "sec", fires[0] - chrono::Duration::seconds(1));
+}
+
+#[test]
+fn resume_enqueues_at_once_as_a_tick_would_so_none_runs_late_and_none_of_the_pause_runs() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "sec", "t/echo", "--cron", "*/5 * * * * *"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "30s"]).ok();
+    env.wf(["schedule", "pause", "sec"]).ok();
+    let paused: DateTime<Utc> = env.scalar("SELECT last_fire_time FROM schedule");
+    // A fire time passes while paused.
+    wait_past(&env, paused + chrono::Duration::seconds(5));
+    let resumed = env.wf(["schedule", "resume", "sec", "--horizon", "30s", "--json"]).ok().json();
+    assert_eq!(resumed["enqueued"], 6, "the fire times of the next 30 s: {resumed}");
+    let resumed_at: DateTime<Utc> = env.scalar("SELECT max(created_at) FROM job");
+    // Those due before the pause wait still (no worker runs here).
+    let jobs: Vec<_> = waiting(&env, "sec").into_iter().filter(|job| job.0 > paused).collect();
+    assert_eq!(jobs.len(), 6, "{jobs:?}");
+    assert!(jobs.iter().all(|job| job.0 > resumed_at && job.3), "none of the pause, each before it is due: {jobs:?}");
+    let up_to: DateTime<Utc> = env.scalar("SELECT last_fire_time FROM schedule");
+    assert_eq!(Some(&up_to), jobs.last().map(|job| &job.0));
+
+    wait_past(&env, jobs[0].0);
+    tick_finds_none_late(&env, "sec", paused);
+    // Resuming an active schedule changes nothing.
+    let again = env.wf(["schedule", "resume", "sec", "--json"]).ok().json();
+    assert_eq!(again["enqueued"], 0, "{again}");
+}
+
 #[test]
 fn schedule_list_tells_enqueued_up_to_from_next_fire_in_the_schedules_zone_and_shows_broken_ones() {
     let env = TestEnv::new();

@@ -101,10 +101,15 @@ fn a_paused_schedule_enqueues_nothing_and_resuming_does_not_replay() {
     env.wf(["schedule", "tick", "--horizon", "3m"]).ok();
     assert!(scheduled_jobs(&env, "p").is_empty());
     env.db().execute("UPDATE schedule SET last_fire_time = now() - interval '1 hour'", &[]).unwrap();
+    // The resume enqueues, as a tick would, the fire times after it up to now + its horizon (2 min):
+    // two minutes, none of the hour it was paused.
     env.wf(["schedule", "resume", "p"]).ok();
-    let resumed: DateTime<Utc> = env.scalar("SELECT last_fire_time FROM schedule");
+    let resumed: DateTime<Utc> = env.scalar("SELECT max(created_at) FROM job WHERE schedule_name = 'p'");
+    let fires = scheduled_jobs(&env, "p");
+    assert_eq!(fires.len(), 2, "{fires:?}");
+    assert!(fires.iter().all(|fire| *fire > resumed), "nothing missed while paused is replayed: {fires:?}");
     tick(&env, 0, resumed);
-    assert!(scheduled_jobs(&env, "p").is_empty(), "nothing missed while paused is replayed");
+    assert_eq!(scheduled_jobs(&env, "p"), fires);
     let listed = env.wf(["schedule", "list", "--json"]).ok().json();
     assert_eq!(listed[0]["enabled"], true);
     env.wf(["schedule", "rm", "p"]).run().expect_code(3);
