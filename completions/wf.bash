@@ -1612,7 +1612,7 @@ _wf() {
             return 0
             ;;
         wf__subcmd__schedule__subcmd__resume)
-            opts="-q -h --horizon --database-url --json --output --quiet --help"
+            opts="-q -h --horizon --yes --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

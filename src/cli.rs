@@ -475,6 +475,9 @@ pub(crate) struct ScheduleResumeArgs {
     /// Enqueue fire times up to this far ahead at once: the horizon your ticks use.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub horizon: Duration,
+    /// Accepted as before, when resume took the arguments of rm; it asks nothing.
+    #[arg(long = "yes", hide = true)]
+    pub _yes: bool,
 }
 
 #[derive(Debug, Args)]
