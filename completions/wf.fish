@@ -141,7 +141,7 @@ complete -c wf -n "__fish_wf_using_subcommand actions" -l json -d 'Print exactly
 complete -c wf -n "__fish_wf_using_subcommand actions" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand actions" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l input -d 'Input: JSON text, @FILE, or - for stdin' -r
-complete -c wf -n "__fish_wf_using_subcommand enqueue" -l batch -d 'One job per line of this JSON Lines file (blank lines skipped), all in one transaction: read and inserted 5,000 lines at a time, so its size is not bounded by memory; a line that is not a JSON object, or an input the input schema refuses, enqueues none' -r -F
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l batch -d 'One job per line of this JSON Lines file (- for stdin; blank lines skipped), all in one transaction: read and inserted 5,000 lines at a time, so its size is not bounded by memory; a line that is not a JSON object, or an input the input schema refuses, enqueues none' -r -F
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l priority -d 'Higher runs first' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l tag -d 'Override the action\'s effective tag' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l at -d 'Run at this time (RFC 3339)' -r
@@ -200,7 +200,7 @@ complete -c wf -n "__fish_wf_using_subcommand rerun" -l latest -d 'Pin the actio
 complete -c wf -n "__fish_wf_using_subcommand rerun" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand rerun" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand rerun" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand reap" -l zombie-timeout -d 'A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S)' -r
+complete -c wf -n "__fish_wf_using_subcommand reap" -l zombie-timeout -d 'A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S); never sooner than the window its worker claimed it with (a worker that pings more slowly than this pass expects is not robbed of its job)' -r
 complete -c wf -n "__fish_wf_using_subcommand reap" -l restart-limit -d 'Restarts before a dying job completes as failure (default WF_RESTART_LIMIT)' -r
 complete -c wf -n "__fish_wf_using_subcommand reap" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand reap" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''

@@ -174,9 +174,9 @@ pub(crate) struct EnqueueArgs {
     /// Input: JSON text, @FILE, or - for stdin.
     #[arg(long, conflicts_with = "batch")]
     pub input: Option<String>,
-    /// One job per line of this JSON Lines file (blank lines skipped), all in one transaction: read
-    /// and inserted 5,000 lines at a time, so its size is not bounded by memory; a line that is not
-    /// a JSON object, or an input the input schema refuses, enqueues none.
+    /// One job per line of this JSON Lines file (- for stdin; blank lines skipped), all in one
+    /// transaction: read and inserted 5,000 lines at a time, so its size is not bounded by memory; a
+    /// line that is not a JSON object, or an input the input schema refuses, enqueues none.
     #[arg(long)]
     pub batch: Option<PathBuf>,
     /// Higher runs first.
@@ -305,7 +305,9 @@ pub(crate) struct CancelArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ReapArgs {
-    /// A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S).
+    /// A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S);
+    /// never sooner than the window its worker claimed it with (a worker that pings more slowly
+    /// than this pass expects is not robbed of its job).
     #[arg(long, value_parser = parse_duration)]
     pub zombie_timeout: Option<Duration>,
     /// Restarts before a dying job completes as failure (default WF_RESTART_LIMIT).
@@ -333,10 +335,10 @@ pub(crate) struct JobsArgs {
     #[arg(long, value_parser = parse_moment)]
     pub until: Option<Moment>,
     /// List at most this many jobs (newest first): one page.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=i64::from(i32::MAX)))]
     pub limit: i64,
     /// Which page of --limit jobs to list (1: the newest).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..=i64::from(i32::MAX)))]
     pub page: i64,
     /// List again every 2 seconds until interrupted.
     #[arg(long)]

@@ -80,9 +80,14 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
 /// Returns the ids, in the order of the lines, once the transaction has committed.
 fn enqueue_file(ctx: &Ctx, target: &str, request: &Request<'_>, path: &Path) -> Result<Vec<Uuid>> {
     let reading = || format!("reading the batch file {}", path.display());
-    let file = File::open(path).with_context(reading)?;
-    let size = file.metadata().with_context(reading)?.len();
-    let mut lines = BufReader::new(file);
+    // `-`: stdin, as for --input; its size is not known ahead (the bar counts bytes read).
+    let (mut lines, size): (Box<dyn BufRead>, u64) = if path == Path::new("-") {
+        (Box::new(std::io::stdin().lock()), 0)
+    } else {
+        let file = File::open(path).with_context(reading)?;
+        let size = file.metadata().with_context(reading)?.len();
+        (Box::new(BufReader::new(file)), size)
+    };
     let mut client = ctx.connect()?;
     let mut tx = client.transaction()?;
     let enqueueing = || format!("enqueueing {target}");
@@ -94,7 +99,7 @@ fn enqueue_file(ctx: &Ctx, target: &str, request: &Request<'_>, path: &Path) -> 
         let (mut inputs, mut numbers) = (Vec::with_capacity(enqueue::ENQUEUE_CHUNK), Vec::new());
         while inputs.len() < enqueue::ENQUEUE_CHUNK {
             text.clear();
-            let bytes = lines.read_line(&mut text).with_context(reading)?;
+            let bytes = lines.read_line(&mut text).with_context(|| format!("{} line {}", reading(), line + 1))?;
             if bytes == 0 {
                 break;
             }

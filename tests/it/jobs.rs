@@ -87,6 +87,8 @@ fn bad_input_is_refused_and_changes_nothing() {
     std::fs::write(&batch, "{\"n\": 1}\n{\"n\": 2}\n{\"n\": -5}\n").unwrap();
     let not_json = path(&env, "notjson.jsonl");
     std::fs::write(&not_json, "{\"n\": 1}\n{oops\n").unwrap();
+    let not_utf8 = path(&env, "notutf8.jsonl");
+    std::fs::write(&not_utf8, b"{\"n\": 1}\n{\"n\": \"\xff\"}\n").unwrap();
     let huge_tag = "x".repeat(8192);
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["enqueue", "t/nope"], "unknown action t/nope"),
@@ -96,6 +98,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         (vec!["enqueue", "t/typed", "--input", r#"{}"#], "input does not match"),
         (vec!["enqueue", "t/typed", "--batch", batch.to_str().unwrap()], "line 3"),
         (vec!["enqueue", "t/typed", "--batch", not_json.to_str().unwrap()], "line 2"),
+        (vec!["enqueue", "t/typed", "--batch", not_utf8.to_str().unwrap()], "line 2"),
         (vec!["enqueue", "t/echo", "--tag", "GPU"], "the manifest's rule for tags"),
         (vec!["enqueue", "t/echo", "--tag", &huge_tag], "the manifest's rule for tags"),
         // PostgreSQL's own refusal of it took two lines and named no input.
@@ -129,10 +132,13 @@ fn bad_input_is_refused_and_changes_nothing() {
     }
     let schedules: i64 = env.scalar("SELECT count(*) FROM schedule");
     assert_eq!(schedules, 0);
-    for limit in ["-1", "0"] {
+    for limit in ["-1", "0", "9223372036854775807"] {
         let run = env.wf(["jobs", "--limit", limit]).run();
         assert_eq!(run.code, 2, "--limit {limit} is a usage error, refused before any query: {run:?}");
     }
+    // The largest page of the largest pages: past every job, not an overflow.
+    let far = env.wf(["jobs", "--limit", "2147483647", "--page", "2147483647", "--json"]).ok().json();
+    assert_eq!(far, json!([]));
 }
 
 #[test]
@@ -145,12 +151,18 @@ fn batch_enqueues_every_line_in_one_transaction() {
     let ids = env.wf(["enqueue", "t/typed", "--batch", batch.to_str().unwrap(), "--json"]).ok().json();
     let ids = ids["ids"].as_array().unwrap();
     assert_eq!(ids.len(), 500);
+
     // Ids come back in line order.
     let first = env.db().query_one("SELECT input FROM job WHERE id = $1", &[&uuid(&ids[0])]).unwrap();
     assert_eq!(first.get::<_, Value>(0), json!({"n": 0}));
     let last = env.db().query_one("SELECT input FROM job WHERE id = $1", &[&uuid(&ids[499])]).unwrap();
     assert_eq!(last.get::<_, Value>(0), json!({"n": 499}));
     assert_eq!(job_count(&env), 500);
+    // `-`: the lines from stdin, as for --input.
+    let piped = env.wf(["enqueue", "t/typed", "--batch", "-", "--json"]).stdin_bytes(b"{\"n\": 7}\n\n{\"n\": 8}\n");
+    assert_eq!(piped.code, 0, "{piped:?}");
+    assert_eq!(piped.json()["ids"].as_array().map(Vec::len), Some(2), "{piped:?}");
+    assert_eq!(job_count(&env), 502);
 }
 
 /// A batch file longer than the chunks it is enqueued in (5,000 lines each) is still one

@@ -125,14 +125,20 @@ fn a_warm_action_runs_its_jobs_in_one_process_each_with_its_own_input_variables_
 }
 
 /// A warm action that reads its stdin finds it empty, as a cold one does: the runner's requests
-/// come on another descriptor, and the runner goes on with its next job.
+/// come on another descriptor, and the runner goes on with its next job. The same with the
+/// supervisor run as `wf __supervise` (no `wf-supervise` beside `wf`).
 #[test]
 fn a_warm_action_that_reads_its_stdin_finds_it_empty_and_takes_no_request() {
     let env = TestEnv::new();
     synced_warm(&env);
-    for isolation in ["sandbox", "none"] {
+    let alone = tempfile::tempdir().unwrap();
+    let wf_alone = crate::support::harness::copy_of_wf(alone.path());
+    for (isolation, fallback) in [("sandbox", false), ("none", false), ("sandbox", true)] {
         let ids: Vec<String> = (0..3).map(|n| enqueue(&env, "w/step", json!({"n": n, "stdin": true}))).collect();
-        env.wf(["work", "--drain", "--concurrency", "1", "--isolation", isolation]).ok();
+        let work = env.wf(["work", "--drain", "--concurrency", "1", "--isolation", isolation]);
+        let work = if fallback { work.under("env", [""; 0], wf_alone.as_os_str()) } else { work };
+        let isolation = if fallback { "sandbox, wf __supervise" } else { isolation };
+        work.ok();
         let mut runners = Vec::new();
         for id in &ids {
             let (status, result, logs) = ended(&env, id);
