@@ -1,6 +1,8 @@
 //! `wf show ID`: everything about one job.
 
+use serde::Serialize;
 use serde_json::Value;
+use uuid::Uuid;
 
 use super::render::JobDocument;
 use super::{CommandResult, Ctx};
@@ -13,8 +15,9 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let id = inspect::resolve_id(&mut client, &args.id)?;
     let job = inspect::show_existing(&mut client, id)?;
+    let retried_as = inspect::retried_as(&mut client, id)?;
     if ctx.out.json {
-        ctx.out.json(&JobDocument::from(&job))?;
+        ctx.out.json(&ShowDocument { job: JobDocument::from(&job), retried_as })?;
         return Ok(Exit::Ok);
     }
     let compact = |value: &Option<Value>| value.as_ref().map_or("-".to_string(), |value| escape_c1(value.to_string()));
@@ -41,8 +44,17 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
         ("schedule", text(&job.schedule)),
         ("rerun of", job.rerun_of.map_or("-".to_string(), |id| id.to_string())),
         ("retry of", job.retry_of.map_or("-".to_string(), |id| id.to_string())),
+        ("retried as", retried_as.map_or("-".to_string(), |id| id.to_string())),
         ("key", text(&job.key)),
     ];
     ctx.out.table(&["field", "value"], rows.into_iter().map(|(k, v)| vec![k.to_string(), v]).collect())?;
     Ok(Exit::Ok)
+}
+
+/// `wf show --json`: the job as `wf jobs` lists it, and the retry that followed its failure.
+#[derive(Serialize)]
+struct ShowDocument<'a> {
+    #[serde(flatten)]
+    job: JobDocument<'a>,
+    retried_as: Option<Uuid>,
 }

@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (14, "0014_ping_in_queue_row.sql", include_str!("../../migrations/0014_ping_in_queue_row.sql")),
     (15, "0015_unsuccessful_index.sql", include_str!("../../migrations/0015_unsuccessful_index.sql")),
     (16, "0016_queue_created_at.sql", include_str!("../../migrations/0016_queue_created_at.sql")),
+    (17, "0017_retry_of_index.sql", include_str!("../../migrations/0017_retry_of_index.sql")),
 ];
 
 /// Key of the session advisory lock held while migrating.

@@ -106,6 +106,13 @@ pub(crate) fn show(client: &mut Client, id: Uuid) -> Result<Option<JobView>> {
     Ok(row.as_ref().map(JobView::from_row))
 }
 
+/// The retry enqueued after this job failed (`retries` in the manifest), if any: its first, should
+/// an operator have enqueued one by hand as well (`wf rerun` is not a retry).
+pub(crate) fn retried_as(client: &mut Client, id: Uuid) -> Result<Option<Uuid>> {
+    let sql = "SELECT id FROM job WHERE retry_of = $1 ORDER BY created_at, id LIMIT 1";
+    Ok(client.query_opt(sql, &[&id])?.map(|row| row.get(0)))
+}
+
 pub(crate) fn show_existing(client: &mut Client, id: Uuid) -> Result<JobView> {
     show(client, id)?.with_context(|| format!("no such job: {id}"))
 }

@@ -404,6 +404,7 @@ fn show() {
   "rerun_of": null,
   "restarts": 0,
   "result": null,
+  "retried_as": null,
   "retry_of": null,
   "schedule": null,
   "scheduled_for": "<time>",
