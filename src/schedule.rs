@@ -40,7 +40,8 @@ pub(crate) struct Schedule {
     pub tag: Option<String>,
     pub enabled: bool,
     /// Enqueued up to: the last fire time enqueued, or the moment of a pause or of a resume that
-    /// enqueued nothing. An update keeps it: it enqueues again up to it.
+    /// enqueued nothing. An update keeps it (it enqueues again up to it), or moves it to the
+    /// moment of the update when it was past.
     pub last_fire_time: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub no_overlap: bool,
@@ -444,8 +445,9 @@ pub(crate) struct Updated {
 }
 
 /// Change a schedule, checked as `add` checks it. The jobs it enqueued ahead are withdrawn and, in
-/// the same transaction, its fire times after now up to its "enqueued up to" (which stays) are
-/// enqueued again as the schedule now says: a fire time before the next tick still runs on time.
+/// the same transaction, its fire times after now up to its "enqueued up to" (which stays, or
+/// moves to now if past) are enqueued again as the schedule now says: a fire time before the next
+/// tick still runs on time.
 /// The schedule is locked meanwhile, so a tick skips it; a fire time canceled by an operator stays
 /// canceled (its job still holds it).
 pub(crate) fn update(client: &mut Client, name: &str, changes: Changes<'_>, by: &str) -> Result<Updated> {
@@ -492,6 +494,9 @@ pub(crate) fn update(client: &mut Client, name: &str, changes: Changes<'_>, by: 
             schedule.last_fire_time = fires.last().copied();
         }
     }
+    // Ticks behind (enqueued up to a moment past): no fire time from before the change is
+    // enqueued later as the schedule now says, the next tick starts from the change.
+    schedule.last_fire_time = schedule.last_fire_time.map(|up_to| up_to.max(now));
     let enqueued = enqueue_fires(&mut tx, &schedule, &fires)?.len();
     let row = tx.query_one(
         &format!(

@@ -426,6 +426,24 @@ fn update_enqueues_again_at_once_the_fire_times_it_withdrew_so_none_runs_late() 
     tick_finds_none_late(&env, "sec", fires[0] - chrono::Duration::seconds(1));
 }
 
+/// Ticks behind (enqueued up to an hour ago): an update enqueues nothing from before it as the
+/// schedule now says, and the next tick starts from the update.
+#[test]
+fn an_update_while_ticks_are_behind_enqueues_no_fire_time_from_before_it() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "behind", "t/echo", "--cron", "0 * * * *"]).ok();
+    env.db().execute("UPDATE schedule SET last_fire_time = now() - interval '61 minutes'", &[]).unwrap();
+    let updated = env.wf(["schedule", "update", "behind", "--cron", "*/5 * * * * *", "--json"]).ok().json();
+    assert_eq!(updated["enqueued"], 0, "{updated}");
+    let up_to: DateTime<Utc> = env.scalar("SELECT last_fire_time FROM schedule");
+    let changed: DateTime<Utc> = env.scalar("SELECT now() - interval '5 seconds'");
+    assert!(up_to > changed, "enqueued up to the update: {up_to}");
+    env.wf(["schedule", "tick", "--horizon", "10s"]).ok();
+    let fires: Vec<DateTime<Utc>> = waiting(&env, "behind").into_iter().map(|job| job.0).collect();
+    assert!(!fires.is_empty() && fires.iter().all(|fire| *fire > up_to), "none before the update: {fires:?}");
+}
+
 #[test]
 fn resume_enqueues_at_once_as_a_tick_would_so_none_runs_late_and_none_of_the_pause_runs() {
     let env = TestEnv::new();
