@@ -80,7 +80,8 @@ pub(crate) enum Command {
     /// as `\xNN` instead of sent to the terminal; into a pipe or a file, and with --json, each line is
     /// as the action wrote it.
     Logs(LogsArgs),
-    /// Queue depth per tag: queued, scheduled, running, zombies, oldest wait.
+    /// Queue depth per tag: queued, scheduled, running, zombies, oldest wait (since the oldest
+    /// waiting job was due: one enqueued with a past --at counts from that time).
     Status,
     /// Workers, live and recently gone: their tags, slots, current jobs and last beat.
     Workers,

@@ -31,6 +31,12 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
         until: args.until,
     };
     let mut client = ctx.connect()?;
+    if let (Some(since), Some(until)) = (args.since, args.until) {
+        let now = db::now(&mut client)?;
+        if since.at(now) >= until.at(now) {
+            return Err(CommandError::usage("--since is not before --until: no job was created between them"));
+        }
+    }
     let offset = (args.page - 1) * args.limit;
     let terminal = std::io::stdout().is_terminal();
     loop {

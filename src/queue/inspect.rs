@@ -152,6 +152,17 @@ pub enum Moment {
 }
 
 impl Moment {
+    /// The time it names, with `now` the database's.
+    pub(crate) fn at(self, now: DateTime<Utc>) -> DateTime<Utc> {
+        match self {
+            Moment::At(at) => at,
+            Moment::Ago(ago) => chrono::Duration::from_std(ago)
+                .ok()
+                .and_then(|ago| now.checked_sub_signed(ago))
+                .unwrap_or(DateTime::<Utc>::MIN_UTC),
+        }
+    }
+
     /// The two bind parameters of `coalesce($at, now() - make_interval(secs => $ago))`.
     fn params(moment: Option<Moment>) -> (Option<DateTime<Utc>>, Option<f64>) {
         match moment {

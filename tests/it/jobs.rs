@@ -123,6 +123,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         (vec!["enqueue", "t/echo", "--in", "1000000d"], "longer than 100 years"),
         (vec!["jobs", "--json", "--output", "table"], "give one of them"),
         (vec!["reap", "--restart-limit=-1"], "-1"),
+        (vec!["jobs", "--since", "2h", "--until", "3h"], "--since is not before --until"),
     ];
     for (args, needle) in usage_cases {
         let run = env.wf(&args).run();
