@@ -62,6 +62,12 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
             None => 0,
         };
         inspect::follow_logs(&mut client, id, after, &mut show)?;
+        // How it ended, which the lines alone do not say (a cancel writes none), and where a retry
+        // goes on.
+        let ended = inspect::show_existing(&mut client, id)?.status;
+        let retry =
+            inspect::retried_as(&mut client, id)?.map_or(String::new(), |retry| format!(", retried as {retry}"));
+        ctx.out.info(&format!("job {id} ended: {ended}{retry}"));
     }
     if let Some(array) = json.into_inner() {
         array.finish()?;

@@ -724,6 +724,7 @@ fn logs_follow_prints_lines_until_the_job_completes() {
     env.wf(["work", "--drain"]).ok();
     let run = follower.finish();
     assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stderr.contains(&format!("job {id} ended: success")), "{run:?}");
     let text = run.stdout;
     assert!(text.contains("out 4") && text.contains("[stderr] err 4"), "{text}");
     let run = json_follower.finish();
