@@ -76,6 +76,21 @@ fn clear_work_tree(repo: &GitRepo) {
     }
 }
 
+/// `git ARGS` in `dir`, with `input` on its stdin; its output, trimmed. Fails the test if git fails.
+fn git_in(dir: &Path, args: &[&str], input: Option<&str>) -> String {
+    let mut command = std::process::Command::new("git");
+    command.current_dir(dir).args(args).stdin(std::process::Stdio::piped());
+    command.stdout(std::process::Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    if let Some(input) = input {
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), input.as_bytes()).unwrap();
+    }
+    drop(child.stdin.take());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "git {args:?}");
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
 fn add_source(env: &TestEnv, name: &str, repo: &GitRepo) -> String {
     let run = env.wf(["source", "add", name, &repo.url(), "--json"]).ok();
     run.json()["id"].as_str().unwrap().to_string()
@@ -445,10 +460,7 @@ fn refs_and_commits_name_what_the_remote_means() {
     // A bare repository whose HEAD names master, where only main was pushed; and an empty one.
     let bare = tempfile::tempdir().unwrap();
     let (pushed, empty) = (bare.path().join("pushed.git"), bare.path().join("empty.git"));
-    let git = |args: &[&str]| {
-        let status = std::process::Command::new("git").args(args).current_dir(repo.path()).status().unwrap();
-        assert!(status.success(), "git {args:?}");
-    };
+    let git = |args: &[&str]| git_in(repo.path(), args, None);
     for dir in [&pushed, &empty] {
         git(&["init", "-q", "--bare", "-b", "master", dir.to_str().unwrap()]);
     }
@@ -1029,19 +1041,7 @@ fn a_tree_that_would_write_through_a_shared_file_is_refused_and_other_trees_stay
 
     // A name twice in one tree (`git mktree` writes it; `git fsck` calls it duplicateEntries).
     let three = source_with_shared_file(&env, "three", &[]);
-    let git = |args: &[&str], input: Option<&str>| -> String {
-        let mut command = std::process::Command::new("git");
-        command.current_dir(three.path()).args(args).stdin(std::process::Stdio::piped());
-        command.stdout(std::process::Stdio::piped());
-        let mut child = command.spawn().unwrap();
-        if let Some(input) = input {
-            std::io::Write::write_all(child.stdin.as_mut().unwrap(), input.as_bytes()).unwrap();
-        }
-        drop(child.stdin.take());
-        let output = child.wait_with_output().unwrap();
-        assert!(output.status.success(), "git {args:?}");
-        String::from_utf8(output.stdout).unwrap().trim().to_string()
-    };
+    let git = |args: &[&str], input: Option<&str>| git_in(three.path(), args, input);
     let listing = git(&["ls-tree", "HEAD"], None);
     let other = git(&["hash-object", "-w", "--stdin"], Some("AAAA\n"));
     let hello = git(&["rev-parse", "HEAD:shared.txt"], None);
