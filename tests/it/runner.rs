@@ -358,6 +358,22 @@ fn exit_without_a_result_is_died_with_the_code_or_signal() {
     }
 }
 
+/// A main() awaiting a promise that nothing can settle ends its attempt at once, as bun ends with
+/// nothing left to do; the wrapper's wait for the job at its top level must not keep bun (which
+/// then spins a core) until the job's timeout. Also when it is still waiting after a while.
+#[test]
+fn a_main_that_can_never_settle_ends_the_attempt_without_a_result() {
+    for world in World::both() {
+        for delay in [0, 200] {
+            let stuck = world.run(
+                &format!("export async function main() {{ await Bun.sleep({delay}); await new Promise(() => {{}}); }}"),
+                json!({}),
+            );
+            assert_eq!(stuck.outcome, failed("ProcessError", "bun exited with code 0"), "after {delay} ms");
+        }
+    }
+}
+
 /// An action that leaves a timer (or a socket) open would keep bun alive after main() returned:
 /// the attempt still ends, with its result and every line it wrote.
 #[test]
