@@ -363,19 +363,21 @@ pub(crate) fn validate_inputs(schema: &Value, inputs: &[Value]) -> Result<()> {
 /// Refuse an input PostgreSQL cannot store: `jsonb` holds no U+0000 in a string or a key (its
 /// refusal says only "unsupported Unicode escape sequence").
 pub(crate) fn check_storable(inputs: &[Value], lines: &[usize]) -> Result<()> {
-    fn holds_nul(value: &Value) -> bool {
-        match value {
-            Value::String(text) => text.contains('\0'),
-            Value::Array(items) => items.iter().any(holds_nul),
-            Value::Object(fields) => fields.iter().any(|(key, value)| key.contains('\0') || holds_nul(value)),
-            _ => false,
-        }
-    }
     if let Some(n) = inputs.iter().position(holds_nul) {
         let which = lines.get(n).map(|line| format!(" on line {line}")).unwrap_or_default();
         bail!("the input{which} holds the character U+0000 (\\u0000), which PostgreSQL cannot store in JSON");
     }
     Ok(())
+}
+
+/// Whether `value` holds U+0000 in a string or a key, which `jsonb` cannot store.
+pub(crate) fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(fields) => fields.iter().any(|(key, value)| key.contains('\0') || holds_nul(value)),
+        _ => false,
+    }
 }
 
 fn compile(schema: &Value) -> Result<jsonschema::Validator> {

@@ -16,6 +16,34 @@ pub(crate) struct LogLine {
     pub line: String,
 }
 
+/// What stands in for lines the database refused for a reason a retry cannot change (a rule of the
+/// operator's, text it cannot store): the error's first line, as its detail may quote the refused
+/// line itself.
+pub(crate) fn refused_note(error: &anyhow::Error) -> LogLine {
+    let reason = format!("{error:#}");
+    let reason = reason.lines().next().unwrap_or_default();
+    LogLine { stream: "wf", line: format!("{REFUSED} {reason}") }
+}
+
+const REFUSED: &str = "output could not be stored and was dropped:";
+
+/// Lines a completion or a release carried when the database refused it for good: the next try
+/// goes with one note in their place (`refused_note`), the one after (the note refused too) with
+/// none, so that the job's outcome is recorded whatever its output. Whether there were lines.
+pub(crate) fn drop_refused(lines: &mut Vec<LogLine>, error: &anyhow::Error) -> bool {
+    match lines.as_slice() {
+        [] => false,
+        [only] if only.stream == "wf" && only.line.starts_with(REFUSED) => {
+            lines.clear();
+            true
+        }
+        _ => {
+            *lines = vec![refused_note(error)];
+            true
+        }
+    }
+}
+
 /// The lines of one attempt not yet written, with the per-attempt size cap.
 #[derive(Debug, Default)]
 pub(crate) struct LogBuffer {

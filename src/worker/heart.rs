@@ -265,11 +265,7 @@ fn beat(shared: &Shared) {
                         // The same lines would fail the same way every time: dropped, said once.
                         Failure::Data | Failure::Other if !beating.dropped => {
                             beating.dropped = true;
-                            // The error's first line: its detail may quote the refused line itself.
-                            let reason = format!("{error:#}");
-                            let reason = reason.lines().next().unwrap_or_default();
-                            let note = format!("output could not be stored and was dropped: {reason}");
-                            beating.lines.insert(0, LogLine { stream: "wf", line: note });
+                            beating.lines.insert(0, logs::refused_note(&error));
                         }
                         Failure::Data | Failure::Other => {}
                     }

@@ -20,7 +20,7 @@ use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded};
 use crate::queue::heartbeat::{self, Beat};
 use crate::queue::job::{JobError, JobStatus};
-use crate::queue::logs::{LogBuffer, LogLine};
+use crate::queue::logs::{self, LogBuffer, LogLine};
 use crate::queue::release::{Released, Why};
 use crate::queue::{overlap, release, retry};
 use crate::runner::{self, Event, Limits, MAX_RESULT_BYTES, Outcome, Running, SandboxOptions, Stream};
@@ -696,6 +696,14 @@ fn check_result(value: &Value, output_schema: Option<&Value>) -> Result<(), JobE
             format!("the result is {size} bytes, more than the {MAX_RESULT_BYTES} allowed"),
         ));
     }
+    // Found here, not by the completion's statement: that one failing would first take the job's
+    // last lines for what the database refuses (see record_completion).
+    if crate::queue::enqueue::holds_nul(value) {
+        return Err(JobError::new(
+            "CompletionError",
+            "the result holds the character U+0000 (\\u0000), which PostgreSQL cannot store in JSON",
+        ));
+    }
     let Some(schema) = output_schema else { return Ok(()) };
     let validator = jsonschema::validator_for(schema)
         .map_err(|error| JobError::new("OutputSchemaError", format!("the output schema is invalid: {error}")))?;
@@ -851,6 +859,13 @@ fn record_completion(
                     _ => break completion_skipped(shared, job),
                 }
             }
+            // The last lines may be what the database refuses for good, as the heart finds while
+            // the job runs: the outcome goes without them, whatever its output.
+            Err(error)
+                if classify(&error) != Failure::Transient && logs::drop_refused(&mut completion.logs, &error) =>
+            {
+                diag!("worker {name}: job {}: {}", job.id, logs::refused_note(&error).line);
+            }
             Err(error) if classify(&error) == Failure::Data && !rewritten => {
                 rewritten = true;
                 completion.status = JobStatus::Failure;
@@ -923,7 +938,7 @@ fn release(
 ) {
     let give_up = Instant::now() + shared.options.zombie_timeout;
     let mut trouble = Trouble::default();
-    let lines: Vec<LogLine> = logs.take();
+    let mut lines: Vec<LogLine> = logs.take();
     loop {
         let released = connection
             .client()
@@ -939,6 +954,10 @@ fn release(
             Ok(Released::NotOurs) => {
                 shared.fenced.fetch_add(1, Ordering::SeqCst);
                 return;
+            }
+            // As for a completion: the job goes back without lines the database refuses for good.
+            Err(error) if classify(&error) != Failure::Transient && logs::drop_refused(&mut lines, &error) => {
+                diag!("worker {}: job {}: {}", shared.options.name, job.id, logs::refused_note(&error).line);
             }
             Err(error) if classify(&error) != Failure::Data && Instant::now() < give_up => {
                 trouble.failed(shared, connection, &error, &format!("releasing job {}", job.id));

@@ -233,6 +233,29 @@ fn output_the_database_refuses_is_dropped_with_one_note_and_the_job_still_succee
     assert!(!logs.contains("[wf] [wf]"), "{logs}");
 }
 
+/// Output the database refuses among a job's last lines, which go with its completion: the outcome
+/// is recorded without them, one note in their place, and the job runs once. (Retried as if the
+/// database were away, the completion gave up after the window, and the job ran again.)
+#[test]
+fn output_the_database_refuses_at_completion_is_dropped_and_the_job_succeeds_once() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.db()
+        .batch_execute("ALTER TABLE job_logs ADD CONSTRAINT refused_lines CHECK (line NOT LIKE '%poison%')")
+        .unwrap();
+    let log = path(&env, "runs.log");
+    let job = enqueue(&env, "t/chatty_poison", json!({"last": true, "log": log}));
+    let worked = env.wf(["work", "--drain", "--heartbeat", "1s"]).ok();
+    let done = completed(&env, &job).unwrap();
+    assert_eq!((done.status.as_str(), done.restarts), ("success", 0), "{done:?}: {}", worked.stderr);
+    assert_eq!(env.wf(["result", &job]).ok().json(), json!({"done": true}));
+    assert_eq!(executions(&log).len(), 1, "{}", worked.stderr);
+    let logs = env.wf(["logs", &job]).ok().stdout;
+    assert_eq!(logs.matches("could not be stored").count(), 1, "{logs}");
+    assert!(!logs.contains("poison 0"), "{logs}");
+    assert!(worked.stderr.contains("could not be stored"), "the worker says so: {}", worked.stderr);
+}
+
 /// A database outage is told once by each part of the worker that met it, then once more when the
 /// database answers again: a journal shows the outage, not one line per retry.
 #[test]

@@ -129,11 +129,18 @@ export async function main(input: any) {
 "#,
     );
     // Prints lines a test's database refuses ("poison"), waits for them to be written while it
-    // runs, then prints more.
+    // runs, then prints more. With input.last, prints them last instead, and returns at once: they
+    // go with the completion.
     repo.file(
         "t/poison.ts",
         r#"
-export async function main() {
+import { record } from "./record.ts";
+export async function main(input: any) {
+  record(input);
+  if (input.last) {
+    for (let i = 0; i < 3; i++) console.log(`poison ${i}`);
+    return { done: true };
+  }
   for (let i = 0; i < 3; i++) console.log(`poison ${i}`);
   await Bun.sleep(2500);
   console.log("a clean line after");
