@@ -256,6 +256,35 @@ fn output_the_database_refuses_at_completion_is_dropped_and_the_job_succeeds_onc
     assert!(worked.stderr.contains("could not be stored"), "the worker says so: {}", worked.stderr);
 }
 
+/// The same at a release: a worker stopped past its grace puts its job back at once, without the
+/// lines the database refuses, where it retried until the window and left the job to the reaper.
+#[test]
+fn output_the_database_refuses_at_a_release_is_dropped_and_the_job_goes_back_at_once() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.db()
+        .batch_execute("ALTER TABLE job_logs ADD CONSTRAINT refused_lines CHECK (line NOT LIKE '%poison%')")
+        .unwrap();
+    let log = path(&env, "runs.log");
+    let job = enqueue(&env, "t/chatty_poison", json!({"forever": true, "log": log}));
+    let mut w = worker(&env, "w", &["--grace", "0s", "--heartbeat", "1s", "--no-reap"]);
+    wait_for(Duration::from_secs(30), "the job to run", || (!executions(&log).is_empty()).then_some(()));
+    std::thread::sleep(Duration::from_millis(1500));
+    crate::support::fixtures::signal(&w, libc::SIGTERM);
+    let status = crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker");
+    let journal = std::fs::read_to_string(env.dir.path().join("w.log")).unwrap();
+    assert!(status.success(), "{journal}");
+    let running: Vec<bool> = env
+        .db()
+        .query("SELECT running FROM job_queue WHERE job_id = $1::text::uuid", &[&job])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(running, [false], "the job is back in the queue: {journal}");
+    assert!(journal.contains("could not be stored"), "{journal}");
+}
+
 /// A database outage is told once by each part of the worker that met it, then once more when the
 /// database answers again: a journal shows the outage, not one line per retry.
 #[test]

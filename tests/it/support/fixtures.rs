@@ -130,7 +130,7 @@ export async function main(input: any) {
     );
     // Prints lines a test's database refuses ("poison"), waits for them to be written while it
     // runs, then prints more. With input.last, prints them last instead, and returns at once: they
-    // go with the completion.
+    // go with the completion. With input.forever, prints one every 5 ms until stopped.
     repo.file(
         "t/poison.ts",
         r#"
@@ -140,6 +140,10 @@ export async function main(input: any) {
   if (input.last) {
     for (let i = 0; i < 3; i++) console.log(`poison ${i}`);
     return { done: true };
+  }
+  for (let i = 0; input.forever; i++) {
+    console.log(`poison ${i}`);
+    await Bun.sleep(5);
   }
   for (let i = 0; i < 3; i++) console.log(`poison ${i}`);
   await Bun.sleep(2500);
