@@ -182,7 +182,7 @@ complete -c wf -n "__fish_wf_using_subcommand work" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l app -d 'Every waiting or running job of this app' -r
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l action -d 'Every waiting or running job of this action' -r
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l tag -d 'Every waiting or running job of this tag' -r
-complete -c wf -n "__fish_wf_using_subcommand cancel" -l status -d 'Only the jobs that stand so: queued (due), scheduled (not due yet) or running' -r -f -a "queued\t''
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l status -d 'Only the jobs that stand so: queued (due), scheduled (not due yet) or running. Checked again as each is canceled: one that changed meanwhile (a worker started it) is left as it is' -r -f -a "queued\t''
 scheduled\t''
 running\t''"
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l reason -d 'Why, recorded with the cancel (`canceled_reason` in `wf show`)' -r
@@ -364,7 +364,7 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "tick" -d 'Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand prune" -l older-than -d 'Delete jobs that completed before now minus this (e.g. 30d)' -r
-complete -c wf -n "__fish_wf_using_subcommand prune" -l status -d 'Only jobs that ended with this status' -r -f -a "success\t''
+complete -c wf -n "__fish_wf_using_subcommand prune" -l status -d 'Only jobs that ended with this status (with --older-than: it does not choose commits)' -r -f -a "success\t''
 failure\t''
 canceled\t''"
 complete -c wf -n "__fish_wf_using_subcommand prune" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r

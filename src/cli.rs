@@ -292,7 +292,8 @@ pub(crate) struct CancelArgs {
     /// Every waiting or running job of this tag.
     #[arg(long)]
     pub tag: Option<String>,
-    /// Only the jobs that stand so: queued (due), scheduled (not due yet) or running.
+    /// Only the jobs that stand so: queued (due), scheduled (not due yet) or running. Checked again
+    /// as each is canceled: one that changed meanwhile (a worker started it) is left as it is.
     #[arg(long, value_parser = waiting_status())]
     pub status: Option<JobStatus>,
     /// Why, recorded with the cancel (`canceled_reason` in `wf show`).
@@ -500,8 +501,8 @@ pub(crate) struct PruneArgs {
     /// file contents no commit holds any more. After the jobs when both are given.
     #[arg(long)]
     pub sources: bool,
-    /// Only jobs that ended with this status.
-    #[arg(long, value_parser = finished_status())]
+    /// Only jobs that ended with this status (with --older-than: it does not choose commits).
+    #[arg(long, value_parser = finished_status(), requires = "older_than")]
     pub status: Option<JobStatus>,
     /// Count what would be deleted, delete nothing (with --older-than and --sources: the commits
     /// the jobs' pruning would free too).

@@ -15,7 +15,7 @@ use sha2::Sha256;
 use uuid::Uuid;
 
 const PREFIX: &str = "wf1";
-/// Added to claim time + timeout, so a token outlives its job's run a little.
+/// Added to the job's start + timeout, so a token outlives its job's run a little.
 pub const EXPIRY_GRACE_S: i64 = 60;
 /// Clock skew tolerated when checking expiry.
 pub const LEEWAY_S: i64 = 30;
@@ -32,8 +32,8 @@ pub struct Claims {
 }
 
 impl Claims {
-    pub fn for_claim(job: Uuid, claim: &str, claimed_at: DateTime<Utc>, timeout_s: i32) -> Claims {
-        Claims { job, claim: claim.to_string(), exp: claimed_at.timestamp() + i64::from(timeout_s) + EXPIRY_GRACE_S }
+    pub fn for_claim(job: Uuid, claim: &str, started_at: DateTime<Utc>, timeout_s: i32) -> Claims {
+        Claims { job, claim: claim.to_string(), exp: started_at.timestamp() + i64::from(timeout_s) + EXPIRY_GRACE_S }
     }
 }
 

@@ -42,10 +42,13 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         ids
     };
     // One transaction, which takes a while for many jobs (a million: half a minute).
-    let from = if bulk { Ids::Matched } else { Ids::Named };
+    let from = if bulk { Ids::Matched(args.status) } else { Ids::Named };
     let outcomes = ctx.out.spinning(&format!("canceling {} job(s)", ids.len()), || {
         cancel::cancel(&mut client, &ids, from, &ctx.config.operator, args.reason.as_deref())
     })?;
+    if let (Some(status), left @ 1..) = (args.status, ids.len() - outcomes.len()) {
+        ctx.out.info(&format!("{left} job(s) no longer {status} when canceled: left as they are"));
+    }
     if ctx.out.json {
         let document: Vec<CancelDocument> =
             outcomes.iter().map(|&(id, outcome)| CancelDocument { id, outcome: outcome.as_str() }).collect();

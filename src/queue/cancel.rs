@@ -43,10 +43,12 @@ impl std::fmt::Display for CancelOutcome {
 pub(crate) enum Ids {
     /// Named by the operator: an unknown id fails the whole call and changes nothing.
     Named,
-    /// Found by `matching`: each was a job when it was matched, and retention deletes no job while
-    /// it is in the queue, so they are not looked up again (a million: 4 s of the server's, and
-    /// the list sent once more); one that left the queue since is reported as it ended.
-    Matched,
+    /// Found by `matching`, with the status it asked for: each was a job when it was matched, and
+    /// retention deletes no job while it is in the queue, so they are not looked up again (a
+    /// million: 4 s of the server's, and the list sent once more); one that left the queue since
+    /// is reported as it ended, and one still in it whose status no longer matches (a queued job a
+    /// worker claimed while the operator read the prompt) is left as it is and not reported.
+    Matched(Option<JobStatus>),
 }
 
 /// Cancel jobs in one transaction: each job's outcome, in the order given.
@@ -72,31 +74,49 @@ pub(crate) fn cancel(
             bail!("no such job: {} (nothing was canceled)", unknown.join(", "));
         }
     }
-    let outcomes = cancel_in(&mut tx, ids, by, reason)?;
+    let still = match from {
+        Ids::Named => None,
+        Ids::Matched(status) => status,
+    };
+    let outcomes = cancel_in(&mut tx, ids, still, by, reason)?;
     tx.commit()?;
     Ok(outcomes)
 }
 
-/// Cancel jobs that exist, in the caller's transaction: each job's outcome, in the order given.
+/// Cancel jobs that exist, in the caller's transaction: each job's outcome, in the order given;
+/// with `still`, only those in the queue with that status now (`Ids::Matched`), the others left
+/// out.
 fn cancel_in(
     tx: &mut Transaction<'_>,
     ids: &[Uuid],
+    still: Option<JobStatus>,
     by: &str,
     reason: Option<&str>,
 ) -> Result<Vec<(Uuid, CancelOutcome)>> {
     // Lock every queue row, waiting (not skipping): a claim or reaper pass in flight finishes
-    // first, and we decide on the row as it is after them. Sorted to avoid lock-order deadlocks.
-    // Read as it streams: a bulk cancel may hold a million rows.
-    let params: [&(dyn ToSql + Sync); 1] = [&ids];
+    // first, and we decide on the row as it is after them (a row locked after a wait is read as
+    // its holder left it). Sorted to avoid lock-order deadlocks. Read as it streams: a bulk
+    // cancel may hold a million rows.
+    let params: [&(dyn ToSql + Sync); 2] = [&ids, &still.map(JobStatus::as_str)];
     let mut queued = tx.query_raw(
-        "SELECT job_id, running FROM job_queue WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE",
+        &format!(
+            "SELECT job_id, running, {STATUS_MATCHES} FROM job_queue q
+              WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE"
+        ),
         params.iter().copied(),
     )?;
     let mut waiting = Vec::new();
     let mut running = Vec::new();
+    let mut changed = std::collections::HashSet::new();
     while let Some(row) = queued.next()? {
         let id: Uuid = row.get(0);
-        if row.get::<_, bool>(1) { running.push(id) } else { waiting.push(id) }
+        if !row.get::<_, bool>(2) {
+            changed.insert(id);
+        } else if row.get::<_, bool>(1) {
+            running.push(id)
+        } else {
+            waiting.push(id)
+        }
     }
     drop(queued);
     complete::finish_locked(tx, &waiting, JobStatus::Canceled, None, Some(by), reason)?;
@@ -112,15 +132,29 @@ fn cancel_in(
         .chain(running.into_iter().map(|id| (id, CancelOutcome::CancelRequested)))
         .collect();
     // The rest had finished before: canceled already, or otherwise.
-    let finished: Vec<Uuid> = ids.iter().filter(|id| !outcomes.contains_key(id)).copied().collect();
+    let finished: Vec<Uuid> =
+        ids.iter().filter(|id| !outcomes.contains_key(id) && !changed.contains(id)).copied().collect();
     for row in tx.query("SELECT job_id, status FROM job_completed WHERE job_id = ANY($1)", &[&finished])? {
         let status: JobStatus = row.get(1);
         let outcome =
             if status == JobStatus::Canceled { CancelOutcome::Canceled } else { CancelOutcome::AlreadyCompleted };
         outcomes.insert(row.get(0), outcome);
     }
-    Ok(ids.iter().map(|id| (*id, outcomes.get(id).copied().unwrap_or(CancelOutcome::AlreadyCompleted))).collect())
+    Ok(ids
+        .iter()
+        .filter(|id| !changed.contains(id))
+        .map(|id| (*id, outcomes.get(id).copied().unwrap_or(CancelOutcome::AlreadyCompleted)))
+        .collect())
 }
+
+/// Whether the queue row `q` stands as the status `$2` says (any, when null): running, queued (due)
+/// or scheduled (not due yet).
+const STATUS_MATCHES: &str = "CASE $2::text
+                    WHEN 'running' THEN q.running
+                    WHEN 'queued' THEN NOT q.running AND q.scheduled_for <= now()
+                    WHEN 'scheduled' THEN NOT q.running AND q.scheduled_for > now()
+                    ELSE true
+                END";
 
 /// Which jobs a bulk cancel takes: waiting or running ones, by app, action, tag and how they
 /// stand (queued: due; scheduled: not due yet; running).
@@ -152,20 +186,17 @@ impl Matching<'_> {
 /// this reads the queue, not the history.
 pub(crate) fn matching(client: &mut Client, matching: &Matching<'_>) -> Result<Vec<Uuid>> {
     let params: [&(dyn ToSql + Sync); 4] =
-        [&matching.app, &matching.action, &matching.tag, &matching.status.map(JobStatus::as_str)];
+        [&matching.tag, &matching.status.map(JobStatus::as_str), &matching.app, &matching.action];
     let rows = client.query_raw(
-        "SELECT q.job_id
-           FROM job_queue q JOIN job j ON j.id = q.job_id
-          WHERE ($1::text IS NULL OR j.app_key = $1)
-            AND ($2::text IS NULL OR j.action_key = $2)
-            AND ($3::text IS NULL OR q.tag = $3)
-            AND CASE $4::text
-                    WHEN 'running' THEN q.running
-                    WHEN 'queued' THEN NOT q.running AND q.scheduled_for <= now()
-                    WHEN 'scheduled' THEN NOT q.running AND q.scheduled_for > now()
-                    ELSE true
-                END
-          ORDER BY q.job_id",
+        &format!(
+            "SELECT q.job_id
+               FROM job_queue q JOIN job j ON j.id = q.job_id
+              WHERE {STATUS_MATCHES}
+                AND ($3::text IS NULL OR j.app_key = $3)
+                AND ($4::text IS NULL OR j.action_key = $4)
+                AND ($1::text IS NULL OR q.tag = $1)
+              ORDER BY q.job_id"
+        ),
         params.iter().copied(),
     )?;
     Ok(rows.map(|row| Ok(row.get(0))).collect()?)

@@ -34,7 +34,8 @@ pub(crate) fn skip_if_overlapping(session: &mut Session, job_id: Uuid, claim: &s
 /// looked up in `job` by its key. The job itself and each running
 /// one are looked up by key on purpose (a CTE, a LATERAL with a LIMIT): left to itself, a generic
 /// plan found the job by walking the index of every scheduled job ever enqueued, filtering on its
-/// id (seen in `tests/it/depth.rs`). Parameters: job id, claim id.
+/// id (seen in `tests/it/depth.rs`). An operator's cancel mark set since the claim is kept: the
+/// first mark wins, as for any cancel. Parameters: job id, claim id.
 pub const SKIP_SQL: &str = "
 WITH mine AS MATERIALIZED (
     SELECT schedule_name FROM job WHERE id = $1
@@ -44,7 +45,9 @@ running AS MATERIALIZED (
      WHERE running AND job_id <> $1 AND (canceled_by IS NULL OR canceled_by NOT LIKE 'schedule %')
 ),
 earlier AS (
-    SELECT m.schedule_name, r.job_id
+    SELECT m.schedule_name,
+           format('skipped: the run %s of schedule %s is still running (no overlap)', r.job_id, m.schedule_name)
+               AS reason
       FROM mine m
       JOIN running r ON true
       JOIN LATERAL (SELECT schedule_name FROM job WHERE id = r.job_id LIMIT 1) o
@@ -52,9 +55,8 @@ earlier AS (
      LIMIT 1
 )
 UPDATE job_queue
-   SET canceled_by = 'schedule ' || e.schedule_name,
-       canceled_reason = format('skipped: the run %s of schedule %s is still running (no overlap)',
-                                e.job_id, e.schedule_name)
+   SET canceled_by = coalesce(job_queue.canceled_by, 'schedule ' || e.schedule_name),
+       canceled_reason = CASE WHEN job_queue.canceled_by IS NULL THEN e.reason ELSE job_queue.canceled_reason END
   FROM earlier e
  WHERE job_queue.job_id = $1 AND job_queue.worker = $2
-RETURNING job_queue.canceled_reason";
+RETURNING e.reason";

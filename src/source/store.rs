@@ -528,25 +528,31 @@ pub(crate) fn trees(store: &Path) -> Result<Vec<(Uuid, String)>> {
 }
 
 /// Remove these trees from a host's store (marker first, as for an incomplete tree), then every
-/// blob content no tree links to any more; returns how many of each (counted only, `dry_run`).
+/// blob content no tree links to any more; returns how many of each (counted only, `dry_run`: a
+/// blob is counted when the trees' links are all it has besides the store's own name).
 /// Under the store's lock: no materialization is linking to a blob meanwhile.
 pub(crate) fn remove_trees(store: &Path, trees: &[(Uuid, String)], dry_run: bool) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
     if !store.is_dir() {
         return Ok((0, 0));
     }
     let _lock = StoreLock::take(store)?;
     let mut blobs = 0;
-    if !dry_run {
-        for (id, sha) in trees {
-            let dir = commit_dir(store, *id, sha);
+    // The links the trees hold to each blob (by inode): removed, or only counted.
+    let mut held: HashMap<u64, u64> = HashMap::new();
+    for (id, sha) in trees {
+        let dir = commit_dir(store, *id, sha);
+        if dry_run {
+            count_links(&dir, &mut held)?;
+        } else {
             let _ = fs::remove_file(dir.join(MARKER));
             fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
         }
     }
     for entry in read_dir_or_none(&store.join(BLOBS))? {
-        use std::os::unix::fs::MetadataExt;
-        // Linked from no tree: only the store's own name for it is left.
-        if entry.metadata()?.nlink() == 1 {
+        let metadata = entry.metadata()?;
+        // Linked from no tree left: only the store's own name for it is.
+        if metadata.nlink() == 1 + held.get(&metadata.ino()).copied().unwrap_or(0) {
             blobs += 1;
             if !dry_run {
                 fs::remove_file(entry.path()).with_context(|| format!("removing {}", entry.path().display()))?;
@@ -554,6 +560,20 @@ pub(crate) fn remove_trees(store: &Path, trees: &[(Uuid, String)], dry_run: bool
         }
     }
     Ok((trees.len() as u64, blobs))
+}
+
+/// Count, by inode, the regular files under `dir` (links to the store's blobs, most of them).
+fn count_links(dir: &Path, held: &mut HashMap<u64, u64>) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    for entry in read_dir_or_none(dir)? {
+        let metadata = entry.metadata()?;
+        if metadata.is_dir() {
+            count_links(&entry.path(), held)?;
+        } else if metadata.is_file() {
+            *held.entry(metadata.ino()).or_default() += 1;
+        }
+    }
+    Ok(())
 }
 
 fn read_dir_or_none(dir: &Path) -> Result<Vec<fs::DirEntry>> {

@@ -360,6 +360,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
     // The claim stamped the job's ping; a start long after it (a commit written from the database
     // first, a completion that waited for a row) beats once before: a job the reaper took back
     // meanwhile must not start beside its next attempt, nor a job asked to cancel start at all.
+    let claim_answered = claimed;
     let mut claimed = claimed;
     if crate::fault::at("start-late") {
         std::thread::sleep(shared.options.zombie_timeout * 2);
@@ -403,7 +404,10 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
             }
         }
     }
-    let claims = token::Claims::for_claim(job.id, &job.claim, job.started_at, job.timeout_s);
+    // Counted from the start, by the database's clock as of the claim: a start that came late (a
+    // large commit copied from the database first) runs its whole timeout, and so does its token.
+    let start = job.started_at + chrono::Duration::from_std(claim_answered.elapsed()).unwrap_or_default();
+    let claims = token::Claims::for_claim(job.id, &job.claim, start, job.timeout_s);
     let mut env = vec![
         ("WF_JOB_ID".to_string(), job.id.to_string()),
         ("WF_TOKEN".to_string(), token::issue(&shared.secret, &claims)),

@@ -131,6 +131,35 @@ fn a_bulk_cancel_reports_a_matched_job_that_finished_and_was_pruned_meanwhile() 
     assert_eq!(show(&env, &waiting)["status"], "canceled");
 }
 
+/// A bulk cancel of the queued jobs does not cancel one a worker started while the operator read
+/// the prompt: it is no longer queued, and is left to run (before: it got the cancel mark and was
+/// killed).
+#[test]
+fn a_bulk_cancel_by_status_leaves_a_matched_job_that_changed_status_meanwhile() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = crate::support::fixtures::path(&env, "runs.log");
+    let started = enqueue(&env, "t/sleep", json!({"ms": 3000, "log": log}));
+    let waiting = enqueue(&env, "t/echo", json!({"n": 1}));
+
+    let mut terminal = env.wf(["cancel", "--tag", "default", "--status", "queued"]).in_terminal();
+    terminal.wait_for("cancel 2 job(s) of tag default, status queued");
+    let mut w = crate::support::fixtures::worker(&env, "w", &["--once", "--tag", "default"]);
+    crate::support::harness::wait_for(Duration::from_secs(30), "the worker to start the job", || {
+        (!crate::support::fixtures::executions(&log).is_empty()).then_some(())
+    });
+    terminal.type_in(b"y");
+    let (code, screen) = terminal.finish();
+    assert_eq!(code, 0, "{screen:?}");
+    let screen = plain(&screen);
+    assert!(screen.contains("1 job(s) no longer queued when canceled: left as they are"), "{screen}");
+    assert!(!screen.contains(started.as_str()), "{screen}");
+    assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(60), "the worker").success());
+    assert_eq!(show(&env, &started)["status"], "success");
+    assert_eq!(show(&env, &started)["canceled_by"], Value::Null);
+    assert_eq!(show(&env, &waiting)["status"], "canceled");
+}
+
 #[test]
 fn a_failure_is_followed_by_its_retries_through_the_enqueue_path_and_keeps_its_completion() {
     let env = TestEnv::new();
@@ -650,4 +679,40 @@ fn a_no_overlap_schedule_skips_a_fire_time_while_an_earlier_run_is_still_running
     assert_eq!(listed[0]["no_overlap"], true);
     let logs = env.wf(["logs", skipped[0]["id"].as_str().unwrap()]).ok().stdout;
     assert!(logs.contains("[wf] skipped: the run"), "{logs}");
+}
+
+/// An operator's cancel of a run claimed but not yet checked for overlap keeps who asked and why
+/// (the first mark wins); the run is still skipped. The check's statement on the rows as a claim
+/// and the cancel leave them (before: the mark became the schedule's).
+#[test]
+fn a_skipped_run_keeps_an_operators_cancel_mark_set_before_the_check() {
+    let env = TestEnv::new();
+    synced(&env);
+    let earlier = enqueue(&env, "t/echo", json!({"n": 1}));
+    let later = enqueue(&env, "t/echo", json!({"n": 2}));
+    let mut db = env.db();
+    db.execute("UPDATE job SET schedule_name = 'pair', no_overlap = true WHERE app_key = 't'", &[]).unwrap();
+    db.execute(
+        "UPDATE job_queue SET running = true, worker = 'w', started_at = now(), ping = now()
+          WHERE job_id = $1::text::uuid",
+        &[&earlier],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE job_queue SET running = true, worker = 'claim-2', started_at = now(), ping = now(),
+                canceled_by = 'alice', canceled_reason = 'wrong input'
+          WHERE job_id = $1::text::uuid",
+        &[&later],
+    )
+    .unwrap();
+    let reason: String = db
+        .query_one(wf::queue::overlap::SKIP_SQL, &[&uuid::Uuid::parse_str(&later).unwrap(), &"claim-2"])
+        .unwrap()
+        .get(0);
+    assert!(reason.contains(&format!("the run {earlier} of schedule pair is still running")), "{reason}");
+    let mark: (String, String) = db
+        .query_one("SELECT canceled_by, canceled_reason FROM job_queue WHERE job_id = $1::text::uuid", &[&later])
+        .map(|row| (row.get(0), row.get(1)))
+        .unwrap();
+    assert_eq!(mark, ("alice".to_string(), "wrong input".to_string()));
 }

@@ -51,6 +51,9 @@ fn prune_deletes_only_old_completed_jobs_with_their_logs() {
 
     // Without --yes and without a terminal: refused, nothing deleted.
     env.wf(["prune", "--older-than", "30d"]).run().expect_code(3);
+    // --status chooses jobs only: with --sources alone it would change nothing it says.
+    let status_alone = env.wf(["prune", "--sources", "--status", "failure", "--yes"]).run().expect_code(2);
+    assert!(status_alone.stderr.contains("--older-than"), "{}", status_alone.stderr);
     let dry = env.wf(["prune", "--older-than", "30d", "--dry-run", "--json"]).ok().json();
     assert_eq!(dry["would_delete"], 2501);
     assert_eq!(dry["deleted"], 0);

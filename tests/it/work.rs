@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::support::checks::{stop_worker, uuid, wait_completed};
@@ -77,6 +78,34 @@ fn jobs_claimed_for_waiting_slots_start_at_once_and_each_runs_once() {
     assert_eq!(restarted, 0, "every job ran to success in its first attempt");
     let runs = executions(&log);
     assert_eq!(runs.len(), ids.len(), "each job's action started once: {runs:?}");
+}
+
+/// A job started long after its claim gets a token that lasts its whole timeout from its start, as
+/// its run does (before: counted from the claim, it could expire while the job still ran).
+#[test]
+fn a_job_started_long_after_its_claim_gets_a_token_counted_from_its_start() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
+    synced(&env);
+    let job = enqueue(&env, "t/env", json!({}));
+    let args = ["work", "--once", "--heartbeat", "1s", "--no-reap", "--isolation", "none"];
+    env.wf(args).env("WF_FAULT", "start-late").ok();
+    let result = env.wf(["result", &job]).ok().json();
+    let token = result["WF_TOKEN"].as_str().unwrap();
+    let payload = token.split('.').nth(1).unwrap();
+    let claims: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
+    let (claimed, timeout): (f64, i64) = env
+        .db()
+        .query_one(
+            "SELECT extract(epoch FROM c.started_at)::float8, j.timeout_s::int8
+               FROM job_completed c JOIN job j ON j.id = c.job_id WHERE c.job_id = $1::text::uuid",
+            &[&job],
+        )
+        .map(|row| (row.get(0), row.get(1)))
+        .unwrap();
+    let beyond = claims["exp"].as_i64().unwrap() - claimed as i64 - timeout;
+    // The start came two windows (6 s) after the claim: the token's grace counts from then.
+    assert!(beyond >= wf::token::EXPIRY_GRACE_S + 5, "{beyond} s past the claim's timeout: {claims}");
 }
 
 /// A job started long after its claim (its commit written from the database first) is beaten once
