@@ -1,7 +1,7 @@
 //! Cancel: a waiting job is completed as canceled at once; a running job gets the soft-cancel
 //! mark that its worker's next heartbeat acts on. Cancel is terminal and idempotent.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use anyhow::{Result, bail};
 use postgres::fallible_iterator::FallibleIterator;
@@ -100,14 +100,14 @@ fn cancel_in(
     let params: [&(dyn ToSql + Sync); 2] = [&ids, &still.map(JobStatus::as_str)];
     let mut queued = tx.query_raw(
         &format!(
-            "SELECT job_id, running, {STATUS_MATCHES} FROM job_queue q
-              WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE"
+            "SELECT job_id, running, {} FROM job_queue q WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE",
+            status_matches("$2")
         ),
         params.iter().copied(),
     )?;
     let mut waiting = Vec::new();
     let mut running = Vec::new();
-    let mut changed = std::collections::HashSet::new();
+    let mut changed = HashSet::new();
     while let Some(row) = queued.next()? {
         let id: Uuid = row.get(0);
         if !row.get::<_, bool>(2) {
@@ -147,14 +147,18 @@ fn cancel_in(
         .collect())
 }
 
-/// Whether the queue row `q` stands as the status `$2` says (any, when null): running, queued (due)
-/// or scheduled (not due yet).
-const STATUS_MATCHES: &str = "CASE $2::text
-                    WHEN 'running' THEN q.running
-                    WHEN 'queued' THEN NOT q.running AND q.scheduled_for <= now()
-                    WHEN 'scheduled' THEN NOT q.running AND q.scheduled_for > now()
-                    ELSE true
-                END";
+/// Whether the queue row `q` stands as the status in the parameter `param` says (any, when null):
+/// running, queued (due) or scheduled (not due yet).
+fn status_matches(param: &str) -> String {
+    format!(
+        "CASE {param}::text
+             WHEN 'running' THEN q.running
+             WHEN 'queued' THEN NOT q.running AND q.scheduled_for <= now()
+             WHEN 'scheduled' THEN NOT q.running AND q.scheduled_for > now()
+             ELSE true
+         END"
+    )
+}
 
 /// Which jobs a bulk cancel takes: waiting or running ones, by app, action, tag and how they
 /// stand (queued: due; scheduled: not due yet; running).
@@ -186,16 +190,17 @@ impl Matching<'_> {
 /// this reads the queue, not the history.
 pub(crate) fn matching(client: &mut Client, matching: &Matching<'_>) -> Result<Vec<Uuid>> {
     let params: [&(dyn ToSql + Sync); 4] =
-        [&matching.tag, &matching.status.map(JobStatus::as_str), &matching.app, &matching.action];
+        [&matching.app, &matching.action, &matching.tag, &matching.status.map(JobStatus::as_str)];
     let rows = client.query_raw(
         &format!(
             "SELECT q.job_id
                FROM job_queue q JOIN job j ON j.id = q.job_id
-              WHERE {STATUS_MATCHES}
-                AND ($3::text IS NULL OR j.app_key = $3)
-                AND ($4::text IS NULL OR j.action_key = $4)
-                AND ($1::text IS NULL OR q.tag = $1)
-              ORDER BY q.job_id"
+              WHERE ($1::text IS NULL OR j.app_key = $1)
+                AND ($2::text IS NULL OR j.action_key = $2)
+                AND ($3::text IS NULL OR q.tag = $3)
+                AND {}
+              ORDER BY q.job_id",
+            status_matches("$4")
         ),
         params.iter().copied(),
     )?;
