@@ -785,9 +785,11 @@ fn record_and_claim(
         return None;
     }
     let claimed_at = Instant::now();
-    let (tags, window) = (&shared.options.tags, shared.options.zombie_timeout);
-    let both =
-        connection.client().and_then(|session| complete::then_claim(session, &completion, tags, &claims, window));
+    let (tags, window) = (shared.options.tags.clone(), shared.options.zombie_timeout);
+    let (sent, reserved) = (completion.clone(), claims.clone());
+    let both = connection.bounded(answer_patience(shared), move |session| {
+        complete::then_claim(session, &sent, &tags, &reserved, window)
+    });
     match both {
         Ok((recorded, jobs)) if !crate::fault::at("complete-lost-ack") => {
             if recorded {
@@ -815,6 +817,13 @@ fn record_and_claim(
     }
 }
 
+/// How long a slot waits for the answer to a completion: its statements time out on the server
+/// after a heartbeat period, so a backend that says nothing for two is taken for stuck (see
+/// `Connection::bounded`), as the heartbeat's own calls are.
+fn answer_patience(shared: &Shared) -> Duration {
+    shared.options.heartbeat * 2
+}
+
 /// Record `completion`, retrying as `record` says. `unsure`: an earlier call may have committed it.
 fn record_completion(
     shared: &Shared,
@@ -830,9 +839,10 @@ fn record_completion(
     let mut retried = unsure;
     let mut rewritten = false;
     loop {
-        let attempt = connection.client().and_then(|client| match completion.status {
-            JobStatus::Failure => retry::complete_failure(client, &completion),
-            _ => complete::complete(client, &completion).map(|recorded| (recorded, None)),
+        let sent = completion.clone();
+        let attempt = connection.bounded(answer_patience(shared), move |client| match sent.status {
+            JobStatus::Failure => retry::complete_failure(client, &sent),
+            _ => complete::complete(client, &sent).map(|recorded| (recorded, None)),
         });
         match attempt {
             Ok((Recorded::Completed, _)) if !retried && crate::fault::at("complete-lost-ack") => {

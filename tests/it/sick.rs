@@ -16,7 +16,11 @@ struct Frozen(Vec<i32>);
 
 impl Frozen {
     fn worker(env: &TestEnv, name: &str) -> Frozen {
-        let pattern = format!("wf work {name} %");
+        Frozen::backends(env, &format!("wf work {name} %"))
+    }
+
+    /// The backends whose application name is LIKE `pattern`.
+    fn backends(env: &TestEnv, pattern: &str) -> Frozen {
         let mut db = env.db();
         loop {
             let pids: Vec<i32> = db
@@ -28,7 +32,7 @@ impl Frozen {
                 .iter()
                 .map(|row| row.get(0))
                 .collect();
-            assert!(!pids.is_empty(), "worker {name} has no connection");
+            assert!(!pids.is_empty(), "no connection named like {pattern}");
             for pid in &pids {
                 // SAFETY: a signal to a PostgreSQL backend of this test's database.
                 unsafe { libc::kill(*pid, libc::SIGSTOP) };
@@ -362,7 +366,9 @@ fn a_thread_that_cannot_start_ends_the_worker_with_an_error_not_a_panic() {
 
 /// A worker cut off before the COMMIT of a completion leaves its transaction open, holding the
 /// job's row: the server ends that transaction after one heartbeat period, so that the reaper,
-/// which skips a locked row, takes the job back once its window has passed and it runs again.
+/// which skips a locked row, takes the job back once its window has passed and it runs again. The
+/// worker gives the stalled call up after two periods, and its retries, stalled the same way, after
+/// its window.
 #[test]
 fn a_completion_cut_off_before_its_commit_does_not_hide_its_job_from_the_reaper() {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
@@ -391,9 +397,34 @@ fn a_completion_cut_off_before_its_commit_does_not_hide_its_job_from_the_reaper(
     let show = env.wf(["show", &id, "--json"]).ok().json();
     assert_eq!(show["status"], "failure", "{show}");
     assert_eq!(show["restarts"], 1, "{show}");
-    assert!(cut.try_wait().unwrap().is_none(), "the cut-off worker is still waiting for its COMMIT");
-    cut.kill().unwrap();
-    cut.wait().unwrap();
+    crate::support::checks::wait_exit(&mut cut, Duration::from_secs(30), "the cut-off worker");
+    let said = std::fs::read_to_string(env.dir.path().join("cut.log")).unwrap();
+    assert!(said.contains("did not answer within 2s"), "{said}");
+    assert!(said.contains("giving up completing job"), "{said}");
+}
+
+/// A slot whose own backend stops answering while a job shorter than a heartbeat period runs (so
+/// no beat found it stuck) still records the job's completion: the call is given up after two
+/// heartbeat periods and made again on a new connection (before: the slot waited for the backend as
+/// long as it was stopped, and a reaper ran the job again).
+#[test]
+fn a_completion_on_a_backend_that_stops_answering_is_made_on_a_new_connection() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let job = enqueue(&env, "t/sleep", json!({"ms": 2000, "log": log}));
+    let mut w = worker(&env, "w1", &["--once", "--heartbeat", "5s", "--no-reap"]);
+    wait_for(Duration::from_secs(30), "the job to run", || (!executions(&log).is_empty()).then_some(()));
+    let frozen = Frozen::backends(&env, "wf work w1 slot%");
+    let done = wait_for(Duration::from_secs(40), "the completion, while the slot's backend is stopped", || {
+        completed(&env, &job)
+    });
+    assert_eq!((done.status.as_str(), done.restarts), ("success", 0), "{done:?}");
+    drop(frozen);
+    assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
+    let journal = std::fs::read_to_string(env.dir.path().join("w1.log")).unwrap();
+    assert!(journal.contains("did not answer within 10s"), "{journal}");
+    assert_eq!(executions(&log).len(), 1);
 }
 
 /// A worker whose backends stop answering (frozen: no timeout of the server's runs, and TCP sees
