@@ -58,16 +58,21 @@ impl Connection {
         self.client()?;
         let mut session = self.session.take().expect("just connected");
         let (answer, answered) = mpsc::sync_channel(1);
+        // A panic of the call (a bug) goes on in the calling thread, as if it had made the call.
         let work: Call = Box::new(move || {
-            let result = call(&mut session);
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call(&mut session)));
             let _ = answer.send((session, result));
         });
-        self.caller()?.send(work).map_err(|_| std::io::Error::other("the database call thread is gone"))?;
+        if self.caller()?.send(work).is_err() {
+            self.caller = None;
+            return Err(std::io::Error::other("the database call thread was gone").into());
+        }
         match answered.recv_timeout(patience) {
-            Ok((session, result)) => {
+            Ok((session, Ok(result))) => {
                 self.session = Some(session);
                 result
             }
+            Ok((_, Err(panic))) => std::panic::resume_unwind(panic),
             Err(_) => {
                 // Left waiting with the old connection: the next call gets a new thread.
                 self.caller = None;
