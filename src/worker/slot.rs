@@ -2,6 +2,7 @@
 //! the attempt's heart (heartbeats and logs) while the action runs.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
@@ -740,7 +741,7 @@ fn record(
     ending: Ending,
     logs: LogBuffer,
 ) {
-    record_completion(shared, connection, job, claimed, completion(job, ending, logs), false);
+    record_completion(shared, connection, job, claimed, Arc::new(completion(job, ending, logs)), false);
 }
 
 /// The completion of an attempt that ended so; a failure's error also at the end of its logs.
@@ -777,7 +778,8 @@ fn record_and_claim(
     ending: Ending,
     logs: LogBuffer,
 ) -> Option<Handed> {
-    let completion = completion(job, ending, logs);
+    // Shared with the connection's caller thread, not copied: a result may be a megabyte.
+    let completion = Arc::new(completion(job, ending, logs));
     let alone = matches!(completion.status, JobStatus::Failure) || shared.stopping.load(Ordering::SeqCst);
     let claims = if alone { Vec::new() } else { reserve_claims(shared) };
     if claims.is_empty() {
@@ -786,16 +788,15 @@ fn record_and_claim(
     }
     let claimed_at = Instant::now();
     let (tags, window) = (shared.options.tags.clone(), shared.options.zombie_timeout);
-    let (sent, reserved) = (completion.clone(), claims.clone());
-    let both = connection.bounded(answer_patience(shared), move |session| {
-        complete::then_claim(session, &sent, &tags, &reserved, window)
-    });
+    let (sent, reserved) = (Arc::clone(&completion), claims.len());
+    let both = connection
+        .bounded(answer_patience(shared), move |session| complete::then_claim(session, &sent, &tags, &claims, window));
     match both {
         Ok((recorded, jobs)) if !crate::fault::at("complete-lost-ack") => {
             if recorded {
                 finished(shared, job, completion.status, claimed);
             }
-            let next = deliver(shared, jobs, claims.len(), claimed_at);
+            let next = deliver(shared, jobs, reserved, claimed_at);
             // Another transaction held the job's row, or the claim lost the job: the completion
             // alone waits for the holder, and finds which.
             if !recorded {
@@ -804,7 +805,7 @@ fn record_and_claim(
             next
         }
         answer => {
-            undeliver(shared, claims.len());
+            undeliver(shared, reserved);
             // The commit landed but its answer is lost (a fault injected as such), or the call
             // failed where it may have committed: the completion is retried alone, and finds out.
             match answer {
@@ -830,7 +831,7 @@ fn record_completion(
     connection: &mut Connection,
     job: &Claimed,
     claimed: Instant,
-    mut completion: Completion,
+    mut completion: Arc<Completion>,
     unsure: bool,
 ) {
     let name = &shared.options.name;
@@ -839,7 +840,7 @@ fn record_completion(
     let mut retried = unsure;
     let mut rewritten = false;
     loop {
-        let sent = completion.clone();
+        let sent = Arc::clone(&completion);
         let attempt = connection.bounded(answer_patience(shared), move |client| match sent.status {
             JobStatus::Failure => retry::complete_failure(client, &sent),
             _ => complete::complete(client, &sent).map(|recorded| (recorded, None)),
@@ -876,12 +877,14 @@ fn record_completion(
             // The last lines may be what the database refuses for good, as the heart finds while
             // the job runs: the outcome goes without them, whatever its output.
             Err(error)
-                if classify(&error) != Failure::Transient && logs::drop_refused(&mut completion.logs, &error) =>
+                if classify(&error) != Failure::Transient
+                    && logs::drop_refused(&mut Arc::make_mut(&mut completion).logs, &error) =>
             {
                 diag!("worker {name}: job {}: {}", job.id, logs::refused_note(&error).line);
             }
             Err(error) if classify(&error) == Failure::Data && !rewritten => {
                 rewritten = true;
+                let completion = Arc::make_mut(&mut completion);
                 completion.status = JobStatus::Failure;
                 completion.result = None;
                 completion.error = Some(

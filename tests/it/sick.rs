@@ -223,10 +223,7 @@ fn a_reaper_never_takes_a_job_before_its_workers_window() {
 fn output_the_database_refuses_is_dropped_with_one_note_and_the_job_still_succeeds() {
     let env = TestEnv::new();
     synced(&env);
-    // As a rule of the operator's might: lines holding "poison" are refused.
-    env.db()
-        .batch_execute("ALTER TABLE job_logs ADD CONSTRAINT refused_lines CHECK (line NOT LIKE '%poison%')")
-        .unwrap();
+    refuse_poison_lines(&env);
     let job = enqueue(&env, "t/chatty_poison", json!({}));
     env.wf(["work", "--drain"]).ok();
     let done = completed(&env, &job).unwrap();
@@ -244,9 +241,7 @@ fn output_the_database_refuses_is_dropped_with_one_note_and_the_job_still_succee
 fn output_the_database_refuses_at_completion_is_dropped_and_the_job_succeeds_once() {
     let env = TestEnv::new();
     synced(&env);
-    env.db()
-        .batch_execute("ALTER TABLE job_logs ADD CONSTRAINT refused_lines CHECK (line NOT LIKE '%poison%')")
-        .unwrap();
+    refuse_poison_lines(&env);
     let log = path(&env, "runs.log");
     let job = enqueue(&env, "t/chatty_poison", json!({"last": true, "log": log}));
     let worked = env.wf(["work", "--drain", "--heartbeat", "1s"]).ok();
@@ -266,9 +261,7 @@ fn output_the_database_refuses_at_completion_is_dropped_and_the_job_succeeds_onc
 fn output_the_database_refuses_at_a_release_is_dropped_and_the_job_goes_back_at_once() {
     let env = TestEnv::new();
     synced(&env);
-    env.db()
-        .batch_execute("ALTER TABLE job_logs ADD CONSTRAINT refused_lines CHECK (line NOT LIKE '%poison%')")
-        .unwrap();
+    refuse_poison_lines(&env);
     let log = path(&env, "runs.log");
     let job = enqueue(&env, "t/chatty_poison", json!({"forever": true, "log": log}));
     let mut w = worker(&env, "w", &["--grace", "0s", "--heartbeat", "1s", "--no-reap"]);
@@ -287,6 +280,14 @@ fn output_the_database_refuses_at_a_release_is_dropped_and_the_job_goes_back_at_
         .collect();
     assert_eq!(running, [false], "the job is back in the queue: {journal}");
     assert!(journal.contains("could not be stored"), "{journal}");
+}
+
+/// As a rule of the operator's might: lines holding "poison" are refused (SQLSTATE 23514, which no
+/// retry changes).
+fn refuse_poison_lines(env: &TestEnv) {
+    env.db()
+        .batch_execute("ALTER TABLE job_logs ADD CONSTRAINT refused_lines CHECK (line NOT LIKE '%poison%')")
+        .unwrap();
 }
 
 /// A database outage is told once by each part of the worker that met it, then once more when the
