@@ -227,19 +227,23 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
         let epoch = shared.wake.epoch();
         // The claim stamps the pings no earlier than this: the self-fence counts from here.
         let claimed_at = Instant::now();
+        let reserved = claims.len();
+        let (tags, window) = (shared.options.tags.clone(), shared.options.zombie_timeout);
         let claimed = link
             .connection
-            .client()
-            .and_then(|client| claim::claim(client, &shared.options.tags, &claims, shared.options.zombie_timeout));
+            .bounded(answer_patience(shared), move |session| claim::claim(session, &tags, &claims, window));
         match claimed {
             Ok(jobs) if !jobs.is_empty() => {
                 trouble.recovered(shared);
-                let mine = deliver(shared, jobs, claims.len(), claimed_at).expect("not empty");
+                let mine = deliver(shared, jobs, reserved, claimed_at).expect("not empty");
                 link = run_job(shared, link, mine.job, mine.claimed_at)?;
             }
             Ok(_) => {
-                deliver(shared, Vec::new(), claims.len(), claimed_at);
-                match link.connection.client().and_then(|client| claim::next_due_in(client, &shared.options.tags)) {
+                deliver(shared, Vec::new(), reserved, claimed_at);
+                let tags = shared.options.tags.clone();
+                let next =
+                    link.connection.bounded(answer_patience(shared), move |session| claim::next_due_in(session, &tags));
+                match next {
                     Ok(next) => {
                         trouble.recovered(shared);
                         if shared.options.until == Until::Drained && next.is_none_or(|s| s > 0.0) {
@@ -270,7 +274,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
                 }
             }
             Err(error) => {
-                undeliver(shared, claims.len());
+                undeliver(shared, reserved);
                 trouble.failed(shared, &mut link.connection, &error, "claiming");
             }
         }
@@ -321,8 +325,10 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
     let name = &shared.options.name;
     job_event(shared, &job, JobEvent::Claimed);
     if job.no_overlap {
-        let skipped =
-            link.connection.client().and_then(|client| overlap::skip_if_overlapping(client, job.id, &job.claim));
+        let (id, claim) = (job.id, job.claim.clone());
+        let skipped = link
+            .connection
+            .bounded(answer_patience(shared), move |session| overlap::skip_if_overlapping(session, id, &claim));
         match skipped {
             Ok(Some(reason)) => {
                 let mut logs = LogBuffer::default();
@@ -370,7 +376,9 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         let beaten = Instant::now();
         let window = shared.options.zombie_timeout;
         let beat = |connection: &mut Connection| {
-            connection.client().and_then(|session| heartbeat::heartbeat(session, job.id, &job.claim, window))
+            let (id, claim) = (job.id, job.claim.clone());
+            connection
+                .bounded(answer_patience(shared), move |session| heartbeat::heartbeat(session, id, &claim, window))
         };
         // A connection the server closed while the slot waited is found closed only now: once more
         // on a new one.
@@ -865,7 +873,9 @@ fn record_completion(
                 // After a lost acknowledgement the gate finds nothing: did our own commit land? The
                 // journal says the status on record.
                 let recorded = if retried {
-                    connection.client().and_then(|client| complete::recorded_for(client, job.id, &job.claim))
+                    let (id, claim) = (job.id, job.claim.clone());
+                    connection
+                        .bounded(answer_patience(shared), move |session| complete::recorded_for(session, id, &claim))
                 } else {
                     Ok(None)
                 };
@@ -955,11 +965,13 @@ fn release(
 ) {
     let give_up = Instant::now() + shared.options.zombie_timeout;
     let mut trouble = Trouble::default();
-    let mut lines: Vec<LogLine> = logs.take();
+    // Shared with the connection's caller thread, as a completion's are.
+    let mut lines: Arc<Vec<LogLine>> = Arc::new(logs.take());
     loop {
-        let released = connection
-            .client()
-            .and_then(|session| release::release(session.client(), job.id, &job.claim, job.attempt(), &lines, why));
+        let (sent, id, claim, attempt) = (Arc::clone(&lines), job.id, job.claim.clone(), job.attempt());
+        let released = connection.bounded(answer_patience(shared), move |session| {
+            release::release(session.client(), id, &claim, attempt, &sent, why)
+        });
         match released {
             Ok(Released::Requeued) => {
                 shared.released.fetch_add(1, Ordering::SeqCst);
@@ -973,7 +985,9 @@ fn release(
                 return;
             }
             // As for a completion: the job goes back without lines the database refuses for good.
-            Err(error) if classify(&error) != Failure::Transient && logs::drop_refused(&mut lines, &error) => {
+            Err(error)
+                if classify(&error) != Failure::Transient && logs::drop_refused(Arc::make_mut(&mut lines), &error) =>
+            {
                 diag!("worker {}: job {}: {}", shared.options.name, job.id, logs::refused_note(&error).line);
             }
             Err(error) if classify(&error) != Failure::Data && Instant::now() < give_up => {
