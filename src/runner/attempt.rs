@@ -21,7 +21,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::sandbox::{self, Limits};
-use super::scratch::{ScratchRoot, Sweep, remove_tree};
+use super::scratch::{self, ScratchRoot, Sweep, remove_tree};
 use super::supervisor::{self, Status, Supervision};
 use super::{pump, resolve_bun, wrapper};
 
@@ -452,15 +452,8 @@ fn remove_file(path: &Path) -> io::Result<()> {
 
 /// Remove everything in `dir`, not `dir` itself (a warm runner's working directory stays its cwd).
 fn empty_dir(dir: &Path) -> io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
-        if fs::symlink_metadata(&path)?.is_dir() {
-            remove_tree(&path)?;
-        } else {
-            fs::remove_file(&path)?;
-        }
-    }
-    Ok(())
+    let folder = rustix::fs::open(dir, scratch::FOLDER, rustix::fs::Mode::empty())?;
+    scratch::empty_folder(&folder)
 }
 
 fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {

@@ -226,9 +226,16 @@ pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)], r
     if !plan.network {
         flags |= libc::CLONE_NEWNET;
     }
+    // Init starts dumpable, for the clone's length only: a process that is not has its /proc files
+    // owned by root, and a supervisor that is not root could not write init's id maps.
+    use rustix::process::{DumpableBehavior, set_dumpable_behavior};
+    set_dumpable_behavior(DumpableBehavior::Dumpable).context("letting the sandbox's init be mapped")?;
     // SAFETY: clone without CLONE_VM and without a new stack is fork() with namespaces: the child
     // runs on a copy of this (single-threaded) process. It never returns from `init`.
     let pid = unsafe { libc::syscall(libc::SYS_clone, flags as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
+    if pid != 0 {
+        set_dumpable_behavior(DumpableBehavior::NotDumpable).context("making the supervisor not dumpable")?;
+    }
     match pid {
         -1 => {
             return Err(io::Error::last_os_error())
@@ -300,6 +307,15 @@ fn prepare(plan: &Plan, go: &OwnedFd) -> Result<()> {
     let mut go_file = File::from(go.try_clone()?);
     if go_file.read(&mut byte)? != 1 {
         bail!("the supervisor is gone");
+    }
+    // No System V shared memory: memory no process holds, which no limit of the sandbox counts
+    // (set in the sandbox's own IPC namespace; the host's is untouched). The kernel lets only
+    // root set it there: a worker that is not root cannot (see the README's isolation).
+    match fs::write("/proc/sys/kernel/shmall", "0") {
+        Err(error) if error.kind() != io::ErrorKind::PermissionDenied => {
+            return Err(error).context("refusing System V shared memory in the sandbox");
+        }
+        _ => {}
     }
     // What lies in the worker's own folders is reached before becoming the sandbox user: for a
     // root worker those are root's folders, which nobody may traverse. The private sources are

@@ -232,55 +232,122 @@ fn remove_stale_roots(parent: &Path, own: &str) {
     }
 }
 
-/// Remove a directory tree the action wrote into. An action may leave directories without write
-/// permission, which would stop a plain remove_dir_all of a non-root worker: those are opened up
-/// and the removal tried again.
+/// Remove a directory tree the action wrote into, however deep, with a few descriptors at a time
+/// and no recursion (std's `remove_dir_all` recurses once per level: a tree 30,000 folders deep,
+/// which an action makes in a second, overflows a thread's stack). Nothing there is no error.
 pub(super) fn remove_tree(path: &Path) -> io::Result<()> {
-    match fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
+    let top = match rustix::fs::open(path, FOLDER, Mode::empty()) {
+        Ok(top) => top,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        // A file or a link where a folder was: removed as such, never followed.
+        Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => return absent_is_removed(fs::remove_file(path)),
+        Err(error) => return Err(error.into()),
+    };
+    empty_folder(&top)?;
+    absent_is_removed(fs::remove_dir(path))
+}
+
+fn absent_is_removed(removed: io::Result<()>) -> io::Result<()> {
+    match removed {
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(_) => {
-            open_up(path);
-            match fs::remove_dir_all(path) {
-                Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
-                other => other,
+        other => other,
+    }
+}
+
+/// The most entries `empty_folder` moves or removes before it gives up: a process of the action
+/// still running (a warm runner's, between its jobs) could otherwise keep it busy forever.
+const EMPTYING_BUDGET: u64 = 1 << 26;
+
+/// Remove everything in `folder`: its files at once; each folder in it is emptied by moving its
+/// entries up into `folder` under fresh names, then removed; until nothing is left. Each folder is
+/// opened without following a link, and changed and read through that descriptor: a process of
+/// the action still running may swap a folder for a link to one of the host's, and what a path
+/// named a moment ago is not what it names now. A folder the action left without permissions (which
+/// would stop a non-root worker) gets them back first.
+pub(super) fn empty_folder(folder: &OwnedFd) -> io::Result<()> {
+    use rustix::fs::{AtFlags, RenameFlags};
+    use rustix::io::Errno;
+    open_up(folder);
+    let (mut fresh, mut budget) = (0u64, EMPTYING_BUDGET);
+    let mut spend = || {
+        budget = budget.checked_sub(1).ok_or_else(|| io::Error::other("its entries kept coming: given up"))?;
+        io::Result::Ok(())
+    };
+    loop {
+        let mut folders = Vec::new();
+        for (name, is_folder) in entries(folder)? {
+            spend()?;
+            if is_folder {
+                folders.push(name);
+            } else {
+                match rustix::fs::unlinkat(folder, &name, AtFlags::empty()) {
+                    Ok(()) | Err(Errno::NOENT) => {}
+                    Err(error) => return Err(error.into()),
+                }
+            }
+        }
+        if folders.is_empty() {
+            return Ok(());
+        }
+        for name in folders {
+            let child = match rustix::fs::openat(folder, &name, FOLDER, Mode::empty()) {
+                Ok(child) => child,
+                Err(Errno::NOENT) => continue,
+                // Swapped for a file or a link meanwhile: its entry goes at the next look.
+                Err(Errno::NOTDIR | Errno::LOOP) => continue,
+                Err(error) => return Err(error.into()),
+            };
+            open_up(&child);
+            for (entry, _) in entries(&child)? {
+                loop {
+                    spend()?;
+                    let to = format!(".wf-removing-{fresh}");
+                    fresh += 1;
+                    match rustix::fs::renameat_with(&child, &entry, folder, &to, RenameFlags::NOREPLACE) {
+                        Ok(()) | Err(Errno::NOENT) => break,
+                        Err(Errno::EXIST) => {}
+                        Err(error) => return Err(error.into()),
+                    }
+                }
+            }
+            match rustix::fs::unlinkat(folder, &name, AtFlags::REMOVEDIR) {
+                // Not empty: something came in meanwhile; it goes at the next look.
+                Ok(()) | Err(Errno::NOENT | Errno::NOTEMPTY | Errno::NOTDIR) => {}
+                Err(error) => return Err(error.into()),
             }
         }
     }
 }
 
-/// Give the owner every permission on `dir` and on the folders below it. Each folder is opened
-/// without following a link, and changed and read through that descriptor: a process of the action
-/// still running (a warm runner's, between its jobs) may swap a folder for a link to one of the
-/// host's, and what a path named a moment ago is not what it names now.
-fn open_up(dir: &Path) {
-    if let Ok(folder) = rustix::fs::open(dir, FOLDER, Mode::empty()) {
-        open_up_at(&folder);
-    }
-}
-
-/// A folder as `open_up` holds it: a descriptor of the folder itself (no permission needed), never
-/// of a link's target.
-const FOLDER: OFlags = OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
-
-fn open_up_at(folder: &OwnedFd) {
-    // chmod through /proc reaches the very folder the descriptor holds (fchmod takes no O_PATH one).
-    let _ = rustix::fs::chmod(format!("/proc/self/fd/{}", folder.as_raw_fd()), Mode::RWXU);
-    let Ok(listing) =
-        rustix::fs::openat(folder, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-    else {
-        return;
-    };
-    let Ok(entries) = rustix::fs::Dir::new(listing) else { return };
-    for entry in entries.flatten() {
+/// The names in `folder` but `.` and `..`, each with whether it is a folder (a link never is).
+fn entries(folder: &OwnedFd) -> io::Result<Vec<(std::ffi::CString, bool)>> {
+    let listing = rustix::fs::openat(folder, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::new(listing)? {
+        let entry = entry?;
         let name = entry.file_name();
-        if name == c"." || name == c".." || entry.file_type() == FileType::Symlink {
+        if name == c"." || name == c".." {
             continue;
         }
-        if let Ok(child) = rustix::fs::openat(folder, name, FOLDER, Mode::empty()) {
-            open_up_at(&child);
-        }
+        let is_folder = match entry.file_type() {
+            FileType::Directory => true,
+            FileType::Unknown => rustix::fs::statat(folder, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|stat| FileType::from_raw_mode(stat.st_mode) == FileType::Directory),
+            _ => false,
+        };
+        names.push((name.to_owned(), is_folder));
     }
+    Ok(names)
+}
+
+/// A folder as `empty_folder` holds it: a descriptor of the folder itself (no permission needed),
+/// never of a link's target.
+pub(super) const FOLDER: OFlags = OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
+
+/// Give the owner every permission on the folder `folder` holds; chmod through /proc reaches the
+/// very folder the descriptor holds (fchmod takes no O_PATH one).
+fn open_up(folder: &OwnedFd) {
+    let _ = rustix::fs::chmod(format!("/proc/self/fd/{}", folder.as_raw_fd()), Mode::RWXU);
 }
 
 #[cfg(test)]
@@ -290,16 +357,16 @@ mod tests {
     use super::*;
 
     /// A process of the action swaps a folder of its working directory with a link to a folder of
-    /// the host's, again and again, while the worker opens the working directory up to remove it:
-    /// the host's folder is never changed.
+    /// the host's, again and again, while the worker empties the working directory: nothing of the
+    /// host's folder is changed or removed.
     #[test]
-    fn opening_up_a_folder_never_follows_a_link_swapped_in_for_one_of_its_folders() {
+    fn emptying_a_folder_never_follows_a_link_swapped_in_for_one_of_its_folders() {
         let root = tempfile::tempdir().unwrap();
         let (work, host) = (root.path().join("work"), root.path().join("host"));
-        fs::create_dir_all(work.join("folder")).unwrap();
+        fs::create_dir(&work).unwrap();
         fs::create_dir(&host).unwrap();
+        fs::write(host.join("keep"), "the host's").unwrap();
         fs::set_permissions(&host, fs::Permissions::from_mode(0o755)).unwrap();
-        std::os::unix::fs::symlink(&host, work.join("link")).unwrap();
 
         // Until the two were swapped many times while it did, however the threads are scheduled.
         let (stop, swaps) = (AtomicBool::new(false), AtomicU64::new(0));
@@ -307,22 +374,52 @@ mod tests {
             scope.spawn(|| {
                 let (folder, link) = (work.join("folder"), work.join("link"));
                 while !stop.load(Ordering::Relaxed) {
+                    // What the emptying removed comes back: a folder with a locked folder in it.
+                    if fs::create_dir(&folder).is_ok() {
+                        let _ = fs::create_dir(folder.join("locked"));
+                        let _ = fs::write(folder.join("locked").join("file"), "");
+                        let _ = fs::set_permissions(folder.join("locked"), fs::Permissions::from_mode(0o0));
+                    }
+                    let _ = std::os::unix::fs::symlink(&host, &link);
                     let exchange = rustix::fs::RenameFlags::EXCHANGE;
-                    rustix::fs::renameat_with(rustix::fs::CWD, &folder, rustix::fs::CWD, &link, exchange).unwrap();
-                    swaps.fetch_add(1, Ordering::Relaxed);
+                    if rustix::fs::renameat_with(rustix::fs::CWD, &folder, rustix::fs::CWD, &link, exchange).is_ok() {
+                        swaps.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             });
             let mut rounds = 0;
             while rounds < 1_000 || swaps.load(Ordering::Relaxed) < 10_000 {
-                open_up(&work);
+                let folder = rustix::fs::open(&work, FOLDER, Mode::empty()).unwrap();
+                let _ = empty_folder(&folder);
                 rounds += 1;
                 let mode = fs::metadata(&host).unwrap().permissions().mode() & 0o7777;
-                if mode != 0o755 {
+                let kept = fs::read_to_string(host.join("keep")).ok();
+                let entries = fs::read_dir(&host).unwrap().count();
+                if mode != 0o755 || kept.as_deref() != Some("the host's") || entries != 1 {
                     stop.store(true, Ordering::Relaxed);
-                    panic!("the host's folder was changed to {mode:o} (round {rounds})");
+                    panic!("the host's folder was changed: mode {mode:o}, {entries} entries (round {rounds})");
                 }
             }
             stop.store(true, Ordering::Relaxed);
         });
+    }
+
+    /// A tree deeper than a thread's stack allows recursing into (std's `remove_dir_all` overflowed
+    /// it at this depth, and the worker aborted) is removed, with a small stack.
+    #[test]
+    fn a_tree_thirty_thousand_folders_deep_is_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let top = root.path().join("deep");
+        fs::create_dir(&top).unwrap();
+        let mut folder = rustix::fs::open(&top, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        for _ in 0..30_000 {
+            rustix::fs::mkdirat(&folder, "d", Mode::RWXU).unwrap();
+            folder = rustix::fs::openat(&folder, "d", OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        }
+        rustix::fs::openat(&folder, "file", OFlags::CREATE | OFlags::WRONLY, Mode::RUSR).unwrap();
+        drop(folder);
+        let removal = std::thread::Builder::new().stack_size(256 * 1024);
+        let removed = removal.spawn(move || remove_tree(&top).map(|()| top.exists())).unwrap().join().unwrap();
+        assert!(matches!(removed, Ok(false)), "{removed:?}");
     }
 }

@@ -134,6 +134,11 @@ enum Ending {
 /// Returns the exit code for the supervisor: bun's code, or 128 + the signal that ended bun or
 /// stopped the job, or 127 when bun could not be started.
 pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
+    // Exec made this process dumpable again: its plan (the host's paths of the attempt) and the
+    // job's token in its environment would be open to every process of its user.
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .context("making the supervisor not dumpable")?;
+    join_own_session_keyring().context("giving the attempt a session keyring of its own")?;
     if plan.requests {
         move_requests().context("moving the warm runner's requests off stdin")?;
     }
@@ -209,6 +214,25 @@ fn reap_within(pid: i32, signals: &Signals) -> Option<libc::c_int> {
 }
 
 /// Without a sandbox: bun is our child, and we are the child subreaper of everything it starts.
+/// The attempt's own session keyring, empty, in place of the worker's: whoever inherits a session
+/// keyring possesses its keys (a database password, a Kerberos ticket the worker was started with),
+/// across a user namespace too.
+fn join_own_session_keyring() -> io::Result<()> {
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+    // SAFETY: keyctl with a null name reads no memory of this process.
+    let joined =
+        unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, std::ptr::null::<libc::c_char>()) };
+    if joined >= 0 {
+        return Ok(());
+    }
+    match io::Error::last_os_error() {
+        // No keyrings here (a kernel without them, a seccomp filter that refuses keyctl): the
+        // action can reach none either.
+        error if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => Ok(()),
+        error => Err(error),
+    }
+}
+
 fn run_plain(plan: &Supervision, signals: &Signals) -> Result<Ending> {
     rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
         .context("marking the supervisor child subreaper")?;

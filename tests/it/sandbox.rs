@@ -34,7 +34,11 @@ fn attack_repo() -> GitRepo {
                     "hello": {"entrypoint": "a/hello.ts"},
                     "transpiled": {"entrypoint": "a/transpiled.ts"},
                     "links": {"entrypoint": "a/links.ts"},
-                    "terminal": {"entrypoint": "a/terminal.ts"}
+                    "terminal": {"entrypoint": "a/terminal.ts"},
+                    "burrow": {"entrypoint": "a/burrow.ts"},
+                    "keys": {"entrypoint": "a/keys.ts"},
+                    "shm": {"entrypoint": "a/shm.ts", "memory_mb": 128},
+                    "nap": {"entrypoint": "a/nap.ts"}
                 },
                 "network": false
             }
@@ -192,6 +196,48 @@ export function main() {
         "a/deep.ts",
         "export function main() { let v: any = 0; for (let i = 0; i < 300; i++) v = [v]; return v; }\n",
     );
+    // A working directory deeper than a thread's stack lets anything recurse into.
+    repo.file(
+        "a/burrow.ts",
+        r#"
+import { mkdirSync, renameSync } from "node:fs";
+export function main(input: any) {
+  mkdirSync("d");
+  for (let i = 1; i < input.depth; i++) { mkdirSync("up"); renameSync("d", "up/d"); renameSync("up", "d"); }
+  return "burrowed";
+}
+"#,
+    );
+    // A key of the keyrings the action possesses, looked up by name and read (keyctl SEARCH, READ).
+    repo.file(
+        "a/keys.ts",
+        r#"
+import { dlopen, FFIType, ptr } from "bun:ffi";
+const i64 = FFIType.i64;
+export function main(input: any) {
+  const libc = dlopen("libc.so.6", { syscall: { args: [i64, i64, i64, i64, i64, i64], returns: i64 } });
+  const keyctl = (...args: number[]) => Number(libc.symbols.syscall(250, ...args, ...[0, 0, 0, 0, 0].slice(args.length)));
+  const [type, name] = [Buffer.from("user\0"), Buffer.from(input.name + "\0")];
+  const id = keyctl(10, -3, ptr(type), ptr(name), 0);
+  if (id < 0) return { found: false };
+  const payload = Buffer.alloc(256);
+  const length = keyctl(11, id, ptr(payload), payload.length);
+  return { found: true, payload: payload.subarray(0, Math.max(length, 0)).toString() };
+}
+"#,
+    );
+    // 64 MiB of System V shared memory, which no process holds: the segment's id, or -1.
+    repo.file(
+        "a/shm.ts",
+        r#"
+import { dlopen, FFIType } from "bun:ffi";
+export function main() {
+  const libc = dlopen("libc.so.6", { shmget: { args: [FFIType.i32, FFIType.u64, FFIType.i32], returns: FFIType.i32 } });
+  return libc.symbols.shmget(0, 64 * 1024 * 1024, 0o1000 | 0o600);
+}
+"#,
+    );
+    repo.file("a/nap.ts", "export async function main(input: any) { await Bun.sleep(input.ms); return \"rested\"; }\n");
     repo.file(
         "a/hog.ts",
         r#"
@@ -538,6 +584,104 @@ fn a_worker_that_is_not_root_runs_sandboxed_actions() {
     assert_eq!(found["hits"], json!([]), "{found}");
     assert_eq!(found["store"], "ENOENT", "{found}");
     assert_eq!(result(&env, &hello), "hello");
+}
+
+/// A worker started with keys in its session keyring (a database password, a Kerberos ticket)
+/// hands none of them to its actions: each attempt has a session keyring of its own (before, the
+/// action possessed the worker's, and read its keys through it).
+#[test]
+fn an_action_cannot_reach_the_keys_of_its_workers_keyring() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/keys", json!({"name": "wf-test-dbpass"}));
+    env.wf(["work", "--drain"])
+        .before_exec(|| {
+            const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+            const KEY_SPEC_SESSION_KEYRING: libc::c_long = -3;
+            let payload = b"s3cret-db-password";
+            // SAFETY: raw system calls on constant strings, between fork and exec.
+            let made = unsafe {
+                libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, c"wf-test-worker".as_ptr()) >= 0
+                    && libc::syscall(
+                        libc::SYS_add_key,
+                        c"user".as_ptr(),
+                        c"wf-test-dbpass".as_ptr(),
+                        payload.as_ptr(),
+                        payload.len(),
+                        KEY_SPEC_SESSION_KEYRING,
+                    ) >= 0
+            };
+            if made { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+        })
+        .ok();
+    assert_eq!(result(&env, &id), json!({"found": false}));
+}
+
+/// An action gets no System V shared memory: memory no process holds, which no limit of the sandbox
+/// would count (before, a job limited to 128 MiB made segments of 1 GiB and succeeded).
+#[test]
+fn an_action_cannot_make_system_v_shared_memory() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/shm", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    assert_eq!(result(&env, &id), json!(-1));
+}
+
+/// A working directory 30,000 folders deep (made in a second) is removed after its job, and its
+/// worker goes on (before, removing it overflowed the sweeper's stack and the worker aborted).
+#[test]
+fn a_working_directory_deeper_than_a_stack_does_not_end_its_worker() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let burrow = enqueue(&env, "a/burrow", json!({"depth": 30_000}));
+    let hello = enqueue(&env, "a/hello", json!({}));
+    env.wf(["work", "--drain", "--concurrency", "1"]).ok();
+    assert_eq!(result(&env, &burrow), "burrowed");
+    assert_eq!(result(&env, &hello), "hello");
+    let scratch = std::fs::read_dir(env.home().join("scratch")).unwrap();
+    let left: Vec<_> = scratch.flatten().map(|entry| entry.path()).collect();
+    assert!(left.is_empty(), "left in the scratch folder: {left:?}");
+}
+
+/// The supervisor is not dumpable: another process of the worker's user cannot read its
+/// environment (the job's token, the host's paths of the attempt) or trace it (before, a non-root
+/// worker's supervisor was dumpable again after its exec).
+#[test]
+fn another_process_of_the_workers_user_cannot_read_the_supervisor() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/nap", json!({"ms": 60_000}));
+    let home = env.dir.path().join("nobody-home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+    for dir in [env.dir.path().to_path_buf(), env.home(), crate::support::harness::socket_dir()] {
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let wf = env.wf(["work", "--once"]).env("WF_HOME", &home).env("WF_STORE", env.store());
+    let mut command = std::process::Command::new("runuser");
+    command.args(["-u", "nobody", "--"]).arg(wf.command().get_program()).args(wf.command().get_args());
+    command.env_clear().envs(wf.command().get_envs().filter_map(|(key, value)| value.map(|value| (key, value))));
+    let mut worker = command.spawn().unwrap();
+    let jobs = [id.clone()].into_iter().collect();
+    let supervisor = wait_for(Duration::from_secs(30), "the job's supervisor", || {
+        job_processes(&jobs).into_iter().map(|(pid, _, _)| pid).find(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|environ| String::from_utf8_lossy(&environ).contains("WF_SUPERVISION="))
+        })
+    });
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(format!("/proc/{supervisor}/environ")).unwrap());
+    let read = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--", "cat"])
+        .arg(format!("/proc/{supervisor}/environ"))
+        .output()
+        .unwrap();
+    let _ = worker.kill();
+    let _ = worker.wait();
+    assert!(!read.status.success(), "read as nobody: {}", String::from_utf8_lossy(&read.stdout));
+    assert!(!String::from_utf8_lossy(&read.stdout).contains("WF_TOKEN"));
+    // Its files are root's once it is not dumpable; its user is nobody.
+    assert_eq!(owner, 0, "the supervisor's /proc files belong to its user: it is dumpable");
 }
 
 /// A cgroup v1 freezer of the test's own: a task frozen there stays in the kernel (state D), and a

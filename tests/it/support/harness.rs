@@ -393,6 +393,15 @@ impl Wf {
         self
     }
 
+    /// Run `setup` in the child between its fork and its exec: raw system calls only (nothing that
+    /// allocates or takes a lock).
+    pub(crate) fn before_exec(mut self, setup: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static) -> Wf {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the setups the tests give make raw system calls only.
+        unsafe { self.command.pre_exec(setup) };
+        self
+    }
+
     pub(crate) fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Wf {
         self.command.env(key, value);
         self
