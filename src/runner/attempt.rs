@@ -288,10 +288,21 @@ impl Running {
         Some(outcome.unwrap_or_else(|| Outcome::failed("ResultUnreadable", "the warm runner wrote no result")))
     }
 
-    /// Ask the supervisor to kill the whole tree now. Idempotent; harmless after the end.
+    /// Ask the supervisor to kill the whole tree now. Idempotent; harmless after the end. A
+    /// supervisor stopped (by SIGSTOP from an action without a sandbox, which runs as its user) is
+    /// continued to do so.
     pub fn stop(&self) {
         self.supervisor.stop_requested.store(true, Ordering::SeqCst);
         let _ = rustix::process::pidfd_send_signal(&self.supervisor.pidfd, rustix::process::Signal::TERM);
+        let _ = rustix::process::pidfd_send_signal(&self.supervisor.pidfd, rustix::process::Signal::CONT);
+    }
+
+    /// Kill the supervisor, after a `stop` it did not act on: in a sandbox its init and every
+    /// process of the attempt die with it (their parent-death signal); without one, what it had not
+    /// killed yet may outlive it.
+    pub fn kill(&self) {
+        self.supervisor.stop_requested.store(true, Ordering::SeqCst);
+        let _ = rustix::process::pidfd_send_signal(&self.supervisor.pidfd, rustix::process::Signal::KILL);
     }
 
     /// Whether the supervisor has exited (a warm runner that ended between jobs).

@@ -607,6 +607,10 @@ fn watch(
     let fence = shared.options.zombie_timeout.saturating_sub(shared.options.heartbeat);
     let mut last_flush = started;
     let mut stop: Option<StopReason> = None;
+    // A supervisor asked to stop ends at once; one that has not within half a heartbeat period
+    // (stopped by its action, or waiting on a process stuck in the kernel) is killed, so that the
+    // attempt is over before a reaper may take its job.
+    let mut stopped_at: Option<Instant> = None;
     loop {
         match running.events.recv_timeout(Duration::from_millis(50)) {
             Ok(Event::Line { stream, text }) => logs.push(stream_name(stream), text),
@@ -640,7 +644,17 @@ fn watch(
             if let Some(reason) = &stop {
                 job_event(shared, job, JobEvent::Killed { reason: reason.word() });
                 running.stop();
+                stopped_at = Some(now);
             }
+        } else if stopped_at.is_some_and(|at| now.duration_since(at) >= shared.options.heartbeat / 2) {
+            stopped_at = None;
+            diag!(
+                "worker {}: job {}: its supervisor did not end within {:?} of being asked to stop: killed",
+                shared.options.name,
+                job.id,
+                shared.options.heartbeat / 2
+            );
+            running.kill();
         }
         if logs.len() >= LOG_FLUSH_LINES || (!logs.is_empty() && now.duration_since(last_flush) >= LOG_FLUSH_PERIOD) {
             last_flush = now;

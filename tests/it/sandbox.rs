@@ -38,7 +38,8 @@ fn attack_repo() -> GitRepo {
                     "burrow": {"entrypoint": "a/burrow.ts"},
                     "keys": {"entrypoint": "a/keys.ts"},
                     "shm": {"entrypoint": "a/shm.ts", "memory_mb": 128},
-                    "nap": {"entrypoint": "a/nap.ts"}
+                    "nap": {"entrypoint": "a/nap.ts"},
+                    "stopper": {"entrypoint": "a/stopper.ts", "timeout": 3}
                 },
                 "network": false
             }
@@ -236,6 +237,11 @@ export function main() {
   return libc.symbols.shmget(0, 64 * 1024 * 1024, 0o1000 | 0o600);
 }
 "#,
+    );
+    // Stops its parent (its supervisor, without a sandbox) and waits forever.
+    repo.file(
+        "a/stopper.ts",
+        "export async function main() { process.kill(process.ppid, \"SIGSTOP\"); await new Promise(() => setInterval(() => {}, 1000)); }\n",
     );
     repo.file("a/nap.ts", "export async function main(input: any) { await Bun.sleep(input.ms); return \"rested\"; }\n");
     repo.file(
@@ -468,6 +474,25 @@ fn an_action_cannot_kill_or_stop_its_supervisor() {
     assert_eq!(error["name"], "Timeout", "{error}");
     assert_eq!(result(&env, &after), "hello");
     assert_no_job_processes(&[tyrant], "the tyrant's processes");
+}
+
+/// Without a sandbox an action runs as its supervisor's user and can stop it (SIGSTOP): its job still
+/// ends at its timeout, the supervisor continued or, when it does not end, killed; and the worker
+/// goes on (before, the job stayed running, beating, for as long as the supervisor was stopped, and
+/// the worker never ended).
+#[test]
+fn without_a_sandbox_an_action_that_stops_its_supervisor_still_times_out() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let stopper = enqueue(&env, "a/stopper", json!({}));
+    let after = enqueue(&env, "a/hello", json!({}));
+    let mut w = worker(&env, "w", &["--drain", "--isolation", "none", "--heartbeat", "2s", "--concurrency", "1"]);
+    let status = crate::support::checks::wait_exit(&mut w, Duration::from_secs(60), "the worker");
+    let journal = std::fs::read_to_string(env.dir.path().join("w.log")).unwrap();
+    assert!(status.success(), "{journal}");
+    let error = error(&env, &stopper);
+    assert_eq!(error["name"], "Timeout", "{error}");
+    assert_eq!(result(&env, &after), "hello");
 }
 
 /// A 60 MB result fails as ResultTooLarge without the worker reading more than the cap.
