@@ -70,6 +70,20 @@ impl Link {
 struct Warm {
     key: WarmKey,
     running: Running,
+    /// Since its last job ended; it ends once idle for `idle_limit`: what a job left running in it
+    /// (a detached process, a timer) outlives its job by that much at most.
+    idle_since: Instant,
+    idle_limit: Duration,
+}
+
+/// The least a warm runner is kept idle: its action's timeout, or this when shorter.
+const WARM_IDLE_LEAST: Duration = Duration::from_secs(10);
+
+impl Warm {
+    /// How long the runner may still wait for its next job.
+    fn idle_left(&self) -> Duration {
+        self.idle_limit.saturating_sub(self.idle_since.elapsed())
+    }
 }
 
 #[derive(PartialEq)]
@@ -217,6 +231,11 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
             link = run_job(shared, link, next.job, next.claimed_at)?;
             continue;
         }
+        if link.warm.as_ref().is_some_and(|warm| warm.idle_left().is_zero())
+            && let Some(warm) = link.warm.take()
+        {
+            warm.running.close();
+        }
         // One claim for this slot, and one for each slot waiting idle: up to k jobs in one statement.
         let claims = reserve_claims(shared);
         if claims.is_empty() {
@@ -258,6 +277,9 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
                         let mut wait = shared.options.poll;
                         if let Some(seconds) = next {
                             wait = wait.min(Duration::from_secs_f64(seconds.max(0.0)));
+                        }
+                        if let Some(warm) = &link.warm {
+                            wait = wait.min(warm.idle_left());
                         }
                         if !shared.stopping.load(Ordering::SeqCst) {
                             // A ticket: a claim of another slot may take it, and claim a job for this one.
@@ -462,7 +484,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         // A warm runner that settled its job unstopped is kept for the next; any other end (a
         // stop, a crash, a limit) is its end too.
         Attempt::Warm(warm) => match stop.is_none().then(|| warm.running.settled_outcome()).flatten() {
-            Some(outcome) => (outcome, Some(warm)),
+            Some(outcome) => (outcome, Some(Warm { idle_since: Instant::now(), ..warm })),
             None => (warm.running.finish(), None),
         },
     };
@@ -531,17 +553,19 @@ fn hand_to_warm(
         entrypoint: job.entrypoint.clone(),
         isolation: isolation_of(&shared.options.isolation, job),
     };
+    let idle_limit = Duration::from_secs(u64::try_from(job.timeout_s).unwrap_or(0)).max(WARM_IDLE_LEAST);
     match kept {
         Some(mut warm) if warm.key == key && warm.running.reusable() && !warm.running.is_over() => {
             match warm.running.submit(&job.input, &env) {
-                Ok(()) => return Ok(warm),
+                Ok(()) => return Ok(Warm { idle_limit, ..warm }),
                 Err(_) => warm.running.close(),
             }
         }
         Some(other) => other.running.close(),
         None => {}
     }
-    let mut warm = Warm { running: start_warm(shared, &key, &job.commit_sha)?, key };
+    let running = start_warm(shared, &key, &job.commit_sha)?;
+    let mut warm = Warm { running, key, idle_since: Instant::now(), idle_limit };
     match warm.running.submit(&job.input, &env) {
         Ok(()) => Ok(warm),
         Err(error) => {

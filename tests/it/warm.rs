@@ -65,6 +65,7 @@ export async function main(input: any) {
       return { late: input.n };
     }
     case "wait": await Bun.sleep(1000); break;
+    case "linger": Bun.spawn(["sh", "-c", "while :; do sleep 1; done"], { env: { ...process.env } }).unref(); break;
     case "flood": { const chunk = ("x".repeat(65000) + "\n").repeat(16); setInterval(() => process.stdout.write(chunk), 1); break; }
     case "spin": setTimeout(() => { writeFileSync(input.spinning, "x"); for (;;) {} }, 1000); break;
     case "hog": { const kept = []; for (;;) { kept.push(Buffer.alloc(16 << 20, 1)); await Bun.sleep(20); } }
@@ -372,6 +373,28 @@ fn a_warm_job_that_leaves_a_long_line_unfinished_still_ends_at_once() {
     let mut lengths: Vec<usize> = logs.iter().map(String::len).filter(|length| *length > 1000).collect();
     lengths.sort();
     assert_eq!(lengths, [out, err], "each long line whole, before the end");
+}
+
+/// A warm job that leaves a process running (or a timer) ends at once, but what it left does not
+/// live on as long as its worker: a runner idle for its action's timeout (at least 10 s) ends, with
+/// every process in it (before, it lived until the worker stopped or the slot ran another action).
+#[test]
+fn what_a_warm_job_leaves_running_ends_with_its_idle_runner() {
+    let env = TestEnv::new();
+    synced_warm(&env);
+    let id = enqueue(&env, "w/step", json!({"n": 0, "mode": "linger"}));
+    let w = worker(&env, "w", &["--concurrency", "1"]);
+    let jobs = [id.clone()].into_iter().collect();
+    wait_for(Duration::from_secs(30), "the job's lingering process", || {
+        let done: i64 = env.scalar_of("SELECT count(*) FROM job_completed WHERE job_id = $1::text::uuid", &[&id]);
+        (done == 1 && !crate::support::checks::job_processes(&jobs).is_empty()).then_some(())
+    });
+    wait_for(Duration::from_secs(60), "the idle runner to end with what its job left", || {
+        crate::support::checks::job_processes(&jobs).is_empty().then_some(())
+    });
+    assert!(runner_processes("step").is_empty(), "the runner is still there");
+    signal(&w, libc::SIGTERM);
+    assert_eq!(ended(&env, &id).0, "success");
 }
 
 /// The processes of the warm runners of `action` (each test here has its own action names), found
