@@ -564,7 +564,13 @@ impl Namespace {
             Some(dir) if dir.exists() => fs::remove_dir_all(dir)
                 .with_context(|| format!("removing {}", dir.display()))
                 // The action's contents, linked from no tree now.
-                .and_then(|()| dir.parent().map_or(Ok((0, 0)), |store| store::remove_trees(store, &[], false)))
+                .and_then(|()| {
+                    let Some(store) = dir.parent() else { return Ok((0, 0)) };
+                    match store::lock(store)? {
+                        Some(lock) => store::remove_trees(store, &lock, &[], false),
+                        None => Ok((0, 0)),
+                    }
+                })
                 .map(|_| ()),
             _ => Ok(()),
         };

@@ -79,7 +79,13 @@ fn prune_sources(
 ) -> Result<SourcesDocument, CommandError> {
     let store = ctx.config.store()?;
     let retention = if args.dry_run { cutoff.map(|cutoff| (cutoff, args.status)) } else { None };
-    let counted = stored::prune(client, &store, PruneRun::Count(retention))?;
+    let mut said = false;
+    let mut waiting = || {
+        if !std::mem::replace(&mut said, true) {
+            ctx.out.info("waiting for the enqueues in progress to end before pruning synced commits");
+        }
+    };
+    let counted = stored::prune(client, &store, PruneRun::Count(retention), &mut waiting)?;
     let pruned = if args.dry_run || (counted.commits == 0 && counted.local_trees == 0 && counted.blobs == 0) {
         counted
     } else {
@@ -90,7 +96,7 @@ fn prune_sources(
             ),
             args.yes,
         )?;
-        stored::prune(client, &store, PruneRun::Remove)?
+        stored::prune(client, &store, PruneRun::Remove, &mut waiting)?
     };
     let verb = if args.dry_run { "would delete" } else { "deleted" };
     if !ctx.out.json {

@@ -527,16 +527,27 @@ pub(crate) fn trees(store: &Path) -> Result<Vec<(Uuid, String)>> {
     Ok(trees)
 }
 
+/// The store's lock, for a caller that takes it before other locks (see `remove_trees`); none when
+/// there is no store yet (nothing to remove from it).
+pub(crate) fn lock(store: &Path) -> Result<Option<StoreLock>> {
+    if !store.is_dir() {
+        return Ok(None);
+    }
+    StoreLock::take(store).map(Some)
+}
+
 /// Remove these trees from a host's store (marker first, as for an incomplete tree), then every
 /// blob content no tree links to any more; returns how many of each (counted only, `dry_run`: a
 /// blob is counted when the trees' links are all it has besides the store's own name).
-/// Under the store's lock: no materialization is linking to a blob meanwhile.
-pub(crate) fn remove_trees(store: &Path, trees: &[(Uuid, String)], dry_run: bool) -> Result<(u64, u64)> {
+/// Under the store's lock, which the caller holds (`lock`): no materialization is linking to a blob
+/// meanwhile, and `prune` takes it before the job table's lock, not while enqueues wait behind it.
+pub(crate) fn remove_trees(
+    store: &Path,
+    _lock: &StoreLock,
+    trees: &[(Uuid, String)],
+    dry_run: bool,
+) -> Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    if !store.is_dir() {
-        return Ok((0, 0));
-    }
-    let _lock = StoreLock::take(store)?;
     let mut blobs = 0;
     // The links the trees hold to each blob (by inode): removed, or only counted.
     let mut held: HashMap<u64, u64> = HashMap::new();
@@ -730,7 +741,7 @@ fn place(temp: &Path, path: &Path, mode: u32) -> Result<()> {
 }
 
 /// The store's lock: one process at a time writes in a host's store.
-struct StoreLock {
+pub(crate) struct StoreLock {
     _file: File,
 }
 

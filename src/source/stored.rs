@@ -10,11 +10,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use git2::Oid;
 use postgres::binary_copy::BinaryCopyInWriter;
+use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, Transaction};
@@ -291,9 +293,17 @@ pub(crate) enum PruneRun {
     Count(Option<(DateTime<Utc>, Option<JobStatus>)>),
 }
 
+/// How long one attempt at the job table's lock waits: the enqueues that come meanwhile queue
+/// behind `prune`'s request, so it gives up this soon, lets them through, and asks again.
+const JOB_LOCK_ATTEMPT: &str = "200ms";
+
+/// The longest pause between two attempts at the job table's lock.
+const JOB_LOCK_PAUSE: Duration = Duration::from_secs(1);
+
 /// Remove the commits no job pins any more, from the database and from this host's `store`, and
-/// the blob contents nothing holds any more; or count them (`PruneRun::Count`).
-pub(crate) fn prune(client: &mut Client, store: &Path, run: PruneRun) -> Result<Pruned> {
+/// the blob contents nothing holds any more; or count them (`PruneRun::Count`). `waiting` is called
+/// once, when the job table's lock is not had at the first attempt (enqueues are in progress).
+pub(crate) fn prune(client: &mut Client, store: &Path, run: PruneRun, waiting: &mut dyn FnMut()) -> Result<Pruned> {
     let dry_run = matches!(run, PruneRun::Count(_));
     let mut pruned = Pruned::default();
     let mut tx = client.transaction()?;
@@ -310,11 +320,17 @@ pub(crate) fn prune(client: &mut Client, store: &Path, run: PruneRun) -> Result<
         }
         _ => UNPINNED_SQL,
     };
-    // No job is enqueued meanwhile (one pinned to a commit found unpinned here would lose its tree);
-    // enqueues wait for this transaction, which is short.
-    tx.batch_execute("LOCK TABLE job IN SHARE MODE")?;
-    // And no sync counts on a blob this transaction removes.
+    // No sync counts on a blob this transaction removes, and no sync or worker writes in the store
+    // meanwhile. Both taken before the job table's lock, which enqueues queue behind: a running
+    // sync holds them until it commits, a worker holds the store's while it writes a commit, and
+    // none of them holds or waits for a lock on the job table meanwhile. In a sync's order (the
+    // blob lock in its transaction, then the store's while it writes the tree), so neither waits
+    // for the other's second lock while holding its first.
     tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&BLOB_LOCK_CLASS])?;
+    let store_lock = store::lock(store)?;
+    // No job is enqueued meanwhile (one pinned to a commit found unpinned here would lose its tree);
+    // enqueues wait for this transaction, which is short once it has the lock.
+    lock_jobs(&mut tx, waiting)?;
     let stored: Vec<(Uuid, String)> = tx
         .query("SELECT git_source_id, commit_sha FROM source_commit", &[])?
         .iter()
@@ -336,14 +352,49 @@ pub(crate) fn prune(client: &mut Client, store: &Path, run: PruneRun) -> Result<
 
     // This host's store: the trees of commits the database no longer pins, whether it just removed
     // them or they were never stored there (synced by an older wf, or another database's).
-    let unpinned_here = unpinned(&mut tx, store::trees(store)?, unpinned_sql)?;
-    let removed = store::remove_trees(store, &unpinned_here, dry_run)?;
-    pruned.local_trees = removed.0;
-    pruned.local_blobs = removed.1;
+    if let Some(lock) = &store_lock {
+        let unpinned_here = unpinned(&mut tx, store::trees(store)?, unpinned_sql)?;
+        let removed = store::remove_trees(store, lock, &unpinned_here, dry_run)?;
+        pruned.local_trees = removed.0;
+        pruned.local_blobs = removed.1;
+    }
     if dry_run {
         tx.rollback()?;
     } else {
         tx.commit()?;
     }
     Ok(pruned)
+}
+
+/// Take the job table's SHARE lock in `tx`, in attempts of `JOB_LOCK_ATTEMPT` (each in a savepoint,
+/// undone when it gives up), pausing longer and longer between them. A waiting `LOCK TABLE` is in
+/// the lock queue, and every enqueue that comes after it waits behind it: a long enqueue in
+/// progress (a streamed batch) would otherwise stop every other until it ended.
+fn lock_jobs(tx: &mut Transaction<'_>, waiting: &mut dyn FnMut()) -> Result<()> {
+    let setting: String = tx.query_one("SELECT current_setting('lock_timeout')", &[])?.get(0);
+    tx.execute("SELECT set_config('lock_timeout', $1, true)", &[&JOB_LOCK_ATTEMPT])?;
+    let mut pause = Duration::from_millis(50);
+    let mut said = false;
+    loop {
+        let mut attempt = tx.transaction()?;
+        match attempt.batch_execute("LOCK TABLE job IN SHARE MODE") {
+            Ok(()) => {
+                attempt.commit()?;
+                break;
+            }
+            Err(error) if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                attempt.rollback()?;
+                if !said {
+                    said = true;
+                    waiting();
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(JOB_LOCK_PAUSE);
+            }
+            Err(error) => return Err(error).context("locking the job table"),
+        }
+    }
+    // The rest of the transaction waits as it did.
+    tx.execute("SELECT set_config('lock_timeout', $1, true)", &[&setting])?;
+    Ok(())
 }

@@ -521,6 +521,86 @@ fn prune_never_removes_the_commit_a_rerun_is_pinning() {
     assert_pinned_commit_stored(&env, &id, job.json()["id"].as_str().unwrap());
 }
 
+/// Wait until a `prune --sources` of this test's database holds the lock of stored blobs (its first
+/// key "wfbl") or waits for the job table's.
+fn pruning(env: &TestEnv) {
+    wait_for(Duration::from_secs(60), "the prune to take the lock of stored blobs", || {
+        let seen: i64 = env.scalar(
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+              WHERE d.datname = current_database()
+                AND ((l.locktype = 'advisory' AND l.classid = x'7766626c'::int::oid)
+                  OR (l.relation = 'job'::regclass AND l.mode = 'ShareLock'))",
+        );
+        (seen > 0).then_some(())
+    });
+}
+
+/// Wait (generously) for a `wf enqueue` to end, and expect it to have enqueued.
+fn enqueued_meanwhile(enqueue: crate::support::harness::Process) -> String {
+    let mut enqueue = enqueue;
+    wait_for(Duration::from_secs(60), "the enqueue to end while the prune waits", || enqueue.try_wait().unwrap());
+    let run = enqueue.finish();
+    assert_eq!(run.code, 0, "{run:?}");
+    run.stdout.trim().to_string()
+}
+
+/// `prune --sources` waits for the store's lock (a sync or a worker writing a commit holds it): it
+/// waited holding the job table's lock, and every enqueue waited behind it. It now takes the
+/// store's lock first, and enqueues go on meanwhile.
+#[test]
+fn prune_waiting_for_the_stores_lock_lets_enqueues_through() {
+    let env = TestEnv::new();
+    let (repo, id, first) = synced(&env);
+    sync_unrelated_commit(&env, &repo);
+    let held = std::fs::File::create(env.store().join(".lock")).unwrap();
+    held.lock().unwrap();
+    let mut prune = env.wf(["prune", "--sources", "--yes"]).spawn(&env.dir.path().join("prune.log"));
+    pruning(&env);
+
+    let job = enqueued_meanwhile(env.wf(["enqueue", "t/echo", "--input", "{}"]).start());
+    assert!(prune.try_wait().unwrap().is_none(), "the prune still waits for the store's lock");
+    drop(held);
+    assert!(prune.wait().unwrap().success(), "{}", std::fs::read_to_string(env.dir.path().join("prune.log")).unwrap());
+    let left: i64 = env.scalar_of(
+        "SELECT count(*) FROM source_commit WHERE git_source_id = $1::text::uuid AND commit_sha = $2",
+        &[&id, &first],
+    );
+    assert_eq!(left, 0, "the commit nothing pins left the database");
+    assert!(!env.store().join(&id).join(&first).exists(), "and the store");
+    assert_pinned_commit_stored(&env, &id, &job);
+}
+
+/// A streamed batch enqueue holds the job table (in the mode every enqueue does) until its input
+/// ends: `prune --sources` waits for it, as it must (its jobs pin their commit), but no longer in
+/// front of every other enqueue.
+#[test]
+fn prune_waiting_for_a_streamed_batch_lets_other_enqueues_through() {
+    use std::io::Write;
+    let env = TestEnv::new();
+    let (repo, id, _first) = synced(&env);
+    let mut batch = env.wf(["enqueue", "t/echo", "--batch", "-", "--json"]).start_fed();
+    let mut lines = batch.stdin.take().unwrap();
+    lines.write_all(b"{\"n\": 1}\n").unwrap();
+    lines.flush().unwrap();
+    pinning(&env);
+    // The catalog leaves the commit the batch pins: only the batch's uncommitted job pins it.
+    sync_unrelated_commit(&env, &repo);
+    let mut prune = env.wf(["prune", "--sources", "--yes"]).start();
+    pruning(&env);
+
+    enqueued_meanwhile(env.wf(["enqueue", "t/echo", "--input", "{}"]).start());
+    assert!(batch.try_wait().unwrap().is_none(), "the batch is still open");
+    assert!(prune.try_wait().unwrap().is_none(), "the prune waits for it");
+    drop(lines);
+    let batch = batch.finish();
+    assert_eq!(batch.code, 0, "{batch:?}");
+    let pruned = prune.finish();
+    assert_eq!(pruned.code, 0, "{pruned:?}");
+    assert_eq!(pruned.stderr.matches("waiting for the enqueues in progress").count(), 1, "said once: {pruned:?}");
+    let job = batch.json()["ids"][0].as_str().unwrap().to_string();
+    assert_pinned_commit_stored(&env, &id, &job);
+}
+
 /// A worker writing a commit from the database links the contents its store holds already: one of
 /// them changed on the host since (here by hand) is found by the tree's digest before the job runs,
 /// and the job fails `SourceNotMaterialized` instead of running it.

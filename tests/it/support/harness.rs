@@ -446,6 +446,13 @@ impl Wf {
         self.spawn_into(Stdio::piped(), Stdio::piped())
     }
 
+    /// Start in the background as `start` does, with its stdin a pipe the test writes to (and closes
+    /// by dropping it: `.stdin.take()`).
+    pub(crate) fn start_fed(mut self) -> Process {
+        self.command.stdin(Stdio::piped());
+        self.start()
+    }
+
     /// Start in the background (a worker), stdout to nowhere and stderr to `log`; killed when
     /// dropped.
     pub(crate) fn spawn(self, log: &Path) -> Process {
