@@ -15,6 +15,8 @@ pub mod store;
 pub(crate) mod stored;
 pub(crate) mod sync;
 
+pub use stored::unpinned_sql;
+
 /// What a sync, or a source's removal, tells its caller while it works: the command draws it
 /// (spinners, a progress bar, notes); the library draws nothing.
 pub(crate) trait Progress {

@@ -124,3 +124,62 @@ fn a_prune_batch_walks_the_oldest_records_and_probes_the_queue_by_its_key() {
     assert_eq!(walked["Index Name"], "job_completed_completed_at_idx", "{text}");
     assert_eq!(walked["Actual Rows"], 1000, "a batch's worth of records walked:\n{text}");
 }
+
+/// `prune --sources` looks up, under the job table's lock (enqueues wait), which of the stored
+/// commits and the store's trees no job pins: one pass over the jobs, however many commits. (As a
+/// NOT EXISTS per commit, with no index on a job's commit, it read the whole table once per commit.)
+#[test]
+fn the_pinned_check_reads_the_jobs_once_for_any_number_of_commits() {
+    let env = TestEnv::new();
+    synced(&env);
+    let source: uuid::Uuid = env.scalar("SELECT id FROM git_source WHERE name = 'tests'");
+    let catalog: String = env.scalar("SELECT commit_sha FROM git_source WHERE name = 'tests'");
+    // 50,000 jobs of this source on 2 commits, then commits no job pins.
+    env.db()
+        .execute(
+            "INSERT INTO job (id, app_key, action_key, git_source_id, commit_sha, entrypoint,
+                              timeout_s, tag, priority, input, trigger_kind, scheduled_for)
+             SELECT gen_random_uuid(), 't', 'echo', $1, 'pinned-' || n % 2, 'e.ts', 60, 'default', 0, '{}',
+                    'manual', now()
+               FROM generate_series(1, 50000) AS n",
+            &[&source],
+        )
+        .unwrap();
+    env.db().batch_execute("ANALYZE job").unwrap();
+    let unused: Vec<String> = (0..9).map(|n| format!("unused-{n}")).collect();
+    let mut shas = unused.clone();
+    shas.extend(["pinned-1".to_string(), catalog]);
+    let ids = vec![source; shas.len()];
+
+    let sql = wf::source::unpinned_sql();
+    let mut found: Vec<String> = env.db().query(sql, &[&ids, &shas]).unwrap().iter().map(|row| row.get(1)).collect();
+    found.sort();
+    assert_eq!(found, unused, "the commits no job pins and the catalog is not on");
+
+    // A hash of 50,000 jobs' commits fits the default work_mem, and the planner makes it, whatever
+    // the statement; one of 1,000,000 does not, and it read the jobs once per commit instead (2 s
+    // for 9). The same proportion here: 64 kB for 50,000 jobs.
+    let mut client = env.db();
+    client.batch_execute("SET work_mem = '64kB'").unwrap();
+    let plan: Value =
+        client.query_one(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}"), &[&ids, &shas]).unwrap().get(0);
+    let root = &plan[0]["Plan"];
+    let text = serde_json::to_string_pretty(root).unwrap();
+    let reads_jobs = |node: &Value| {
+        let on_job = |node: &Value| node.get("Relation Name").and_then(Value::as_str) == Some("job");
+        // A copy of the rows read, read again at each loop, counts as reading them again.
+        on_job(node) || (node["Node Type"] == "Materialize" && nodes(node).into_iter().any(on_job))
+    };
+    let loops: i64 = nodes(root)
+        .into_iter()
+        .filter(|node| node.get("Relation Name").and_then(Value::as_str) == Some("job"))
+        .map(|node| node["Actual Loops"].as_i64().unwrap_or(0))
+        .sum();
+    assert_eq!(loops, 1, "the jobs read once:\n{text}");
+    let rows: f64 = nodes(root)
+        .into_iter()
+        .filter(|node| reads_jobs(node))
+        .map(|node| node["Actual Rows"].as_f64().unwrap_or(0.0) * node["Actual Loops"].as_f64().unwrap_or(1.0))
+        .sum();
+    assert!(rows <= 50_000.0, "{rows} job rows read (50,000 jobs):\n{text}");
+}
