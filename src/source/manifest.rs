@@ -18,6 +18,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::store::RESERVED;
+use crate::queue::enqueue::holds_nul;
 
 /// The manifest's name, at the repository root.
 pub(crate) const MANIFEST: &str = "windforce.json";
@@ -218,6 +219,7 @@ pub(crate) fn read(repo: &Repository, root: &Tree, taken: &BTreeMap<String, Stri
     let Some(value) = value else { return Err(problems.into_invalid()) };
 
     let refused = problems.schema(&value);
+    problems.nul(&mut Vec::new(), &value);
     let mut found = Found::default();
     for (app_key, app) in value.get("apps").and_then(Value::as_object).into_iter().flatten() {
         if let Some(owner) = taken.get(app_key) {
@@ -355,6 +357,36 @@ impl Problems {
         refused
     }
 
+    /// Every string and key under `path` that holds U+0000, which PostgreSQL stores neither in
+    /// `jsonb` nor in `text`: the sync would store the whole tree, then fail on the catalog with a
+    /// refusal that names no file or key.
+    fn nul(&mut self, path: &mut Vec<String>, value: &Value) {
+        if !holds_nul(value) {
+            return;
+        }
+        match value {
+            Value::String(_) => self.at(&path.iter().map(String::as_str).collect::<Vec<_>>(), NUL_PROBLEM),
+            Value::Array(items) => {
+                for (n, item) in items.iter().enumerate() {
+                    path.push(n.to_string());
+                    self.nul(path, item);
+                    path.pop();
+                }
+            }
+            Value::Object(fields) => {
+                for (name, field) in fields {
+                    path.push(name.replace('\0', "\\u0000"));
+                    if name.contains('\0') {
+                        self.at(&path.iter().map(String::as_str).collect::<Vec<_>>(), format!("the key {NUL_PROBLEM}"));
+                    }
+                    self.nul(path, field);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// The repository checks of one action at `at`: its entrypoint and schema files in the tree,
     /// for the values the schema accepted.
     fn files(
@@ -415,6 +447,11 @@ impl Problems {
             self.push(path, format!("{MANIFEST}: {place}: must be a JSON Schema object"));
             return None;
         }
+        // An inline schema's are found with the manifest's (`nul`).
+        if given.is_string() && holds_nul(&schema) {
+            self.push(path, format!("{MANIFEST}: {place}: {NUL_PROBLEM}"));
+            return None;
+        }
         if let Err(error) = jsonschema::meta::validate(&schema) {
             let at = error.instance_path().to_string();
             let at = if at.is_empty() { String::new() } else { format!(" at {at}") };
@@ -428,6 +465,9 @@ impl Problems {
         Some(schema)
     }
 }
+
+/// What a value holding U+0000 is told (see `Problems::nul`).
+const NUL_PROBLEM: &str = "holds the character U+0000 (\\u0000), which PostgreSQL cannot store";
 
 /// `apps.billing.actions.charge`: a key path as the problems name it.
 fn key(path: &[&str]) -> String {

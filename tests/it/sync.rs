@@ -922,6 +922,41 @@ fn a_manifest_with_several_problems_reports_all_of_them() {
     assert!(!env.store().exists(), "nothing was written to the store");
 }
 
+/// PostgreSQL stores no U+0000 in a JSON value: a schema holding one was stored with its tree, then
+/// failed the sync on the catalog with "unsupported Unicode escape sequence", naming no file or key.
+/// The manifest's check refuses it, as its other problems, before anything is stored.
+#[test]
+fn a_schema_holding_u0000_is_a_manifest_problem_and_changes_nothing() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    add_source(&env, "acme", &repo);
+    let synced = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();
+    let catalog = catalog_snapshot(&env);
+    let store = listing(&env.store());
+
+    set_manifest(&repo, |m| {
+        charge(m)["output_schema"]["properties"] = json!({"receipt": {"description": "a\u{0}b"}});
+        m["apps"]["tools"]["actions"]["ping"]["input_schema"] = json!("tools/ping.input.json");
+    });
+    repo.file("tools/ping.input.json", r#"{"type": "object", "title": "ping\u0000"}"#);
+    let commit = repo.commit("U+0000 in two schemas");
+    let run = env.wf(["sync", "acme"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    for expected in [
+        "windforce.json: apps.billing.actions.charge.output_schema.properties.receipt.description: holds the \
+         character U+0000",
+        "windforce.json: apps.tools.actions.ping.input_schema: tools/ping.input.json: holds the character U+0000",
+        "2 problems",
+    ] {
+        assert!(run.stderr.contains(expected), "missing {expected:?} in {}", run.stderr);
+    }
+    assert_eq!(source_commit(&env, "acme").as_deref(), Some(synced.as_str()), "the action stays at its commit");
+    assert_eq!(catalog_snapshot(&env), catalog, "the catalog changed");
+    assert_eq!(listing(&env.store()), store, "the store changed");
+    let stored: i64 = env.scalar_of("SELECT count(*) FROM source_commit WHERE commit_sha = $1", &[&commit]);
+    assert_eq!(stored, 0, "the commit is not stored in the database");
+}
+
 #[test]
 fn source_add_list_rm_and_actions_print_their_documents() {
     let env = TestEnv::new();
