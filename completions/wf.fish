@@ -151,7 +151,7 @@ api\t''
 webhook\t''
 schedule\t''"
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l timeout -d 'Give up waiting after this long (exit 3)' -r
-complete -c wf -n "__fish_wf_using_subcommand enqueue" -l key -d 'Idempotency key: while a job enqueued with this key exists, enqueueing again returns it (`"existing": true`) instead of a new one' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l key -d 'Idempotency key: while a job enqueued with this key exists, enqueueing again returns it (`"existing": true`) instead of a new one. At most 1,000 bytes' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l database-url -d 'PostgreSQL connection (URL or key=value); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"

@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::queue::enqueue::KEY_MAX_BYTES;
 use crate::queue::inspect::Moment;
 use crate::queue::job::{JobStatus, TriggerKind};
 
@@ -202,7 +203,7 @@ pub(crate) struct EnqueueArgs {
     #[arg(long, requires = "wait", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
     /// Idempotency key: while a job enqueued with this key exists, enqueueing again returns it
-    /// (`"existing": true`) instead of a new one.
+    /// (`"existing": true`) instead of a new one. At most 1,000 bytes.
     #[arg(long, conflicts_with = "batch", value_parser = parse_key)]
     pub key: Option<String>,
 }
@@ -591,10 +592,16 @@ fn within_bounds(text: &str, duration: Duration) -> Result<Duration, String> {
 }
 
 /// An idempotency key: not empty (an unset shell variable would otherwise make every enqueue after
-/// the first return that first job).
+/// the first return that first job), and at most `KEY_MAX_BYTES` long.
 fn parse_key(text: &str) -> Result<String, String> {
     if text.trim().is_empty() {
         return Err("an idempotency key must not be empty".to_string());
+    }
+    if text.len() > KEY_MAX_BYTES {
+        return Err(format!(
+            "an idempotency key may be at most {KEY_MAX_BYTES} bytes; this one is {} (use a digest of a longer one)",
+            text.len()
+        ));
     }
     Ok(text.to_string())
 }

@@ -135,6 +135,11 @@ pub(crate) fn enqueue(tx: &mut Transaction<'_>, request: &Request<'_>) -> Result
     Ok(enqueued)
 }
 
+/// The longest idempotency key, in bytes. Keys are unique by a btree index, whose entries hold at
+/// most 2,704 bytes (a third of a page): a longer key failed the insert with PostgreSQL's "index row
+/// size exceeds btree maximum". 1,000 is far from that, and far above any order number or digest.
+pub(crate) const KEY_MAX_BYTES: usize = 1000;
+
 /// The most jobs one insert statement takes. A larger batch is inserted in chunks of this many in
 /// the caller's transaction (all or nothing still): the statement's arrays and result, and a
 /// batch file read chunk by chunk, stay the size of a chunk whatever the batch's. 200,000 jobs in

@@ -274,6 +274,28 @@ fn retries_in_the_manifest_are_checked_by_sync() {
     }
 }
 
+/// A key is unique by a btree index, which refused a key of some kilobytes with its own error
+/// ("index row size 8016 exceeds btree version 4 maximum 2704"): a key over 1,000 bytes is a usage
+/// error, found before anything is written; one of 1,000 bytes is a key.
+#[test]
+fn an_idempotency_key_longer_than_1000_bytes_is_a_usage_error() {
+    let env = TestEnv::new();
+    synced(&env);
+    // Random, as a key of 6 KB that PostgreSQL cannot compress below the index's limit.
+    let random: String = (0..190).map(|_| uuid::Uuid::new_v4().simple().to_string()).collect();
+    for long in [random, "é".repeat(501)] {
+        let run = env.wf(["enqueue", "t/echo", "--key", &long]).run().expect_code(2);
+        assert!(run.stderr.contains("at most 1000 bytes"), "{}", run.stderr);
+        assert!(!run.stderr.contains("index row size"), "{}", run.stderr);
+    }
+    let jobs: i64 = env.scalar("SELECT count(*) FROM job");
+    assert_eq!(jobs, 0, "nothing was written");
+    let longest = "é".repeat(500);
+    let first = env.wf(["enqueue", "t/echo", "--key", &longest, "--json"]).ok().json();
+    let again = env.wf(["enqueue", "t/echo", "--key", &longest, "--json"]).ok().json();
+    assert_eq!((&again["id"], &again["existing"]), (&first["id"], &json!(true)));
+}
+
 #[test]
 fn an_idempotency_key_returns_the_job_it_enqueued_while_that_job_exists() {
     let env = TestEnv::new();
