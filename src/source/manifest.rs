@@ -144,7 +144,9 @@ struct AppFile {
     tag: Option<String>,
     actions: BTreeMap<String, ActionFile>,
     network: Option<bool>,
+    #[serde(default, deserialize_with = "whole_or_none")]
     memory_mb: Option<i32>,
+    #[serde(default, deserialize_with = "whole_or_none")]
     max_processes: Option<i32>,
     retries: Option<RetriesFile>,
     warm: Option<bool>,
@@ -153,6 +155,7 @@ struct AppFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RetriesFile {
+    #[serde(deserialize_with = "whole")]
     max: i32,
     backoff: Option<String>,
     max_backoff: Option<String>,
@@ -164,13 +167,36 @@ struct ActionFile {
     entrypoint: String,
     input_schema: Option<SchemaSource>,
     output_schema: Option<SchemaSource>,
+    #[serde(default, deserialize_with = "whole_or_none")]
     timeout: Option<i32>,
     tag: Option<String>,
     network: Option<bool>,
+    #[serde(default, deserialize_with = "whole_or_none")]
     memory_mb: Option<i32>,
+    #[serde(default, deserialize_with = "whole_or_none")]
     max_processes: Option<i32>,
     retries: Option<RetriesFile>,
     warm: Option<bool>,
+}
+
+/// An integer field, as the schema accepted it: JSON Schema's integers are the numbers without a
+/// fraction, written `30` or `30.0` alike (and the schema checked the range), so `30.0` is read as
+/// the 30 it is rather than refused here, late, without its key and alone.
+fn whole<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i32, D::Error> {
+    let number = serde_json::Number::deserialize(deserializer)?;
+    let exact = number.as_i64().and_then(|n| i32::try_from(n).ok());
+    let written_as_float = || {
+        let n = number.as_f64()?;
+        (n.fract() == 0.0 && n >= f64::from(i32::MIN) && n <= f64::from(i32::MAX)).then_some(n as i32)
+    };
+    exact
+        .or_else(written_as_float)
+        .ok_or_else(|| serde::de::Error::custom(format!("{number} is not a whole number of 32 bits")))
+}
+
+/// `whole`, for an optional field (absent: `None`, by `#[serde(default)]`).
+fn whole_or_none<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<i32>, D::Error> {
+    whole(deserializer).map(Some)
 }
 
 /// A schema given inline, or the path of its file in the repository.

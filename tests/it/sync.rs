@@ -886,6 +886,34 @@ fn an_apps_warm_is_inherited_by_its_actions() {
     assert_eq!(warm, [("inherits".to_string(), true), ("own".to_string(), false)]);
 }
 
+/// The manifest's schema counts `30.0` as an integer (JSON Schema's integers are the numbers without
+/// a fraction), and so does the sync: it failed on the first such value with "1 problem:
+/// windforce.json: invalid type: floating point 30.0, expected i32", naming no key and not the others.
+#[test]
+fn whole_numbers_written_with_a_fraction_are_read_as_the_integers_they_are() {
+    let env = TestEnv::new();
+    let repo = GitRepo::new();
+    let action = json!({"entrypoint": "a.ts", "timeout": 30.0, "memory_mb": 512.0, "retries": {"max": 3.0}});
+    repo.manifest(&json!({"apps": {"w": {"max_processes": 64.0, "actions": {"a": action}}}}));
+    repo.file("a.ts", "export function main() {}\n").commit("whole numbers as floats");
+    assert!(std::fs::read_to_string(repo.path().join("windforce.json")).unwrap().contains("30.0"));
+    add_source(&env, "s", &repo);
+    sync_json(&env, &["s"]);
+    let row = action_row(&env, "w", "a").expect("the action is in the catalog");
+    let settings = ["timeout_s", "memory_mb", "max_processes", "retry_max"].map(|column| &row[column]);
+    assert_eq!(settings, [&json!(30), &json!(512), &json!(64), &json!(3)], "{row}");
+
+    // One with a fraction is still refused by the schema, with its key, and so is every other.
+    let action = json!({"entrypoint": "a.ts", "timeout": 30.5, "memory_mb": 512.25});
+    repo.manifest(&json!({"apps": {"w": {"actions": {"a": action}}}})).commit("fractions");
+    let run = env.wf(["sync", "s"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    for expected in ["apps.w.actions.a.timeout: must be a positive integer", "apps.w.actions.a.memory_mb", "2 problems"]
+    {
+        assert!(run.stderr.contains(expected), "missing {expected:?} in {}", run.stderr);
+    }
+}
+
 #[test]
 fn a_manifest_with_several_problems_reports_all_of_them() {
     let env = TestEnv::new();
