@@ -242,8 +242,8 @@ pub(crate) struct WorkArgs {
     /// signal: at once).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub grace: Duration,
-    /// Worker name (default: host name and pid).
-    #[arg(long)]
+    /// Worker name (default: host name and pid): printable, at most 200 characters.
+    #[arg(long, value_parser = parse_worker_name)]
     pub name: Option<String>,
     /// Do not run periodic reaper passes.
     #[arg(long)]
@@ -444,6 +444,8 @@ pub(crate) struct ScheduleAddArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("changes").required(true).multiple(true)
+    .args(["cron", "tz", "input", "priority", "tag", "no_overlap"])))]
 pub(crate) struct ScheduleUpdateArgs {
     /// Schedule name.
     pub name: String,
@@ -593,6 +595,20 @@ fn within_bounds(text: &str, duration: Duration) -> Result<Duration, String> {
 
 /// An idempotency key: not empty (an unset shell variable would otherwise make every enqueue after
 /// the first return that first job), and at most `KEY_MAX_BYTES` long.
+/// A worker's name: shown in tables and journals, so nothing that would drive a terminal.
+fn parse_worker_name(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("a worker's name must not be empty".to_string());
+    }
+    if text.chars().any(char::is_control) {
+        return Err("a worker's name must not hold control characters".to_string());
+    }
+    if text.chars().count() > 200 {
+        return Err("a worker's name may be at most 200 characters".to_string());
+    }
+    Ok(text.to_string())
+}
+
 fn parse_key(text: &str) -> Result<String, String> {
     if text.trim().is_empty() {
         return Err("an idempotency key must not be empty".to_string());

@@ -3,6 +3,7 @@
 //! library the values it needs; the library never reads a variable. A value that can be wrong is
 //! checked when a command asks for it, so a command that does not need it never fails over it.
 
+use std::env::VarError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -65,8 +66,32 @@ pub(crate) const ENVIRONMENT: [(&str, &str); 11] = [
     ("NO_COLOR", "When set, no colours in tables (nothing else changes)."),
 ];
 
+/// The variables `Config::from_env` reads a value of (PATH and those the command line reads aside).
+const READ: [&str; 10] = [
+    "WF_HOME",
+    "XDG_DATA_HOME",
+    "HOME",
+    "WF_STORE",
+    "WF_BUN",
+    "WF_SECRET",
+    "WF_ZOMBIE_TIMEOUT_S",
+    "WF_RESTART_LIMIT",
+    "WF_HEARTBEAT_S",
+    "WF_FAULT",
+];
+
 impl Config {
-    pub(crate) fn from_env() -> Config {
+    /// The configuration from the environment; a variable wf reads that is not valid UTF-8 is an
+    /// error (taken for unset, a WF_HOME or WF_STORE would have wf use the default's cluster or
+    /// store, and a WF_SECRET a key of its own).
+    pub(crate) fn from_env() -> Result<Config> {
+        if let Some(name) = READ.into_iter().find(|name| matches!(std::env::var(name), Err(VarError::NotUnicode(_)))) {
+            bail!("{name} is not valid UTF-8: wf reads it as text");
+        }
+        Ok(Config::from_valid_env())
+    }
+
+    fn from_valid_env() -> Config {
         let home = env_nonempty("WF_HOME").map(PathBuf::from).or_else(|| {
             env_nonempty("XDG_DATA_HOME")
                 .map(|data| PathBuf::from(data).join("windforce"))
@@ -202,7 +227,7 @@ mod tests {
     /// says how to get one.
     #[test]
     fn without_bun_on_path_the_checkouts_tools_bun_is_used() {
-        let mut config = Config::from_env();
+        let mut config = Config::from_env().unwrap();
         config.bun = "bun".to_string();
         config.search_path = Vec::new();
         let installed = Path::new(env!("CARGO_MANIFEST_DIR")).join(DEMO_BUN);

@@ -302,6 +302,10 @@ fn check(
     Ok((zone, next))
 }
 
+pub(crate) fn exists(client: &mut Client, name: &str) -> Result<bool> {
+    Ok(client.query_one("SELECT EXISTS (SELECT 1 FROM schedule WHERE name = $1)", &[&name])?.get(0))
+}
+
 pub(crate) fn list(client: &mut Client) -> Result<Vec<Schedule>> {
     let rows = client.query(&format!("SELECT {COLUMNS} FROM schedule ORDER BY name"), &[])?;
     Ok(rows.iter().map(Schedule::from_row).collect())

@@ -35,7 +35,10 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         // Jobs that finished while the operator read the prompt are reported as such.
         found
     } else {
-        let ids = args.ids.iter().map(|id| inspect::resolve_id(&mut client, id)).collect::<Result<Vec<_>>>()?;
+        let mut ids = args.ids.iter().map(|id| inspect::resolve_id(&mut client, id)).collect::<Result<Vec<_>>>()?;
+        // One job named twice (its id and a prefix of it) is one job to cancel, in its first place.
+        let mut seen = std::collections::HashSet::new();
+        ids.retain(|id| seen.insert(*id));
         if ids.len() > 1 {
             confirm(&format!("cancel {} jobs", ids.len()), args.yes)?;
         }

@@ -123,7 +123,7 @@ pub(crate) fn dispatch(cli: Cli) -> CommandResult {
         return Err(CommandError::usage("--json asks for JSON and --output table for a table: give one of them"));
     }
     let json = cli.json || cli.output == Some(OutputFormat::Json);
-    let config = Config::from_env();
+    let config = Config::from_env()?;
     crate::fault::arm(config.fault.clone());
     let ctx = Ctx { out: Output::new(json, cli.quiet, config.no_color), config, database_url: cli.database_url };
     if crate::fault::at("panic") {

@@ -144,8 +144,12 @@ fn update(ctx: &Ctx, args: ScheduleUpdateArgs) -> CommandResult {
 }
 
 fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> CommandResult {
-    confirm(&format!("remove schedule {}", args.name), args.yes)?;
     let mut client = ctx.connect()?;
+    // Not found before asked: nothing to confirm.
+    if !schedule::exists(&mut client, &args.name)? {
+        return Err(anyhow::anyhow!("no such schedule: {}", args.name).into());
+    }
+    confirm(&format!("remove schedule {}", args.name), args.yes)?;
     let withdrawn = schedule::remove(&mut client, &args.name, &ctx.config.operator)?;
     if ctx.out.json {
         ctx.out.json(&RemovedDocument { removed: &args.name, withdrawn })?;

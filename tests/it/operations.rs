@@ -134,6 +134,18 @@ fn a_bulk_cancel_reports_a_matched_job_that_finished_and_was_pruned_meanwhile() 
 /// A bulk cancel of the queued jobs does not cancel one a worker started while the operator read
 /// the prompt: it is no longer queued, and is left to run (before: it got the cancel mark and was
 /// killed).
+/// One job named twice (its id and a prefix of it) is canceled and reported once, and the prompt
+/// counts one job (it counted and reported two).
+#[test]
+fn a_job_named_twice_is_canceled_once() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/echo", json!({}));
+    let canceled = env.wf(["cancel", &id, &id[..12], "--json"]).ok().json();
+    assert_eq!(canceled.as_array().map(Vec::len), Some(1), "{canceled}");
+    assert_eq!(canceled[0]["outcome"], "canceled", "{canceled}");
+}
+
 #[test]
 fn a_bulk_cancel_by_status_leaves_a_matched_job_that_changed_status_meanwhile() {
     let env = TestEnv::new();

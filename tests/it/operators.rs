@@ -419,3 +419,30 @@ fn console_output_keeps_its_order_across_stdout_and_stderr() {
         .collect();
     assert_eq!(lines, expected, "as the action wrote them (bun buffers stdout, not stderr)");
 }
+
+/// A worker's name is printable text (it is shown in tables and journals): an empty one, or one
+/// holding a terminal's escape, is a usage error and no worker starts (both started, and
+/// `wf workers` wrote the escape to the operator's terminal).
+#[test]
+fn a_worker_name_that_is_empty_or_drives_a_terminal_is_refused() {
+    let env = TestEnv::new();
+    for name in ["", "  ", "evil\u{1b}[31m"] {
+        let run = env.wf(["work", "--once", "--name", name]).run().expect_code(2);
+        assert!(run.stderr.contains("a worker's name"), "{name:?}: {}", run.stderr);
+    }
+    let workers: i64 = env.scalar("SELECT count(*) FROM worker");
+    assert_eq!(workers, 0);
+}
+
+/// A variable wf reads that is not valid UTF-8 is an error naming it, not taken for unset: WF_HOME
+/// so taken had wf use (and start) the default cluster, WF_STORE the default store.
+#[test]
+fn a_variable_that_is_not_text_is_an_error_naming_it() {
+    use std::os::unix::ffi::OsStrExt;
+    let env = TestEnv::new();
+    for name in ["WF_HOME", "WF_STORE", "WF_SECRET"] {
+        let value = std::ffi::OsStr::from_bytes(b"/tmp/wf-not-text-\xff");
+        let run = env.wf(["status"]).env(name, value).run().expect_code(1);
+        assert!(run.stderr.contains(&format!("{name} is not valid UTF-8")), "{name}: {}", run.stderr);
+    }
+}

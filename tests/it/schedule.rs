@@ -46,6 +46,25 @@ fn bad_schedules_are_refused_and_change_nothing() {
     env.wf(["schedule", "add", "s1", "t/echo", "--cron", "* * * * *"]).run().expect_code(1);
 }
 
+/// `schedule update` with nothing to change is a usage error and withdraws nothing (it withdrew and
+/// enqueued again every fire time ahead); `schedule rm` of an unknown name says so before it asks
+/// (it asked, and without a terminal exited 3, refused, rather than 1).
+#[test]
+fn an_update_that_changes_nothing_and_a_removal_of_no_schedule_change_nothing() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "yearly", "t/echo", "--cron", "0 0 1 1 *"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "800d"]).ok();
+    let ahead = scheduled_jobs(&env, "yearly");
+    assert!(ahead.len() >= 2, "{ahead:?}");
+    let run = env.wf(["schedule", "update", "yearly"]).run().expect_code(2);
+    assert!(run.stderr.contains("--cron"), "{}", run.stderr);
+    let canceled: i64 = env.scalar("SELECT count(*) FROM job_completed WHERE status = 'canceled'");
+    assert_eq!((scheduled_jobs(&env, "yearly"), canceled), (ahead, 0));
+    let run = env.wf(["schedule", "rm", "nosuch"]).run().expect_code(1);
+    assert!(run.stderr.contains("no such schedule: nosuch"), "{}", run.stderr);
+}
+
 /// A time given to the tick as its `now`, so that no test races a minute boundary.
 fn at(time: &str) -> DateTime<Utc> {
     time.parse().unwrap()
