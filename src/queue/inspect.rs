@@ -138,9 +138,15 @@ pub(crate) fn wait_until_finished(client: &mut Client, id: Uuid, timeout: Option
 
 /// Mark the job as awaited, so that its completion notifies (job_queue.awaited), once the caller
 /// listens and before it looks: a completion that deletes the queue row after the mark sees it,
-/// and one that deleted it before is found by the look.
+/// and one that deleted it before is found by the look. A row another transaction holds (its
+/// completion, a bulk cancel) is left unmarked rather than waited for, which would hold the wait
+/// past its timeout: the next look, two seconds on at most, marks it or finds the job finished.
 fn awaiting(client: &mut Client, id: Uuid) -> Result<()> {
-    client.execute("UPDATE job_queue SET awaited = true WHERE job_id = $1 AND NOT awaited", &[&id])?;
+    client.execute(
+        "UPDATE job_queue SET awaited = true
+          WHERE job_id = (SELECT job_id FROM job_queue WHERE job_id = $1 AND NOT awaited FOR UPDATE SKIP LOCKED)",
+        &[&id],
+    )?;
     Ok(())
 }
 

@@ -197,3 +197,20 @@ fn a_cancel_notifies_the_waited_job_and_no_other() {
     let status = wait_for(Duration::from_secs(30), "the waiter to end", || waiter.try_wait().unwrap());
     assert_eq!(status.code(), Some(4), "the job ended canceled: {status:?}");
 }
+
+/// `result --wait --timeout` keeps its timeout while another transaction holds the job's queue row
+/// (a bulk cancel of a million jobs takes half a minute): the mark that makes the completion notify
+/// is not waited for (before, the wait blocked on the row until it was let go).
+#[test]
+fn a_wait_keeps_its_timeout_while_the_jobs_queue_row_is_locked() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/echo", json!({}));
+    let mut db = env.db();
+    let mut holder = db.transaction().unwrap();
+    holder.execute("SELECT 1 FROM job_queue WHERE job_id = $1::text::uuid FOR UPDATE", &[&id]).unwrap();
+    let mut waiting = env.wf(["result", &id, "--wait", "--timeout", "1s"]).start();
+    let status = crate::support::checks::wait_exit(&mut waiting, Duration::from_secs(30), "the wait");
+    holder.rollback().unwrap();
+    assert_eq!(status.code(), Some(3), "not finished: exit 3");
+}
