@@ -343,15 +343,17 @@ pub(crate) fn broken(client: &mut Client) -> Result<Vec<(String, String)>> {
     Ok(schedules.into_iter().zip(problems).filter_map(|(s, problem)| problem.map(|p| (s.name, p))).collect())
 }
 
-/// Cancel the jobs a schedule enqueued ahead (not due yet, not running): a pause, a change or a
-/// removal must not leave them to run as the schedule was. Each lets go of its fire time, which
-/// may be enqueued again. Returns how many were withdrawn.
+/// Cancel the jobs a schedule enqueued ahead (not due yet, not running), its runs' retries that
+/// wait for their backoff among them: a pause, a change or a removal must not leave them to run as
+/// the schedule was. Each lets go of its fire time, which may be enqueued again. Returns how many
+/// were withdrawn.
 fn withdraw(tx: &mut Transaction<'_>, name: &str, by: &str, why: &str) -> Result<u64> {
     let ahead: Vec<uuid::Uuid> = tx
         .query(
             "SELECT q.job_id
                FROM job j JOIN job_queue q ON q.job_id = j.id
-              WHERE j.schedule_name = $1 AND j.schedule_fire > now() AND NOT q.running
+              WHERE j.schedule_name = $1 AND NOT q.running
+                AND (j.schedule_fire > now() OR (j.retry_of IS NOT NULL AND q.scheduled_for > now()))
               ORDER BY q.job_id
                 FOR UPDATE OF q",
             &[&name],

@@ -56,6 +56,7 @@ pub(crate) struct Request<'a> {
     pub pin: Pin,
     pub origin: Origin,
     /// The schedule whose fire time (`When::At`) this is; a fire time already enqueued is skipped.
+    /// Of a retry (`Origin::RetryOf`), the schedule whose run it retries: it holds no fire time.
     pub schedule: Option<ScheduleFire<'a>>,
     /// Idempotency: while a job with this key exists, it is returned instead of a new one.
     pub key: Option<&'a str>,
@@ -189,7 +190,7 @@ impl<'r, 'a> Batch<'r, 'a> {
                               schedule_fire, no_overlap, warm)
              SELECT i.id, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, i.input, $11, $14, due.at,
                     $17, $18, $19, $20, $21, $22, $23, $24, $25, $26,
-                    CASE WHEN $14::text IS NOT NULL THEN due.at END, $27, $28
+                    CASE WHEN $14::text IS NOT NULL AND $24::uuid IS NULL THEN due.at END, $27, $28
                FROM unnest($15::uuid[], $16::jsonb[]) WITH ORDINALITY AS i(id, input, n), due
               ORDER BY i.n
              {on_conflict}

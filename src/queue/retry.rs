@@ -14,7 +14,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::complete::{self, Completion, Recorded};
-use super::enqueue::{self, Origin, Pin, Request, When};
+use super::enqueue::{self, Origin, Pin, Request, ScheduleFire, When};
 use super::job::TriggerKind;
 use crate::db::Session;
 
@@ -40,7 +40,7 @@ pub(crate) fn complete_failure(session: &mut Session, completion: &Completion) -
     // completion just recorded keeps the mark.
     let left = tx.query_opt(
         "SELECT app_key, action_key, input, priority, trigger_kind, retry_number + 1,
-                least(retry_backoff_s * power(2, retry_number), retry_max_backoff_s)
+                least(retry_backoff_s * power(2, retry_number), retry_max_backoff_s), schedule_name, no_overlap
            FROM job
           WHERE id = $1 AND retry_max > retry_number
             AND NOT EXISTS (SELECT FROM job_completed c WHERE c.job_id = job.id AND c.canceled_by IS NOT NULL)",
@@ -51,7 +51,11 @@ pub(crate) fn complete_failure(session: &mut Session, completion: &Completion) -
         let (app, action): (String, String) = (row.get(0), row.get(1));
         let number: i32 = row.get(5);
         let after = Duration::try_from_secs_f64(row.get::<_, f64>(6).max(0.0)).unwrap_or(Duration::ZERO);
+        // A retry of a schedule's run is a run of that schedule (not a fire time of its own): an
+        // overlap check counts it, and a pause or a removal withdraws it while it waits.
+        let schedule_name: Option<String> = row.get(7);
         let request = Request {
+            schedule: schedule_name.as_deref().map(|name| ScheduleFire { name, no_overlap: row.get(8) }),
             priority: row.get(3),
             when: When::In(after),
             trigger_kind: row.get::<_, TriggerKind>(4),

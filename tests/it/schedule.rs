@@ -65,6 +65,38 @@ fn an_update_that_changes_nothing_and_a_removal_of_no_schedule_change_nothing() 
     assert!(run.stderr.contains("no such schedule: nosuch"), "{}", run.stderr);
 }
 
+/// A retry of a schedule's run is a run of that schedule: listed with it, and withdrawn by a pause
+/// while it waits for its backoff (before, it had no schedule: a pause, a removal and the overlap
+/// check all missed it, and it ran for a schedule paused or removed).
+#[test]
+fn a_retry_of_a_schedules_run_belongs_to_the_schedule_and_is_withdrawn_by_a_pause() {
+    let env = TestEnv::new();
+    let repo = crate::support::harness::GitRepo::new();
+    repo.manifest(&serde_json::json!({"apps": {"r": {"actions": {
+        "flaky": {"entrypoint": "flaky.ts", "retries": {"max": 2, "backoff": "1h"}},
+    }}}}));
+    repo.file("flaky.ts", "export function main() { throw new Error(\"failed\"); }\n");
+    repo.commit("flaky");
+    env.wf(["source", "add", "r", &repo.url()]).ok();
+    env.wf(["sync", "r"]).ok();
+    env.wf(["schedule", "add", "often", "r/flaky", "--cron", "* * * * * *"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "5s"]).ok();
+    env.wf(["work", "--max-jobs", "1", "--isolation", "none"]).ok();
+    let retry: Vec<(Option<String>, String)> = env
+        .db()
+        .query("SELECT schedule_name, id::text FROM job WHERE retry_of IS NOT NULL", &[])
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(retry.len(), 1, "one run failed and was retried: {retry:?}");
+    assert_eq!(retry[0].0.as_deref(), Some("often"));
+    env.wf(["schedule", "pause", "often"]).ok();
+    let status: String =
+        env.scalar_of("SELECT status::text FROM job_completed WHERE job_id = $1::text::uuid", &[&retry[0].1]);
+    assert_eq!(status, "canceled", "the retry waiting for its backoff is withdrawn");
+}
+
 /// A time given to the tick as its `now`, so that no test races a minute boundary.
 fn at(time: &str) -> DateTime<Utc> {
     time.parse().unwrap()
