@@ -250,7 +250,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
         let (tags, window) = (shared.options.tags.clone(), shared.options.zombie_timeout);
         let claimed = link
             .connection
-            .bounded(answer_patience(shared), move |session| claim::claim(session, &tags, &claims, window));
+            .bounded(look_patience(shared), move |session| claim::claim(session, &tags, &claims, window));
         match claimed {
             Ok(jobs) if !jobs.is_empty() => {
                 trouble.recovered(shared);
@@ -261,7 +261,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
                 deliver(shared, Vec::new(), reserved, claimed_at);
                 let tags = shared.options.tags.clone();
                 let next =
-                    link.connection.bounded(answer_patience(shared), move |session| claim::next_due_in(session, &tags));
+                    link.connection.bounded(look_patience(shared), move |session| claim::next_due_in(session, &tags));
                 match next {
                     Ok(next) => {
                         trouble.recovered(shared);
@@ -350,7 +350,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         let (id, claim) = (job.id, job.claim.clone());
         let skipped = link
             .connection
-            .bounded(answer_patience(shared), move |session| overlap::skip_if_overlapping(session, id, &claim));
+            .bounded(look_patience(shared), move |session| overlap::skip_if_overlapping(session, id, &claim));
         match skipped {
             Ok(Some(reason)) => {
                 let mut logs = LogBuffer::default();
@@ -399,8 +399,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         let window = shared.options.zombie_timeout;
         let beat = |connection: &mut Connection| {
             let (id, claim) = (job.id, job.claim.clone());
-            connection
-                .bounded(answer_patience(shared), move |session| heartbeat::heartbeat(session, id, &claim, window))
+            connection.bounded(look_patience(shared), move |session| heartbeat::heartbeat(session, id, &claim, window))
         };
         // A connection the server closed while the slot waited is found closed only now: once more
         // on a new one.
@@ -869,6 +868,14 @@ fn record_and_claim(
 /// `Connection::bounded`), as the heartbeat's own calls are.
 fn answer_patience(shared: &Shared) -> Duration {
     shared.options.heartbeat * 2
+}
+
+/// How long a slot waits for the answer to a call made before its job starts (a claim, a look at
+/// the queue, the overlap check, the beat before a late start): a zombie window. Nothing of its own
+/// is at stake meanwhile, and a job claimed late still starts (after a beat that confirms it ours);
+/// given up sooner, a claim slowed by a busy machine would leave the jobs it took to the reaper.
+fn look_patience(shared: &Shared) -> Duration {
+    shared.options.zombie_timeout
 }
 
 /// Record `completion`, retrying as `record` says. `unsure`: an earlier call may have committed it.

@@ -429,11 +429,11 @@ fn a_completion_on_a_backend_that_stops_answering_is_made_on_a_new_connection() 
 }
 
 /// An idle slot whose own backend stops answering claims the next job on a new connection: its
-/// claim is given up after two heartbeat periods, as a completion is (before: the slot waited for
-/// the backend as long as it was stopped, and the job sat in the queue).
+/// claim is given up after a zombie window (before: the slot waited for the backend as long as it
+/// was stopped, and the job sat in the queue).
 #[test]
 fn a_claim_on_a_backend_that_stops_answering_is_made_on_a_new_connection() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "5");
     synced(&env);
     let mut w = worker(&env, "w1", &["--once", "--heartbeat", "1s", "--no-reap"]);
     wait_for(Duration::from_secs(30), "the worker's slot to look at the queue", || {
@@ -453,14 +453,14 @@ fn a_claim_on_a_backend_that_stops_answering_is_made_on_a_new_connection() {
     assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
     drop(frozen);
     let journal = std::fs::read_to_string(env.dir.path().join("w1.log")).unwrap();
-    assert!(journal.contains("claiming failed: the database did not answer within 2s"), "{journal}");
+    assert!(journal.contains("claiming failed: the database did not answer within 5s"), "{journal}");
     assert_eq!(executions(&log).len(), 1);
 }
 
 /// A worker whose backends stop answering (frozen: no timeout of the server's runs, and TCP sees
 /// nothing wrong) while its slot claims on one still ends on SIGTERM: the slot gives its claim up
-/// after two heartbeat periods and sees the signal, and a helper thread waiting so is left behind
-/// after two more, said (before the claim was bounded: the slot waited until a zombie window and
+/// after a zombie window and sees the signal, and a helper thread waiting so is left behind
+/// after two heartbeat periods more, said (before the claim was bounded: the slot waited until a zombie window and
 /// two periods had passed after the signal, and the worker exited with an error).
 #[test]
 fn a_worker_whose_database_stops_answering_still_ends_on_sigterm() {
@@ -476,7 +476,7 @@ fn a_worker_whose_database_stops_answering_still_ends_on_sigterm() {
         (slots > 0).then_some(())
     });
     let frozen = Frozen::worker(&env, "w1");
-    // Its idle slot looks at the queue every 5 s, and waits on its frozen backend for 2 s then.
+    // Its idle slot looks at the queue every 5 s, and waits on its frozen backend for 3 s then.
     enqueue(&env, "t/sleep", json!({"ms": 100}));
     std::thread::sleep(Duration::from_secs(6));
     crate::support::fixtures::signal(&worker, libc::SIGTERM);
@@ -492,6 +492,6 @@ fn a_worker_whose_database_stops_answering_still_ends_on_sigterm() {
     drop(frozen);
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("claiming failed: the database did not answer within 2s"), "{stderr}");
+    assert!(stderr.contains("claiming failed: the database did not answer within 3s"), "{stderr}");
     assert!(stderr.contains("registry still waiting for the database: left behind"), "{stderr}");
 }
