@@ -584,6 +584,22 @@ fn a_worker_refuses_to_start_where_the_sandbox_is_refused() {
     assert_eq!(result(&env, &id), "hello");
 }
 
+/// `wf work UNTIL` run as nobody (a worker that is not root), with a home of its own and this
+/// test's store, which it can read, as it can reach the database's socket.
+fn worker_as_nobody(env: &TestEnv, until: &str) -> std::process::Command {
+    let home = env.dir.path().join("nobody-home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+    for dir in [env.dir.path().to_path_buf(), env.home(), crate::support::harness::socket_dir()] {
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let wf = env.wf(["work", until]).env("WF_HOME", &home).env("WF_STORE", env.store());
+    let mut command = std::process::Command::new("runuser");
+    command.args(["-u", "nobody", "--"]).arg(wf.command().get_program()).args(wf.command().get_args());
+    command.env_clear().envs(wf.command().get_envs().filter_map(|(key, value)| value.map(|value| (key, value))));
+    command
+}
+
 /// A worker that is not root runs its actions in a sandbox too: as its own user, which the kernel
 /// lets it map, with the same isolation.
 #[test]
@@ -592,18 +608,7 @@ fn a_worker_that_is_not_root_runs_sandboxed_actions() {
     synced_attacks(&env);
     let id = enqueue(&env, "a/secrets", json!({"secret": SECRET, "home": "/nowhere", "store": env.store()}));
     let hello = enqueue(&env, "a/hello", json!({}));
-    // The non-root worker's own home, the store it reads, the database socket it reaches.
-    let home = env.dir.path().join("nobody-home");
-    std::fs::create_dir(&home).unwrap();
-    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
-    for dir in [env.dir.path().to_path_buf(), env.home(), crate::support::harness::socket_dir()] {
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    }
-    let wf = env.wf(["work", "--drain"]).env("WF_HOME", &home).env("WF_STORE", env.store());
-    let mut command = std::process::Command::new("runuser");
-    command.args(["-u", "nobody", "--"]).arg(wf.command().get_program()).args(wf.command().get_args());
-    command.env_clear().envs(wf.command().get_envs().filter_map(|(key, value)| value.map(|value| (key, value))));
-    let output = command.output().unwrap();
+    let output = worker_as_nobody(&env, "--drain").output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let found = result(&env, &id);
     assert_eq!(found["hits"], json!([]), "{found}");
@@ -677,17 +682,7 @@ fn another_process_of_the_workers_user_cannot_read_the_supervisor() {
     let env = TestEnv::new();
     synced_attacks(&env);
     let id = enqueue(&env, "a/nap", json!({"ms": 60_000}));
-    let home = env.dir.path().join("nobody-home");
-    std::fs::create_dir(&home).unwrap();
-    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
-    for dir in [env.dir.path().to_path_buf(), env.home(), crate::support::harness::socket_dir()] {
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    }
-    let wf = env.wf(["work", "--once"]).env("WF_HOME", &home).env("WF_STORE", env.store());
-    let mut command = std::process::Command::new("runuser");
-    command.args(["-u", "nobody", "--"]).arg(wf.command().get_program()).args(wf.command().get_args());
-    command.env_clear().envs(wf.command().get_envs().filter_map(|(key, value)| value.map(|value| (key, value))));
-    let mut worker = command.spawn().unwrap();
+    let mut worker = worker_as_nobody(&env, "--once").spawn().unwrap();
     let jobs = [id.clone()].into_iter().collect();
     let supervisor = wait_for(Duration::from_secs(30), "the job's supervisor", || {
         job_processes(&jobs).into_iter().map(|(pid, _, _)| pid).find(|pid| {

@@ -64,6 +64,18 @@ impl Drop for Frozen {
     }
 }
 
+/// Once a slot of worker `name` has connected (to look at the queue).
+fn slot_connected(env: &TestEnv, name: &str) {
+    let pattern = format!("wf work {name} slot%");
+    wait_for(Duration::from_secs(30), "the worker's slot to look at the queue", || {
+        let slots: i64 = env.scalar_of(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE $1",
+            &[&pattern],
+        );
+        (slots > 0).then_some(())
+    });
+}
+
 fn span(entries: &[(i32, i64)], attempt: i32) -> Option<(i64, i64)> {
     let times: Vec<i64> = entries.iter().filter(|(a, _)| *a == attempt).map(|(_, at)| *at).collect();
     Some((*times.iter().min()?, *times.iter().max()?))
@@ -436,13 +448,7 @@ fn a_claim_on_a_backend_that_stops_answering_is_made_on_a_new_connection() {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "5");
     synced(&env);
     let mut w = worker(&env, "w1", &["--once", "--heartbeat", "1s", "--no-reap"]);
-    wait_for(Duration::from_secs(30), "the worker's slot to look at the queue", || {
-        let slots: i64 = env.scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND application_name LIKE 'wf work w1 slot%'",
-        );
-        (slots > 0).then_some(())
-    });
+    slot_connected(&env, "w1");
     let frozen = Frozen::backends(&env, "wf work w1 slot%");
     let log = path(&env, "runs.log");
     let job = enqueue(&env, "t/sleep", json!({"ms": 100, "log": log}));
@@ -459,22 +465,16 @@ fn a_claim_on_a_backend_that_stops_answering_is_made_on_a_new_connection() {
 
 /// A worker whose backends stop answering (frozen: no timeout of the server's runs, and TCP sees
 /// nothing wrong) while its slot claims on one still ends on SIGTERM: the slot gives its claim up
-/// after a zombie window and sees the signal, and a helper thread waiting so is left behind
-/// after two heartbeat periods more, said (before the claim was bounded: the slot waited until a zombie window and
-/// two periods had passed after the signal, and the worker exited with an error).
+/// after a zombie window and sees the signal, and a helper thread waiting so is left behind after
+/// two heartbeat periods more, said (before the claim was bounded: the slot waited until a zombie
+/// window and two periods had passed after the signal, and the worker exited with an error).
 #[test]
 fn a_worker_whose_database_stops_answering_still_ends_on_sigterm() {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
     synced(&env);
     let log = env.dir.path().join("w1.log");
     let mut worker = env.wf(["work", "--name", "w1", "--heartbeat", "1s", "--grace", "1s", "--no-reap"]).spawn(&log);
-    wait_for(Duration::from_secs(30), "the worker's slot to look at the queue", || {
-        let slots: i64 = env.scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND application_name LIKE 'wf work w1 slot%'",
-        );
-        (slots > 0).then_some(())
-    });
+    slot_connected(&env, "w1");
     let frozen = Frozen::worker(&env, "w1");
     // Its idle slot looks at the queue every 5 s, and waits on its frozen backend for 3 s then.
     enqueue(&env, "t/sleep", json!({"ms": 100}));
