@@ -281,7 +281,8 @@ pub(crate) enum Isolation {
 #[command(group(clap::ArgGroup::new("which").required(true).multiple(true)
     .args(["ids", "app", "action", "tag", "status"])))]
 pub(crate) struct CancelArgs {
-    /// Job ids, or their first hex digits.
+    /// Job ids, or their first hex digits. A failed job whose retry waits or runs has that retry
+    /// canceled (`retry_id` in `--json`).
     #[arg(conflicts_with_all = ["app", "action", "tag", "status"])]
     pub ids: Vec<String>,
     /// Every waiting or running job of this app.

@@ -11,7 +11,7 @@ use super::{CommandResult, Ctx};
 use crate::cli::CancelArgs;
 use crate::error::Exit;
 use crate::output::confirm;
-use crate::queue::cancel::{self, CancelOutcome, Ids, Matching};
+use crate::queue::cancel::{self, CancelOutcome, Canceled, Ids, Matching};
 use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
@@ -53,19 +53,34 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         ctx.out.info(&format!("{left} job(s) no longer {status} when canceled: left as they are"));
     }
     if ctx.out.json {
-        let document: Vec<CancelDocument> =
-            outcomes.iter().map(|&(id, outcome)| CancelDocument { id, outcome: outcome.as_str() }).collect();
+        let document: Vec<CancelDocument> = outcomes
+            .iter()
+            .map(|canceled| CancelDocument {
+                id: canceled.id,
+                outcome: canceled.outcome.as_str(),
+                retry_id: canceled.retry,
+            })
+            .collect();
         ctx.out.json_array(&document)?;
     } else {
-        let rows: Vec<[&dyn Display; 2]> = outcomes.iter().map(|(id, outcome)| [id as &dyn Display, outcome]).collect();
+        let outcome = |canceled: &Canceled| match canceled.retry {
+            Some(retry) => format!("{} (its retry {retry})", canceled.outcome),
+            None => canceled.outcome.to_string(),
+        };
+        let outcome_texts: Vec<String> = outcomes.iter().map(outcome).collect();
+        let rows: Vec<[&dyn Display; 2]> = outcomes
+            .iter()
+            .zip(&outcome_texts)
+            .map(|(canceled, outcome)| [&canceled.id as &dyn Display, outcome])
+            .collect();
         ctx.out.table(&["id", "outcome"], rows)?;
     }
     // Named ids that had finished otherwise fail the command; in bulk they are in the table.
     if !bulk {
         let finished: Vec<String> = outcomes
             .iter()
-            .filter(|(_, outcome)| *outcome == CancelOutcome::AlreadyCompleted)
-            .map(|(id, _)| id.to_string())
+            .filter(|canceled| canceled.outcome == CancelOutcome::AlreadyCompleted)
+            .map(|canceled| canceled.id.to_string())
             .collect();
         if !finished.is_empty() {
             return Err(anyhow!("already completed, not canceled: {}", finished.join(", ")).into());
@@ -74,9 +89,12 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
     Ok(Exit::Ok)
 }
 
-/// What `wf cancel --json` says of each job: `canceled`, `cancel_requested` or `already_completed`.
+/// What `wf cancel --json` says of each job: `canceled`, `cancel_requested` or `already_completed`;
+/// for a failed job whose retry was waiting or running, that retry's outcome and id.
 #[derive(Serialize)]
 struct CancelDocument {
     id: Uuid,
     outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_id: Option<Uuid>,
 }

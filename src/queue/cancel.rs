@@ -1,5 +1,6 @@
 //! Cancel: a waiting job is completed as canceled at once; a running job gets the soft-cancel
-//! mark that its worker's next heartbeat acts on. Cancel is terminal and idempotent.
+//! mark that its worker's next heartbeat acts on; a failed job whose retry waits or runs has that
+//! retry canceled. Cancel is terminal and idempotent.
 
 use std::collections::{HashMap, HashSet};
 
@@ -38,6 +39,16 @@ impl std::fmt::Display for CancelOutcome {
     }
 }
 
+/// What a cancel did to one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Canceled {
+    pub id: Uuid,
+    pub outcome: CancelOutcome,
+    /// The job had failed and its retry was waiting or running: the outcome is that retry's (the
+    /// last of the chain, when retries had failed too).
+    pub retry: Option<Uuid>,
+}
+
 /// Where the ids of a cancel come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ids {
@@ -58,7 +69,7 @@ pub(crate) fn cancel(
     from: Ids,
     by: &str,
     reason: Option<&str>,
-) -> Result<Vec<(Uuid, CancelOutcome)>> {
+) -> Result<Vec<Canceled>> {
     let mut tx = client.transaction()?;
     if from == Ids::Named {
         let unknown: Vec<String> = tx
@@ -85,14 +96,15 @@ pub(crate) fn cancel(
 
 /// Cancel jobs that exist, in the caller's transaction: each job's outcome, in the order given;
 /// with `still`, only those in the queue with that status now (`Ids::Matched`), the others left
-/// out.
+/// out. A job that had failed and whose retry waits or runs has that retry canceled: the retry is
+/// how the job goes on, which the operator asked to stop.
 fn cancel_in(
     tx: &mut Transaction<'_>,
     ids: &[Uuid],
     still: Option<JobStatus>,
     by: &str,
     reason: Option<&str>,
-) -> Result<Vec<(Uuid, CancelOutcome)>> {
+) -> Result<Vec<Canceled>> {
     // Lock every queue row, waiting (not skipping): a claim or reaper pass in flight finishes
     // first, and we decide on the row as it is after them (a row locked after a wait is read as
     // its holder left it). Sorted to avoid lock-order deadlocks. Read as it streams: a bulk
@@ -134,16 +146,44 @@ fn cancel_in(
     // The rest had finished before: canceled already, or otherwise.
     let finished: Vec<Uuid> =
         ids.iter().filter(|id| !outcomes.contains_key(id) && !changed.contains(id)).copied().collect();
+    let mut failed = Vec::new();
     for row in tx.query("SELECT job_id, status FROM job_completed WHERE job_id = ANY($1)", &[&finished])? {
         let status: JobStatus = row.get(1);
         let outcome =
             if status == JobStatus::Canceled { CancelOutcome::Canceled } else { CancelOutcome::AlreadyCompleted };
+        if status == JobStatus::Failure {
+            failed.push(row.get::<_, Uuid>(0));
+        }
         outcomes.insert(row.get(0), outcome);
+    }
+    // A failure enqueues its retry in the transaction that records it, so a failed job has its
+    // retry (at most one) or never will. Each retry is canceled as a job named here is: one that
+    // failed since has its own retry followed the same way, as far as the chain goes (`retries.max`
+    // at most).
+    let mut retries: HashMap<Uuid, Canceled> = HashMap::new();
+    if !failed.is_empty() {
+        let mut retry_of = HashMap::new();
+        for row in tx.query("SELECT id, retry_of FROM job WHERE retry_of = ANY($1)", &[&failed])? {
+            retry_of.insert(row.get::<_, Uuid>(0), row.get::<_, Uuid>(1));
+        }
+        let retry_ids: Vec<Uuid> = retry_of.keys().copied().collect();
+        for retry in cancel_in(tx, &retry_ids, None, by, reason)? {
+            if retry.outcome != CancelOutcome::AlreadyCompleted || retry.retry.is_some() {
+                let last = retry.retry.unwrap_or(retry.id);
+                retries.insert(retry_of[&retry.id], Canceled { retry: Some(last), ..retry });
+            }
+        }
     }
     Ok(ids
         .iter()
         .filter(|id| !changed.contains(id))
-        .map(|id| (*id, outcomes.get(id).copied().unwrap_or(CancelOutcome::AlreadyCompleted)))
+        .map(|&id| {
+            retries.get(&id).map(|retry| Canceled { id, ..*retry }).unwrap_or_else(|| Canceled {
+                id,
+                outcome: outcomes.get(&id).copied().unwrap_or(CancelOutcome::AlreadyCompleted),
+                retry: None,
+            })
+        })
         .collect())
 }
 

@@ -226,6 +226,34 @@ fn a_failure_is_followed_by_its_retries_through_the_enqueue_path_and_keeps_its_c
     assert_eq!(once, 2);
 }
 
+/// A failed job goes on as its retry: canceling the failed job cancels the retry that waits, the
+/// last of the chain when retries failed too, and says which; again, the same (cancel is
+/// idempotent). Before, the failed job was `already_completed` (exit 1) and its retry ran.
+#[test]
+fn canceling_a_failed_job_cancels_its_waiting_retry() {
+    let env = TestEnv::new();
+    retrying(&env, json!({"max": 2, "backoff": "1s", "max_backoff": "1s"}));
+    let first = enqueue(&env, "r/flaky", json!({}));
+    // The job and its first retry fail; the second retry waits.
+    env.wf(["work", "--max-jobs", "2"]).ok();
+    let waiting: String = env.scalar_of(
+        "SELECT r2.id::text FROM job r1 JOIN job r2 ON r2.retry_of = r1.id WHERE r1.retry_of = $1::text::uuid",
+        &[&first],
+    );
+    for _ in 0..2 {
+        let run = env.wf(["cancel", &first, "--json"]).ok();
+        assert_eq!(run.json(), json!([{"id": first, "outcome": "canceled", "retry_id": waiting}]));
+    }
+    let retry = show(&env, &waiting);
+    assert_eq!((&retry["status"], &retry["canceled_by"].is_string()), (&json!("canceled"), &true), "{retry}");
+    assert_eq!(show(&env, &first)["status"], "failure", "the failed job keeps its completion");
+    let text = env.wf(["cancel", &first]).ok().stdout;
+    assert!(text.contains(&format!("canceled (its retry {waiting})")), "{text}");
+    env.wf(["work", "--drain"]).ok();
+    let jobs: i64 = env.scalar("SELECT count(*) FROM job");
+    assert_eq!(jobs, 3, "nothing ran after the cancel");
+}
+
 #[test]
 fn a_job_asked_to_cancel_that_fails_before_its_worker_sees_the_mark_is_not_retried() {
     let env = TestEnv::new();
