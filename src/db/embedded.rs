@@ -25,6 +25,9 @@ use sha2::{Digest, Sha256};
 const DB_USER: &str = "windforce";
 const DB_NAME: &str = "windforce";
 const PORT: u16 = 5432;
+/// What a double-quoted word of /bin/sh does not take literally.
+const SHELL_SPECIAL: [char; 4] = ['"', '$', '`', '\\'];
+
 /// A Unix socket path holds at most 107 bytes; keep a margin.
 const MAX_SOCKET_PATH: usize = 100;
 /// As root, the folder of every cluster: owned by root, traversable by `postgres`.
@@ -88,6 +91,15 @@ impl Cluster {
         };
         let home_pg = home.join("pg");
         let dir = if is_root() { Path::new(ROOT_CLUSTERS).join(short_hash(&home)) } else { home_pg.clone() };
+        // pg_ctl starts the server through /bin/sh with the data folder and the log file in
+        // double quotes, where these characters would be the shell's (`$(...)` run as a command).
+        if let Some(bad) = dir.to_string_lossy().chars().find(|c| SHELL_SPECIAL.contains(c)) {
+            bail!(
+                "the embedded cluster cannot live under {}: it holds {bad:?}, which pg_ctl would hand to a shell; \
+                 choose a WF_HOME without any of {SHELL_SPECIAL:?} (or set DATABASE_URL)",
+                home.display()
+            );
+        }
         let socket_dir = if usable_socket_dir(&dir) {
             dir.clone()
         } else {
@@ -119,11 +131,9 @@ impl Cluster {
         config
     }
 
-    /// A connection to the cluster's database.
+    /// A connection to the cluster's database, made within a bounded wait as every connection is.
     pub fn connect(&self) -> Result<postgres::Client> {
-        self.client_config()
-            .connect(postgres::NoTls)
-            .with_context(|| format!("connecting to the embedded cluster in {}", self.home_pg.display()))
+        super::Database::embedded(self).connect()
     }
 
     pub fn state(&self) -> Result<ClusterState> {

@@ -7,13 +7,18 @@ pub mod migrate;
 mod session;
 
 use std::str::FromStr;
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use postgres::{Client, GenericClient, NoTls};
 
 pub use session::{PLANNER, Session};
+
+/// How long a connection may take to be made, socket and startup, unless the URL's
+/// `connect_timeout` says otherwise.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Where the database is. Cheap to clone: workers open one connection per slot from it.
 #[derive(Debug, Clone)]
@@ -64,16 +69,38 @@ impl Database {
     pub fn connect_as(&self, application_name: &str) -> Result<Client> {
         let mut config = self.config.clone();
         config.application_name(application_name);
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(5));
-        }
+        let patience = *config.get_connect_timeout().unwrap_or(&CONNECT_PATIENCE);
         config
+            .connect_timeout(patience)
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(10))
             .keepalives_interval(Duration::from_secs(2))
             .keepalives_retries(3)
             .tcp_user_timeout(Duration::from_secs(20));
-        config.connect(NoTls).with_context(|| format!("connecting to {}", self.describe))
+        // The client library bounds only the socket's connect: a server that accepts and then
+        // never answers (stopped, hung, a proxy in front of a dead one) would hold the startup
+        // forever, where the kernel acknowledges every probe. So the whole of it runs on a thread
+        // of its own, given up after the same patience (as libpq's connect_timeout). A thread
+        // given up on ends when that server answers or the connection breaks; a server that takes
+        // no more connections refuses them at the socket, so they stay few.
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("wf connect".to_string())
+            // Given up on, the connection made late is dropped (closed) with the failed send.
+            .spawn(move || drop(sender.send(config.connect(NoTls))))
+            .context("starting a thread to connect")?;
+        match receiver.recv_timeout(patience) {
+            Ok(connected) => connected.with_context(|| format!("connecting to {}", self.describe)),
+            Err(RecvTimeoutError::Disconnected) => {
+                bail!("connecting to {}: the connection attempt ended unanswered", self.describe)
+            }
+            Err(RecvTimeoutError::Timeout) => bail!(
+                "connecting to {}: the server accepted the connection but did not answer within {} s \
+                 (stopped or hung; connect_timeout in the URL sets how long to wait)",
+                self.describe,
+                patience.as_secs_f64()
+            ),
+        }
     }
 
     /// A connection whose waits are bounded on the server's side too: a statement gives up after

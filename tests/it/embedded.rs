@@ -284,6 +284,18 @@ fn a_wf_home_too_long_for_a_socket_path_gets_its_socket_under_tmp() {
     embedded.assert_running_and_migrated();
 }
 
+/// pg_ctl starts the server through /bin/sh with the data folder in double quotes: a WF_HOME
+/// holding `$(...)` ran it as a command (as a normal user, whose cluster lives in WF_HOME), and
+/// left an initialized cluster that could not start. Refused before anything is made.
+#[test]
+fn a_wf_home_the_shell_would_read_is_refused_before_anything_is_made() {
+    let embedded = EmbeddedHome::normal_user("home-$(touch PROOF)");
+    let run = embedded.wf(["db", "up"]).run().expect_code(1);
+    assert!(run.stderr.contains("which pg_ctl would hand to a shell"), "{}", run.stderr);
+    assert!(!embedded.home.join("PROOF").exists(), "the shell ran the WF_HOME's command");
+    assert!(!embedded.pg().exists(), "nothing made: {:?}", embedded.pg());
+}
+
 #[test]
 fn a_command_without_database_url_says_once_that_it_creates_the_cluster() {
     let embedded = EmbeddedHome::new();

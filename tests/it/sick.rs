@@ -495,3 +495,21 @@ fn a_worker_whose_database_stops_answering_still_ends_on_sigterm() {
     assert!(stderr.contains("claiming failed: the database did not answer within 3s"), "{stderr}");
     assert!(stderr.contains("registry still waiting for the database: left behind"), "{stderr}");
 }
+
+/// A server that accepts a connection and never answers (stopped, hung, a proxy in front of a dead
+/// one) fails a command after the URL's `connect_timeout` (the client library bounded only the
+/// socket's connect: before, `wf status` waited forever); once it answers, the same command works.
+#[test]
+fn a_command_gives_up_on_a_server_that_accepts_and_never_answers() {
+    let env = TestEnv::new();
+    let proxy = Proxy::start();
+    proxy.set_cut(true);
+    let url = format!("{} connect_timeout=2", proxy.url(&env.dbname));
+    let mut status = env.wf(["status", "--database-url", &url]).start();
+    wait_for(Duration::from_secs(60), "wf status to give up", || status.try_wait().unwrap().map(|_| ()));
+    let run = status.finish();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("accepted the connection but did not answer within 2 s"), "{}", run.stderr);
+    proxy.set_cut(false);
+    env.wf(["status", "--database-url", &url]).ok();
+}
