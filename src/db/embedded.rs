@@ -90,7 +90,11 @@ impl Cluster {
             Err(error) => return Err(error).with_context(|| format!("resolving WF_HOME {}", home.display())),
         };
         let home_pg = home.join("pg");
-        let dir = if is_root() { Path::new(ROOT_CLUSTERS).join(short_hash(&home)) } else { home_pg.clone() };
+        let dir = if is_root() {
+            linked_cluster(&home_pg).unwrap_or_else(|| Path::new(ROOT_CLUSTERS).join(short_hash(&home)))
+        } else {
+            home_pg.clone()
+        };
         // pg_ctl starts the server through /bin/sh with the data folder and the log file in
         // double quotes, where these characters would be the shell's (`$(...)` run as a command).
         if let Some(bad) = dir.to_string_lossy().chars().find(|c| SHELL_SPECIAL.contains(c)) {
@@ -376,6 +380,15 @@ impl Cluster {
         run_as_cluster_owner(&mut command)?;
         Ok(command)
     }
+}
+
+/// The cluster that root's `$WF_HOME/pg` links to, when it is one: a WF_HOME moved or renamed
+/// keeps its cluster (named after the path it had), where one of its new path's name would be made,
+/// empty, beside the old one still running.
+fn linked_cluster(home_pg: &Path) -> Option<PathBuf> {
+    let target = fs::read_link(home_pg).ok()?;
+    (target.parent() == Some(Path::new(ROOT_CLUSTERS)) && target.join("data").join("PG_VERSION").exists())
+        .then_some(target)
 }
 
 /// A short, stable name for a path.

@@ -326,6 +326,26 @@ fn an_existing_empty_wf_home_pg_is_used_and_a_wrong_link_is_repaired() {
     }
 }
 
+/// A WF_HOME moved while its cluster runs keeps that cluster and what it holds. As root the
+/// cluster is named after WF_HOME's path: before, the next command found none of the new path's
+/// name, made one, empty, and pointed the link at it, the old server left running unreachable.
+#[test]
+fn a_moved_wf_home_keeps_its_cluster() {
+    let mut embedded = EmbeddedHome::new();
+    let repo = crate::support::harness::GitRepo::new();
+    repo.file("README", "kept\n");
+    repo.commit("kept");
+    embedded.wf(["source", "add", "kept", &repo.url()]).ok();
+    let target = fs::read_link(embedded.pg()).ok();
+    let moved = embedded.env.dir.path().join("moved-home");
+    fs::rename(&embedded.home, &moved).unwrap();
+    embedded.home = moved;
+    embedded.assert_running_and_migrated();
+    let sources = embedded.wf(["source", "list", "--json"]).ok().json();
+    assert_eq!(sources[0]["name"], "kept", "{sources}");
+    assert_eq!(fs::read_link(embedded.pg()).ok(), target, "the same cluster");
+}
+
 #[test]
 fn something_else_in_place_of_wf_home_pg_is_refused_and_kept() {
     let embedded = EmbeddedHome::new();
