@@ -150,6 +150,7 @@ impl Cluster {
     /// Create the cluster if needed and start it if it is not running. Safe to call from many
     /// processes at once (a file lock serializes them) and after a crash or a reboot.
     pub fn ensure_up(&self) -> Result<Started> {
+        self.not_in_the_way()?;
         fs::create_dir_all(&self.home).with_context(|| format!("creating WF_HOME {}", self.home.display()))?;
         let _lock = FileLock::acquire(&self.lock_file)?;
         self.make_dirs()?;
@@ -228,6 +229,14 @@ impl Cluster {
                 }
                 Ok(())
             }
+            // Only root's wf links it: the cluster is root's, which this user can neither read
+            // (it would look stopped) nor start.
+            Ok(meta) if !is_root() && meta.file_type().is_symlink() => bail!(
+                "{} links to root's embedded cluster ({}): run wf as root with this WF_HOME, or give \
+                 yourself a WF_HOME of your own",
+                self.home_pg.display(),
+                fs::read_link(&self.home_pg)?.display()
+            ),
             _ => Ok(()),
         }
     }

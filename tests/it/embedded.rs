@@ -346,6 +346,26 @@ fn a_moved_wf_home_keeps_its_cluster() {
     assert_eq!(fs::read_link(embedded.pg()).ok(), target, "the same cluster");
 }
 
+/// A user other than root on a WF_HOME whose cluster is root's was told it was stopped (`db
+/// status`, `db down`: "not running", exit 0) while it ran, or failed on the lock file: each says
+/// whose it is, and changes nothing.
+#[test]
+fn a_normal_user_on_roots_wf_home_is_told_whose_cluster_it_is() {
+    if !is_root() {
+        return;
+    }
+    let embedded = EmbeddedHome::normal_user("home");
+    let as_root = |args: &[&str]| embedded.env.wf(args).env_remove("DATABASE_URL").env("WF_HOME", &embedded.home);
+    as_root(&["db", "up"]).ok();
+    for args in [["db", "status"], ["db", "down"], ["db", "up"]] {
+        let run = embedded.wf(args).run().expect_code(1);
+        assert!(run.stderr.contains("links to root's embedded cluster"), "{args:?}: {}", run.stderr);
+    }
+    let status = as_root(&["db", "status", "--json"]).ok().json();
+    assert_eq!(status["running"], true, "still running: {status}");
+    as_root(&["db", "down"]).ok();
+}
+
 #[test]
 fn something_else_in_place_of_wf_home_pg_is_refused_and_kept() {
     let embedded = EmbeddedHome::new();
