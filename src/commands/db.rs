@@ -43,6 +43,9 @@ fn down(ctx: &Ctx) -> CommandResult {
     } else {
         ctx.out.info("embedded cluster was not running");
     }
+    if ctx.database_url().is_some() {
+        ctx.out.info("note: DATABASE_URL is set: this was the embedded cluster, not that database");
+    }
     Ok(Exit::Ok)
 }
 

@@ -125,7 +125,11 @@ pub(crate) fn dispatch(cli: Cli) -> CommandResult {
     let json = cli.json || cli.output == Some(OutputFormat::Json);
     let config = Config::from_env()?;
     crate::fault::arm(config.fault.clone());
-    let ctx = Ctx { out: Output::new(json, cli.quiet, config.no_color), config, database_url: cli.database_url };
+    let ctx = Ctx {
+        out: Output::new(json, cli.quiet, config.no_color),
+        config,
+        database_url: cli.database_url.filter(|url| !url.is_empty()),
+    };
     if crate::fault::at("panic") {
         panic!("WF_FAULT=panic");
     }

@@ -399,6 +399,20 @@ fn db_status_and_down_create_nothing() {
     assert!(!embedded.home.exists(), "WF_HOME was created");
 }
 
+/// An empty DATABASE_URL (`DATABASE_URL= wf ...`) is unset, as an empty WF_HOME is: the embedded
+/// cluster, where it was read as a URL ("both host and hostaddr are missing"); `wf db down` with a
+/// DATABASE_URL says which it stopped.
+#[test]
+fn an_empty_database_url_is_the_embedded_cluster() {
+    let embedded = EmbeddedHome::new();
+    let status = embedded.wf(["db", "status", "--json"]).env("DATABASE_URL", "").ok().json();
+    assert_eq!(status["embedded"], true, "{status}");
+    embedded.wf(["db", "up"]).env("DATABASE_URL", "").ok();
+    embedded.assert_running_and_migrated();
+    let down = embedded.wf(["db", "down"]).env("DATABASE_URL", "host=/nonexistent").ok();
+    assert!(down.stderr.contains("this was the embedded cluster, not that database"), "{}", down.stderr);
+}
+
 /// The README's main command, on a fresh WF_HOME: the embedded cluster, the example source
 /// synced, its jobs run by real bun, their results and logs shown.
 #[test]
