@@ -58,8 +58,8 @@ complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "up" -d 'Create (if needed) and start the embedded cluster, then migrate it'
-complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "down" -d 'Stop the embedded cluster'
-complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "status" -d 'Show the embedded cluster\'s state and the schema version'
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "down" -d 'Stop the embedded cluster (fast shutdown)'
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "status" -d 'Show the database\'s state and the schema version'
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "migrate" -d 'Apply pending migrations to the configured database'
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
@@ -67,28 +67,28 @@ complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_fro
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -s q -l quiet -d 'Hide progress and informational messages'
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -s q -l quiet -d 'Hide progress and informational messages'
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -s q -l quiet -d 'Hide progress and informational messages'
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -s q -l quiet -d 'Hide progress and informational messages'
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "up" -d 'Create (if needed) and start the embedded cluster, then migrate it'
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "down" -d 'Stop the embedded cluster'
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "status" -d 'Show the embedded cluster\'s state and the schema version'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "down" -d 'Stop the embedded cluster (fast shutdown)'
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "status" -d 'Show the database\'s state and the schema version'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "migrate" -d 'Apply pending migrations to the configured database'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
@@ -408,8 +408,8 @@ complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "bench" -d 'Measure the spine on the configured database (in a tag of its own, cleaned up after)'
 complete -c wf -n "__fish_wf_using_subcommand help; and not __fish_seen_subcommand_from db source sync actions enqueue work cancel rerun reap jobs show result logs status workers token schedule prune bench help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "up" -d 'Create (if needed) and start the embedded cluster, then migrate it'
-complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "down" -d 'Stop the embedded cluster'
-complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "status" -d 'Show the embedded cluster\'s state and the schema version'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "down" -d 'Stop the embedded cluster (fast shutdown)'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "status" -d 'Show the database\'s state and the schema version'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from db" -f -a "migrate" -d 'Apply pending migrations to the configured database'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from source" -f -a "add" -d 'Register a git source'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from source" -f -a "list" -d 'List git sources'

@@ -112,12 +112,29 @@ pub(crate) enum Command {
 #[derive(Debug, Subcommand)]
 pub(crate) enum DbCommand {
     /// Create (if needed) and start the embedded cluster, then migrate it.
+    ///
+    /// The cluster lives in $WF_HOME/pg, on a Unix socket in that folder (no TCP; under
+    /// /tmp/windforce-HASH when the path is too long for a socket). As root it runs as the
+    /// `postgres` user with its files in /var/lib/windforce/HASH, which $WF_HOME/pg links to. Safe
+    /// to run from many processes at once, and after a crash or a reboot. Every command without
+    /// DATABASE_URL does this itself. --json: {"running", "path", "schema_version"}.
     Up,
-    /// Stop the embedded cluster.
+    /// Stop the embedded cluster (fast shutdown).
+    ///
+    /// Workers using it lose their connections and reconnect when it is up again; a job whose
+    /// worker could not beat for a zombie window meanwhile is stopped (its worker fences itself)
+    /// and left to the reaper. Creates nothing. --json: {"stopped"}.
     Down,
-    /// Show the embedded cluster's state and the schema version.
+    /// Show the database's state and the schema version.
+    ///
+    /// The embedded cluster's (creating nothing), or with DATABASE_URL that database's.
+    /// --json: {"embedded", "running", "location", "schema_version", "latest_version"}.
     Status,
     /// Apply pending migrations to the configured database.
+    ///
+    /// Each in one transaction; safe from many hosts at once. Needed on an external database after
+    /// an upgrade of wf (the other commands refuse a schema behind or ahead of theirs); the
+    /// embedded cluster is migrated on demand. --json: {"applied", "schema_version"}.
     Migrate,
 }
 
