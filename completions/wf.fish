@@ -249,7 +249,7 @@ complete -c wf -n "__fish_wf_using_subcommand logs" -l database-url -d 'PostgreS
 complete -c wf -n "__fish_wf_using_subcommand logs" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand logs" -s f -l follow -d 'Keep printing new lines until the job completes'
-complete -c wf -n "__fish_wf_using_subcommand logs" -l timestamps -d 'Start each line with the time it was written (local time zone, RFC 3339)'
+complete -c wf -n "__fish_wf_using_subcommand logs" -l timestamps -d 'Start each line with the time it was stored (local time zone, RFC 3339): a running job\'s lines are stored together at most a second apart'
 complete -c wf -n "__fish_wf_using_subcommand logs" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand logs" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand logs" -s h -l help -d 'Print help (see more with \'--help\')'

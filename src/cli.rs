@@ -398,7 +398,8 @@ pub(crate) struct LogsArgs {
     /// Only lines written since this time (RFC 3339) or this long ago (30s, 5m, 2h).
     #[arg(long, value_parser = parse_moment)]
     pub since: Option<Moment>,
-    /// Start each line with the time it was written (local time zone, RFC 3339).
+    /// Start each line with the time it was stored (local time zone, RFC 3339): a running job's
+    /// lines are stored together at most a second apart.
     #[arg(long)]
     pub timestamps: bool,
 }
@@ -637,6 +638,9 @@ fn parse_key(text: &str) -> Result<String, String> {
             "an idempotency key may be at most {KEY_MAX_BYTES} bytes; this one is {} (use a digest of a longer one)",
             text.len()
         ));
+    }
+    if text.chars().any(char::is_control) {
+        return Err("an idempotency key must not hold control characters (shown by `wf show`)".to_string());
     }
     Ok(text.to_string())
 }

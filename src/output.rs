@@ -104,7 +104,8 @@ impl Output {
 
     /// The one place that decides how a table looks: NO_COLOR takes the colours away and nothing
     /// else (the layout is the terminal's either way). Off a terminal, and for more than
-    /// `BOXED_ROWS_MAX` rows on one, the columns are written a line at a time
+    /// `BOXED_ROWS_MAX` rows or a cell longer than `BOXED_CELL_MAX` on one, the columns are
+    /// written a line at a time
     /// (`write_plain_table`): comfy-table held a gigabyte for the million rows of a bulk
     /// `wf cancel`.
     fn styled_table<R: AsRef<[C]>, C: Display>(
@@ -113,7 +114,10 @@ impl Output {
         rows: Vec<R>,
         status: Option<usize>,
     ) -> Result<()> {
-        if !std::io::stdout().is_terminal() || rows.len() > BOXED_ROWS_MAX {
+        let boxed = std::io::stdout().is_terminal()
+            && rows.len() <= BOXED_ROWS_MAX
+            && rows.iter().all(|row| row.as_ref().iter().all(|cell| cell.to_string().len() <= BOXED_CELL_MAX));
+        if !boxed {
             let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
             write_plain_table(&mut stdout, header, &rows)?;
             stdout.flush()?;
@@ -182,6 +186,10 @@ impl Output {
 /// The most rows a table on a terminal is drawn with boxes and colours: a longer one scrolls past
 /// anyway, and comfy-table holds all of it, several times over, before the first line is out.
 const BOXED_ROWS_MAX: usize = 10_000;
+
+/// The longest cell a boxed table takes: comfy-table lays a long cell out in a time that grows
+/// with the square of its length (`wf show` of a job with a result of 1 MiB: minutes).
+const BOXED_CELL_MAX: usize = 4_096;
 
 fn status_color(text: &str) -> Option<Color> {
     match text.parse::<JobStatus>().ok()? {

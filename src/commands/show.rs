@@ -8,7 +8,7 @@ use super::render::JobDocument;
 use super::{CommandResult, Ctx};
 use crate::cli::ShowArgs;
 use crate::error::Exit;
-use crate::output::{escape_c1, time_cell};
+use crate::output::{escape_c1, escape_controls, time_cell};
 use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
@@ -21,7 +21,10 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
         return Ok(Exit::Ok);
     }
     let compact = |value: &Option<Value>| value.as_ref().map_or("-".to_string(), |value| escape_c1(value.to_string()));
-    let text = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".to_string());
+    // What operators and actions wrote (a cancel's reason, a key, a worker's name of an older wf)
+    // is shown, not acted on by the terminal.
+    let text =
+        |value: &Option<String>| value.as_deref().map_or("-".to_string(), |text| escape_controls(text).into_owned());
     let rows = vec![
         ("id", job.id.to_string()),
         ("status", job.status.to_string()),
@@ -30,7 +33,7 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
         ("tag", job.tag.clone()),
         ("priority", job.priority.to_string()),
         ("trigger", job.trigger_kind.to_string()),
-        ("input", job.input.to_string()),
+        ("input", escape_c1(job.input.to_string())),
         ("result", compact(&job.result)),
         ("error", compact(&job.error)),
         ("worker", text(&job.worker)),

@@ -446,3 +446,31 @@ fn a_variable_that_is_not_text_is_an_error_naming_it() {
         assert!(run.stderr.contains(&format!("{name} is not valid UTF-8")), "{name}: {}", run.stderr);
     }
 }
+
+/// `wf show` on a terminal: what operators and actions wrote (the input's DEL and C1 characters, a
+/// cancel's reason) is shown, not acted on (the reason's escape sequences retitled the window and
+/// cleared the screen); a control character in a key is refused at enqueue; and an input of a
+/// megabyte is written at once as a plain table (a boxed one took minutes: comfy-table lays a long
+/// cell out in a time that grows with the square of its length).
+#[test]
+fn show_on_a_terminal_escapes_what_others_wrote_and_writes_a_long_input_at_once() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = env.wf(["enqueue", "t/echo", "--in", "1h", "--input", r#"{"x":"\u009b2J\u007f"}"#]).ok().stdout;
+    let id = id.trim();
+    env.wf(["cancel", id, "--reason", "evil \x1b]0;pwned\x07 \x1b[2J reason"]).ok();
+    let (code, screen) = env.wf(["show", id]).env("NO_COLOR", "1").in_terminal().finish();
+    assert_eq!(code, 0, "{screen}");
+    assert!(!screen.contains(['\u{9b}', '\u{7f}', '\x07']) && !screen.contains("\x1b]0"), "{screen:?}");
+    assert!(screen.contains(r"\u009b2J\u007f"), "the input's C1 and DEL escaped: {screen:?}");
+    assert!(screen.contains(r"evil \x1b]0;pwned\x07 \x1b[2J reason"), "the reason escaped: {screen:?}");
+    let refused = env.wf(["enqueue", "t/echo", "--key", "k\x1b]0;T\x07"]).run().expect_code(2);
+    assert!(refused.stderr.contains("must not hold control characters"), "{}", refused.stderr);
+
+    let long = env.dir.path().join("long.json");
+    std::fs::write(&long, json!({"blob": "x".repeat(1 << 20)}).to_string()).unwrap();
+    let id = env.wf(["enqueue", "t/echo", "--in", "1h", "--input", &format!("@{}", long.display())]).ok().stdout;
+    let (code, screen) = env.wf(["show", id.trim()]).env("NO_COLOR", "1").in_terminal().finish();
+    assert_eq!(code, 0, "{}", &screen[..200.min(screen.len())]);
+    assert!(screen.contains(&"x".repeat(1 << 20)), "the whole input, on one line");
+}
