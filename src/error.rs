@@ -124,7 +124,7 @@ impl fmt::Display for CommandError {
 
 /// serde_json keeps the io error of a failed write to itself (its `source` skips it), so it is
 /// asked for the kind.
-fn is_broken_pipe(error: &anyhow::Error) -> bool {
+pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         let kind = match (cause.downcast_ref::<std::io::Error>(), cause.downcast_ref::<serde_json::Error>()) {
             (Some(io), _) => Some(io.kind()),

@@ -29,23 +29,29 @@ pub(super) fn print_result(out: &Output, job: &JobView, waited: bool) -> Command
         }
         JobStatus::Queued | JobStatus::Scheduled | JobStatus::Running => (None, Exit::NotFinished),
     };
-    if out.json {
+    let written = if out.json {
         let (result, error) = match &ending {
             Some(ending @ Ending::Result(_)) => (Some(ending), None),
             Some(ending) => (None, Some(ending)),
             None => (None, None),
         };
-        out.json(&ResultDocument { id: job.id, status: job.status, result, error })?;
+        out.json(&ResultDocument { id: job.id, status: job.status, result, error })
     } else if let Some(ending) = ending {
-        out.line(&pretty(&ending)?)?;
+        pretty(&ending).and_then(|text| out.line(&text))
     } else {
         if waited {
             diag!("job {} is {}: not finished within --timeout", job.id, job.status);
         } else {
             diag!("job {} is {}: not finished (use --wait to wait for it)", job.id, job.status);
         }
+        Ok(())
+    };
+    match written {
+        // The reader left early (`wf result ID | head -1`): the job's outcome is still the exit
+        // code, which a script with pipefail reads.
+        Err(error) if crate::error::is_broken_pipe(&error) => Ok(exit),
+        written => written.map(|()| exit).map_err(Into::into),
     }
-    Ok(exit)
 }
 
 /// Everything about one job (SPEC: `wf show --json`); `wf jobs --json` lists these.

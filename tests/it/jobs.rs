@@ -244,6 +244,14 @@ fn results_and_exit_codes_follow_the_outcome() {
 
     let run = env.wf(["result", &failed]).run().expect_code(4);
     let error: Value = serde_json::from_str(&run.stdout).unwrap();
+    // A reader that leaves early (`wf result ID | head -1`) does not hide the job's outcome from
+    // a script with pipefail: before, the broken pipe made the exit 0.
+    for json in [false, true] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let args = if json { vec!["result", &failed, "--json"] } else { vec!["result", &failed] };
+        env.wf(args).run_into(writer.into(), std::process::Stdio::piped()).expect_code(4);
+    }
     assert_eq!(error["name"], "TypeError");
     assert_eq!(error["message"], "this action fails");
     assert!(error["stack"].as_str().unwrap().contains("fail.ts"), "{error}");
