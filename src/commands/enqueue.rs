@@ -47,7 +47,8 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
         }
         return Ok(Exit::Ok);
     }
-    let mut client = ctx.connect()?;
+    let database = ctx.database()?;
+    let mut client = database.connect()?;
     let mut tx = client.transaction()?;
     let jobs = enqueue::enqueue(&mut tx, &request).with_context(|| format!("enqueueing {}", args.target))?;
     tx.commit()?;
@@ -62,7 +63,7 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     }
     if args.wait {
         diag!("{}", job.id);
-        let view = inspect::wait_until_finished(&mut client, job.id, args.timeout)?;
+        let view = inspect::wait_until_finished(&mut client, &|| database.connect(), job.id, args.timeout)?;
         return print_result(&ctx.out, &view, true);
     }
     if ctx.out.json {

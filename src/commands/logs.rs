@@ -15,7 +15,8 @@ use crate::output::{escape_controls, rfc3339};
 use crate::queue::inspect::{self, LogEntry};
 
 pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
-    let mut client = ctx.connect()?;
+    let database = ctx.database()?;
+    let mut client = database.connect()?;
     let id = inspect::resolve_id(&mut client, &args.id)?;
     inspect::show_existing(&mut client, id)?;
     // Each line is written as it is read: a job may have millions. A follower's lines leave the
@@ -61,7 +62,7 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
             None if args.tail.is_some() || args.since.is_some() => inspect::last_log_id(&mut client, id)?,
             None => 0,
         };
-        inspect::follow_logs(&mut client, id, after, &mut show)?;
+        inspect::follow_logs(&mut client, &|| database.connect(), id, after, &mut show)?;
         // How it ended, which the lines alone do not say (a cancel writes none), and where a retry
         // goes on.
         let ended = inspect::show_existing(&mut client, id)?.status;

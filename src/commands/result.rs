@@ -6,10 +6,11 @@ use crate::cli::ResultArgs;
 use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx, args: ResultArgs) -> CommandResult {
-    let mut client = ctx.connect()?;
+    let database = ctx.database()?;
+    let mut client = database.connect()?;
     let id = inspect::resolve_id(&mut client, &args.id)?;
     let job = if args.wait {
-        inspect::wait_until_finished(&mut client, id, args.timeout)?
+        inspect::wait_until_finished(&mut client, &|| database.connect(), id, args.timeout)?
     } else {
         inspect::show_existing(&mut client, id)?
     };

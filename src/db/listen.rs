@@ -8,9 +8,19 @@ use anyhow::Result;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, Notification, Notifications};
 
+/// How long a listener that lost its connection tries to make one again (at most its deadline).
+const RECONNECT_PATIENCE: Duration = Duration::from_secs(60);
+
+/// A new connection, for a listener whose connection was lost.
+pub(crate) type Connect<'c> = &'c dyn Fn() -> Result<Client>;
+
 /// A connection that LISTENs on a channel.
 pub(crate) struct Listener<'c> {
     client: &'c mut Client,
+    channel: String,
+    /// How to connect again when the connection is lost (a restart, a failover): the wait goes on
+    /// on a new connection, and its next look covers what was missed meanwhile.
+    again: Option<Connect<'c>>,
 }
 
 impl<'c> Listener<'c> {
@@ -18,7 +28,39 @@ impl<'c> Listener<'c> {
     pub(crate) fn listen(client: &'c mut Client, channel: &str) -> Result<Listener<'c>> {
         client.batch_execute(&format!("LISTEN {channel}"))?;
         discard_pending(&mut client.notifications())?;
-        Ok(Listener { client })
+        Ok(Listener { client, channel: channel.to_string(), again: None })
+    }
+
+    /// The same, connecting again with `again` when the connection is lost.
+    pub(crate) fn reconnecting(client: &'c mut Client, channel: &str, again: Connect<'c>) -> Result<Listener<'c>> {
+        Ok(Listener { again: Some(again), ..Listener::listen(client, channel)? })
+    }
+
+    /// After `error`: a new connection, listening, when the error is a lost connection and this
+    /// listener may connect again, within RECONNECT_PATIENCE and `deadline`; else the error.
+    fn recover(&mut self, error: anyhow::Error, deadline: Option<Instant>) -> Result<()> {
+        let Some(again) = self.again.filter(|_| super::failure::is_connection_lost(&error)) else {
+            return Err(error);
+        };
+        crate::diag!("the connection to the database was lost ({error:#}); connecting again");
+        let give_up = Instant::now() + RECONNECT_PATIENCE;
+        let give_up = deadline.map_or(give_up, |deadline| deadline.min(give_up));
+        loop {
+            let listening = again().and_then(|mut client| {
+                client.batch_execute(&format!("LISTEN {}", self.channel))?;
+                Ok(client)
+            });
+            match listening {
+                Ok(client) => {
+                    *self.client = client;
+                    return Ok(());
+                }
+                Err(failed) if Instant::now() >= give_up => {
+                    return Err(failed.context("connecting again to the database after losing the connection"));
+                }
+                Err(_) => std::thread::sleep(Duration::from_secs(1)),
+            }
+        }
     }
 
     /// Look, and until a look breaks or `deadline` passes, wait for a notification that `wakes`
@@ -36,13 +78,21 @@ impl<'c> Listener<'c> {
         mut look: impl FnMut(&mut Client) -> Result<ControlFlow<B, C>>,
     ) -> Result<ControlFlow<B, C>> {
         loop {
-            let looked = look(self.client)?;
+            let looked = match look(self.client) {
+                Ok(looked) => looked,
+                Err(error) => {
+                    self.recover(error, deadline)?;
+                    continue;
+                }
+            };
             let now = Instant::now();
             if looked.is_break() || deadline.is_some_and(|deadline| now >= deadline) {
                 return Ok(looked);
             }
             let until = deadline.map_or(now + poll, |deadline| deadline.min(now + poll));
-            self.wait(until, &wakes)?;
+            if let Err(error) = self.wait(until, &wakes) {
+                self.recover(error, deadline)?;
+            }
         }
     }
 

@@ -11,7 +11,7 @@ use postgres::{Client, Row};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::db::listen::Listener;
+use crate::db::listen::{Connect, Listener};
 use crate::queue::CHANNEL_COMPLETED;
 use crate::queue::job::{JobStatus, TriggerKind};
 
@@ -119,10 +119,15 @@ pub(crate) fn show_existing(client: &mut Client, id: Uuid) -> Result<JobView> {
 
 /// The job once it finished, or as it is when `timeout` passes first. Waits for its completion's
 /// notification, and looks again every two seconds in case one was lost.
-pub(crate) fn wait_until_finished(client: &mut Client, id: Uuid, timeout: Option<Duration>) -> Result<JobView> {
+pub(crate) fn wait_until_finished(
+    client: &mut Client,
+    again: Connect<'_>,
+    id: Uuid,
+    timeout: Option<Duration>,
+) -> Result<JobView> {
     let deadline = timeout.map(|timeout| Instant::now() + timeout);
     let id_text = id.to_string();
-    let waited = Listener::listen(client, CHANNEL_COMPLETED)?.look_until(
+    let waited = Listener::reconnecting(client, CHANNEL_COMPLETED, again)?.look_until(
         deadline,
         Duration::from_secs(2),
         |notification| notification.payload() == id_text,
@@ -455,10 +460,16 @@ const FOLLOW_POLL: Duration = Duration::from_millis(500);
 /// Hand a job's log lines after `after` to `show` as they are written, until it finished and every line was
 /// shown. "Finished?" is asked before each fetch, never after: the completion's transaction
 /// writes the last lines, so only a fetch that starts after the job was seen finished has them.
-pub(crate) fn follow_logs(client: &mut Client, id: Uuid, mut after: i64, show: &mut ShowLog<'_>) -> Result<()> {
+pub(crate) fn follow_logs(
+    client: &mut Client,
+    again: Connect<'_>,
+    id: Uuid,
+    mut after: i64,
+    show: &mut ShowLog<'_>,
+) -> Result<()> {
     let id_text = id.to_string();
     // Without a deadline, only the look's break ends the wait.
-    let _: ControlFlow<()> = Listener::listen(client, CHANNEL_COMPLETED)?.look_until(
+    let _: ControlFlow<()> = Listener::reconnecting(client, CHANNEL_COMPLETED, again)?.look_until(
         None,
         FOLLOW_POLL,
         |notification| notification.payload() == id_text,

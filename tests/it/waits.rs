@@ -214,3 +214,36 @@ fn a_wait_keeps_its_timeout_while_the_jobs_queue_row_is_locked() {
     holder.rollback().unwrap();
     assert_eq!(status.code(), Some(3), "not finished: exit 3");
 }
+
+/// `wf result --wait` and `wf logs --follow` go on through a restart of the database: each
+/// connects again (within a minute) and looks again, which covers what it missed meanwhile.
+/// Before, both ended at once with exit 1 ("terminating connection due to administrator command").
+#[test]
+fn a_wait_and_a_follow_go_on_through_a_restart_of_the_database() {
+    let cluster = crate::support::harness::PrivateCluster::start();
+    let env = cluster.env();
+    synced(&env);
+    let id = env.wf(["enqueue", "t/echo", "--in", "1h"]).ok().stdout.trim().to_string();
+    let waiter = env.wf(["result", &id, "--wait", "--timeout", "120s"]).start();
+    let follower = env.wf(["logs", &id, "--follow"]).start();
+    // Both connected, one has looked (it marks the job awaited after its LISTEN), and a moment for
+    // the other to be as far.
+    wait_for(Duration::from_secs(30), "both to wait", || {
+        let waiting: i64 = env.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'wf'");
+        let awaited: bool = env.scalar("SELECT coalesce(bool_or(awaited), false) FROM job_queue");
+        (waiting == 2 && awaited).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.stop_server();
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.start_server();
+    env.wf(["cancel", &id, "--reason", "after the restart"]).ok();
+
+    let waited = waiter.finish();
+    assert_eq!(waited.code, 4, "{waited:?}");
+    assert_eq!(waited.json()["canceled_reason"], "after the restart", "{waited:?}");
+    assert!(waited.stderr.contains("connecting again"), "{}", waited.stderr);
+    let followed = follower.finish();
+    assert_eq!(followed.code, 0, "{followed:?}");
+    assert!(followed.stderr.contains(&format!("job {id} ended: canceled")), "{}", followed.stderr);
+}
