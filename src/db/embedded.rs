@@ -229,14 +229,21 @@ impl Cluster {
                 }
                 Ok(())
             }
-            // Only root's wf links it: the cluster is root's, which this user can neither read
-            // (it would look stopped) nor start.
-            Ok(meta) if !is_root() && meta.file_type().is_symlink() => bail!(
-                "{} links to root's embedded cluster ({}): run wf as root with this WF_HOME, or give \
+            // A link into root's clusters: the cluster is root's, which this user can neither
+            // read (it would look stopped) nor start. (Any other link is refused further on: a
+            // user's cluster is a folder of its own.)
+            Ok(meta)
+                if !is_root()
+                    && meta.file_type().is_symlink()
+                    && fs::read_link(&self.home_pg).is_ok_and(|target| target.starts_with(ROOT_CLUSTERS)) =>
+            {
+                bail!(
+                    "{} links to root's embedded cluster ({}): run wf as root with this WF_HOME, or give \
                  yourself a WF_HOME of your own",
-                self.home_pg.display(),
-                fs::read_link(&self.home_pg)?.display()
-            ),
+                    self.home_pg.display(),
+                    fs::read_link(&self.home_pg)?.display()
+                )
+            }
             _ => Ok(()),
         }
     }

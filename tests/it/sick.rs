@@ -459,7 +459,12 @@ fn a_claim_on_a_backend_that_stops_answering_is_made_on_a_new_connection() {
     assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
     drop(frozen);
     let journal = std::fs::read_to_string(env.dir.path().join("w1.log")).unwrap();
-    assert!(journal.contains("claiming failed: the database did not answer within 5s"), "{journal}");
+    // The first call to meet the stopped backend is the claim, or the look at the queue that an
+    // idle slot makes now and then: either is given up after the window.
+    let given_up = ["claiming failed", "looking at the queue failed"]
+        .iter()
+        .any(|call| journal.contains(&format!("{call}: the database did not answer within 5s")));
+    assert!(given_up, "{journal}");
     assert_eq!(executions(&log).len(), 1);
 }
 
