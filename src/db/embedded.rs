@@ -221,6 +221,19 @@ impl Cluster {
     /// As root, `$WF_HOME/pg` holding something other than the link to root's cluster (another
     /// user's cluster): said, rather than a cluster found not running where one may run.
     fn not_in_the_way(&self) -> Result<()> {
+        // A link into root's clusters: the cluster is root's, which this user can neither read
+        // (it would look stopped) nor start. (Any other link is refused further on: a user's
+        // cluster is a folder of its own.)
+        if !is_root()
+            && let Some(target) = root_cluster_link(&self.home_pg)
+        {
+            bail!(
+                "{} links to root's embedded cluster ({}): run wf as root with this WF_HOME, or give \
+                 yourself a WF_HOME of your own",
+                self.home_pg.display(),
+                target.display()
+            );
+        }
         match fs::symlink_metadata(&self.home_pg) {
             Ok(meta) if is_root() && !meta.file_type().is_symlink() => {
                 let empty = meta.is_dir() && fs::read_dir(&self.home_pg)?.next().is_none();
@@ -228,21 +241,6 @@ impl Cluster {
                     return Err(self.in_the_way());
                 }
                 Ok(())
-            }
-            // A link into root's clusters: the cluster is root's, which this user can neither
-            // read (it would look stopped) nor start. (Any other link is refused further on: a
-            // user's cluster is a folder of its own.)
-            Ok(meta)
-                if !is_root()
-                    && meta.file_type().is_symlink()
-                    && fs::read_link(&self.home_pg).is_ok_and(|target| target.starts_with(ROOT_CLUSTERS)) =>
-            {
-                bail!(
-                    "{} links to root's embedded cluster ({}): run wf as root with this WF_HOME, or give \
-                 yourself a WF_HOME of your own",
-                    self.home_pg.display(),
-                    fs::read_link(&self.home_pg)?.display()
-                )
             }
             _ => Ok(()),
         }
@@ -402,9 +400,12 @@ impl Cluster {
 /// keeps its cluster (named after the path it had), where one of its new path's name would be made,
 /// empty, beside the old one still running.
 fn linked_cluster(home_pg: &Path) -> Option<PathBuf> {
-    let target = fs::read_link(home_pg).ok()?;
-    (target.parent() == Some(Path::new(ROOT_CLUSTERS)) && target.join("data").join("PG_VERSION").exists())
-        .then_some(target)
+    root_cluster_link(home_pg).filter(|target| target.join("data").join("PG_VERSION").exists())
+}
+
+/// Where `$WF_HOME/pg` links to, when that is a folder of root's clusters.
+fn root_cluster_link(home_pg: &Path) -> Option<PathBuf> {
+    fs::read_link(home_pg).ok().filter(|target| target.parent() == Some(Path::new(ROOT_CLUSTERS)))
 }
 
 /// A short, stable name for a path.

@@ -511,7 +511,7 @@ fn a_command_gives_up_on_a_server_that_accepts_and_never_answers() {
     proxy.set_cut(true);
     let url = format!("{} connect_timeout=2", proxy.url(&env.dbname));
     let mut status = env.wf(["status", "--database-url", &url]).start();
-    wait_for(Duration::from_secs(60), "wf status to give up", || status.try_wait().unwrap().map(|_| ()));
+    crate::support::checks::wait_exit(&mut status, Duration::from_secs(60), "wf status");
     let run = status.finish();
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("accepted the connection but did not answer within 2 s"), "{}", run.stderr);
