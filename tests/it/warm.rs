@@ -20,6 +20,7 @@ fn synced_warm(env: &TestEnv) -> GitRepo {
                 "actions": {
                     "first": {"entrypoint": "w/step.ts", "warm": true},
                     "step": {"entrypoint": "w/step.ts", "warm": true, "timeout": 3},
+                    "linger": {"entrypoint": "w/step.ts", "warm": true, "timeout": 3},
                     "step_long": {"entrypoint": "w/step.ts", "warm": true, "timeout": 600},
                     "hog": {"entrypoint": "w/step.ts", "warm": true, "memory_mb": 100},
                     "cold": {"entrypoint": "w/step.ts"},
@@ -382,7 +383,8 @@ fn a_warm_job_that_leaves_a_long_line_unfinished_still_ends_at_once() {
 fn what_a_warm_job_leaves_running_ends_with_its_idle_runner() {
     let env = TestEnv::new();
     synced_warm(&env);
-    let id = enqueue(&env, "w/step", json!({"n": 0, "mode": "linger"}));
+    // An action of its own: runners are found by their action's name, and other tests run `step`.
+    let id = enqueue(&env, "w/linger", json!({"n": 0, "mode": "linger"}));
     let w = worker(&env, "w", &["--concurrency", "1"]);
     let jobs = [id.clone()].into_iter().collect();
     wait_for(Duration::from_secs(30), "the job's lingering process", || {
@@ -392,12 +394,12 @@ fn what_a_warm_job_leaves_running_ends_with_its_idle_runner() {
     wait_for(Duration::from_secs(60), "the idle runner to end with what its job left", || {
         crate::support::checks::job_processes(&jobs).is_empty().then_some(())
     });
-    assert!(runner_processes("step").is_empty(), "the runner is still there");
+    assert!(runner_processes("linger").is_empty(), "the runner is still there");
     signal(&w, libc::SIGTERM);
     assert_eq!(ended(&env, &id).0, "success");
 }
 
-/// The processes of the warm runners of `action` (each test here has its own action names), found
+/// The processes of the warm runners of `action` (of every test running it at the time), found
 /// by the WF_ACTION their supervisor, init and bun were started with: a warm runner's job
 /// variables are not in its environment.
 fn runner_processes(action: &str) -> Vec<i32> {
