@@ -11,8 +11,9 @@ use crate::support::harness::{GitRepo, TestEnv, wait_for};
 /// `w/step` does what its input's `mode` says and returns what it knows: which runner it is (an id
 /// drawn when the module loads), how many jobs that runner ran, its job's WF_ variables, HOME and
 /// PATH, its folder, and whether the working directory was empty when the job began; with `chdir`
-/// it leaves a folder changed.
-fn synced_warm(env: &TestEnv) -> GitRepo {
+/// it leaves a folder changed. Returns the synced commit, of this test alone (its message names the
+/// repository's own folder): runners are found from outside by their action and commit.
+fn synced_warm(env: &TestEnv) -> String {
     let repo = GitRepo::new();
     repo.manifest(&json!({
         "apps": {
@@ -92,10 +93,10 @@ export function main(input: any) {
 }
 "#,
     );
-    repo.commit("warm actions");
+    let commit = repo.commit(&format!("warm actions of {}", repo.url()));
     env.wf(["source", "add", "warm", &repo.url()]).ok();
     env.wf(["sync", "warm"]).ok();
-    repo
+    commit
 }
 
 /// One job's status, result (or error) and log lines.
@@ -120,9 +121,9 @@ fn ended(env: &TestEnv, id: &str) -> (String, Value, Vec<String>) {
 #[test]
 fn a_warm_action_runs_its_jobs_in_one_process_each_with_its_own_input_variables_and_logs() {
     let env = TestEnv::new();
-    synced_warm(&env);
+    let commit = synced_warm(&env);
     for isolation in ["sandbox", "none"] {
-        one_runner_runs_every_job(&env, isolation);
+        one_runner_runs_every_job(&env, &commit, isolation);
     }
 }
 
@@ -153,7 +154,7 @@ fn a_warm_action_that_reads_its_stdin_finds_it_empty_and_takes_no_request() {
     }
 }
 
-fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
+fn one_runner_runs_every_job(env: &TestEnv, commit: &str, isolation: &str) {
     // A cold job in between: the runner waits for its action's next job meanwhile.
     // The second changes its folder: the next starts in the working directory all the same.
     let mut ids: Vec<String> = (0..3).map(|n| enqueue(env, "w/first", json!({"n": n, "chdir": n == 1}))).collect();
@@ -189,7 +190,7 @@ fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
     runners.dedup();
     assert_eq!(runners.len(), 1, "one runner ran every job: {runners:?}");
     wait_for(Duration::from_secs(15), "the idle runner to end with its worker", || {
-        runner_processes("first").is_empty().then_some(())
+        runner_processes(commit, "first").is_empty().then_some(())
     });
     if isolation == "none" {
         // Its requests ended and bun exited by itself, its exit handlers run: not killed.
@@ -209,7 +210,7 @@ fn one_runner_runs_every_job(env: &TestEnv, isolation: &str) {
 #[test]
 fn a_timeout_a_crash_or_a_memory_limit_ends_the_runner_and_the_next_job_gets_a_fresh_one() {
     let env = TestEnv::new();
-    synced_warm(&env);
+    let commit = synced_warm(&env);
     let started = path(&env, "started");
     let steps = [
         ("w/step", json!({"n": 0})),
@@ -231,7 +232,7 @@ fn a_timeout_a_crash_or_a_memory_limit_ends_the_runner_and_the_next_job_gets_a_f
     let hanging_runner = wait_for(Duration::from_secs(30), "the hanging job to start", || {
         std::fs::read_to_string(&started).ok().filter(|text| !text.is_empty())
     });
-    let processes = runner_processes("step");
+    let processes = runner_processes(&commit, "step");
     assert!(!processes.is_empty(), "the warm runner's processes are found by WF_ACTION");
     assert!(w.wait().unwrap().success());
     assert!(processes.iter().all(|&pid| !alive(pid)), "the timed-out runner's processes are gone: {processes:?}");
@@ -274,14 +275,14 @@ fn a_timeout_a_crash_or_a_memory_limit_ends_the_runner_and_the_next_job_gets_a_f
 #[test]
 fn a_canceled_warm_job_ends_its_runner_and_is_never_undone() {
     let env = TestEnv::new();
-    synced_warm(&env);
+    let commit = synced_warm(&env);
     let started = path(&env, "started");
     let first = enqueue(&env, "w/step_long", json!({"n": 0}));
     let hanging = enqueue(&env, "w/step_long", json!({"n": 1, "mode": "hang", "started": started}));
     let after = enqueue(&env, "w/step_long", json!({"n": 2}));
     let mut w = worker(&env, "w", &["--drain", "--concurrency", "1"]);
     wait_for(Duration::from_secs(30), "the hanging job to start", || std::fs::read(&started).ok());
-    let processes = runner_processes("step_long");
+    let processes = runner_processes(&commit, "step_long");
     env.wf(["cancel", &hanging, "--yes"]).ok();
     assert!(w.wait().unwrap().success());
     assert!(processes.iter().all(|&pid| !alive(pid)), "the canceled runner's processes are gone: {processes:?}");
@@ -382,8 +383,7 @@ fn a_warm_job_that_leaves_a_long_line_unfinished_still_ends_at_once() {
 #[test]
 fn what_a_warm_job_leaves_running_ends_with_its_idle_runner() {
     let env = TestEnv::new();
-    synced_warm(&env);
-    // An action of its own: runners are found by their action's name, and other tests run `step`.
+    let commit = synced_warm(&env);
     let id = enqueue(&env, "w/linger", json!({"n": 0, "mode": "linger"}));
     let w = worker(&env, "w", &["--concurrency", "1"]);
     let jobs = [id.clone()].into_iter().collect();
@@ -394,21 +394,22 @@ fn what_a_warm_job_leaves_running_ends_with_its_idle_runner() {
     wait_for(Duration::from_secs(60), "the idle runner to end with what its job left", || {
         crate::support::checks::job_processes(&jobs).is_empty().then_some(())
     });
-    assert!(runner_processes("linger").is_empty(), "the runner is still there");
+    assert!(runner_processes(&commit, "linger").is_empty(), "the runner is still there");
     signal(&w, libc::SIGTERM);
     assert_eq!(ended(&env, &id).0, "success");
 }
 
-/// The processes of the warm runners of `action` (of every test running it at the time), found
-/// by the WF_ACTION their supervisor, init and bun were started with: a warm runner's job
-/// variables are not in its environment.
-fn runner_processes(action: &str) -> Vec<i32> {
-    let wanted = format!("WF_ACTION={action}");
+/// The processes of the warm runners of `action` at `commit` (of this test alone: see
+/// `synced_warm`), found by the WF_ACTION and WF_COMMIT_SHA their supervisor, init and bun were
+/// started with: a warm runner's job variables are not in its environment.
+fn runner_processes(commit: &str, action: &str) -> Vec<i32> {
+    let wanted = [format!("WF_ACTION={action}"), format!("WF_COMMIT_SHA={commit}")];
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
         let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
-        if environ.split(|byte| *byte == 0).any(|item| item == wanted.as_bytes()) {
+        let items: Vec<&[u8]> = environ.split(|byte| *byte == 0).collect();
+        if wanted.iter().all(|variable| items.contains(&variable.as_bytes())) {
             found.push(pid);
         }
     }
