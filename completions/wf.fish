@@ -24,7 +24,7 @@ function __fish_wf_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c wf -n "__fish_wf_needs_command" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_needs_command" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_needs_command" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_needs_command" -l json -d 'Print exactly one JSON document on stdout'
@@ -51,7 +51,7 @@ complete -c wf -n "__fish_wf_needs_command" -f -a "schedule" -d 'Cron schedules 
 complete -c wf -n "__fish_wf_needs_command" -f -a "prune" -d 'Delete completed jobs (records, logs) older than a cutoff, in batches'
 complete -c wf -n "__fish_wf_needs_command" -f -a "bench" -d 'Measure the spine on the configured database (in a tag of its own, cleaned up after)'
 complete -c wf -n "__fish_wf_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -l json -d 'Print exactly one JSON document on stdout'
@@ -62,25 +62,25 @@ complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "status" -d 'Show the database\'s state and the schema version'
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "migrate" -d 'Apply pending migrations to the configured database'
 complete -c wf -n "__fish_wf_using_subcommand db; and not __fish_seen_subcommand_from up down status migrate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from up" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from down" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from status" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from migrate" -l json -d 'Print exactly one JSON document on stdout'
@@ -91,7 +91,7 @@ complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_fro
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "status" -d 'Show the database\'s state and the schema version'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "migrate" -d 'Apply pending migrations to the configured database'
 complete -c wf -n "__fish_wf_using_subcommand db; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -l json -d 'Print exactly one JSON document on stdout'
@@ -102,19 +102,19 @@ complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcom
 complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -f -a "rm" -d 'Remove a git source and its actions from the catalog (jobs keep their pinned metadata)'
 complete -c wf -n "__fish_wf_using_subcommand source; and not __fish_seen_subcommand_from add list rm help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l branch -d 'Branch to follow (default: the remote\'s HEAD)' -r
-complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from rm" -l yes -d 'Do not ask for confirmation'
@@ -127,14 +127,14 @@ complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand sync" -l ref -d 'A ref to sync (branch, tag, or any revision git understands; HEAD is the remote\'s; a name that is both a branch and a tag is refused: say refs/heads/NAME or refs/tags/NAME)' -r
 complete -c wf -n "__fish_wf_using_subcommand sync" -l commit -d 'An exact commit to sync, by its id (full, or 4 digits and more)' -r
-complete -c wf -n "__fish_wf_using_subcommand sync" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand sync" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand sync" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand sync" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand sync" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand sync" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand actions" -l source -d 'Only the actions of this source' -r
-complete -c wf -n "__fish_wf_using_subcommand actions" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand actions" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand actions" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand actions" -l json -d 'Print exactly one JSON document on stdout'
@@ -152,7 +152,7 @@ webhook\t''
 schedule\t''"
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l timeout -d 'Give up waiting after this long (exit 3)' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l key -d 'Idempotency key: while a job enqueued with this key exists, enqueueing again returns it (`"existing": true`) instead of a new one. At most 1,000 bytes' -r
-complete -c wf -n "__fish_wf_using_subcommand enqueue" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l wait -d 'Wait for the job to finish and print its result (exit code as `wf result`)'
@@ -170,7 +170,7 @@ none\t''"
 complete -c wf -n "__fish_wf_using_subcommand work" -l allow-write -d 'A host folder bound read-write into every sandbox at the same path (repeatable; WF_ALLOW_WRITE takes a colon-separated list). The sandbox user must be allowed to write it' -r -F
 complete -c wf -n "__fish_wf_using_subcommand work" -l log-format -d 'How the worker writes its lines on stderr (one per job event: claimed, finished, killed, requeued): text, or one JSON object per line' -r -f -a "text\t''
 json\t''"
-complete -c wf -n "__fish_wf_using_subcommand work" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand work" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand work" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand work" -l drain -d 'Exit when no due, unclaimed job is left for these tags and all slots are idle'
@@ -186,14 +186,14 @@ complete -c wf -n "__fish_wf_using_subcommand cancel" -l status -d 'Only the job
 scheduled\t''
 running\t''"
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l reason -d 'Why, recorded with the cancel (`canceled_reason` in `wf show`)' -r
-complete -c wf -n "__fish_wf_using_subcommand cancel" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l yes -d 'Do not ask for confirmation. Asked when more than one job is canceled (several ids, or the jobs that match); one id is canceled at once, as `kill` does, and as scripts cancel a job'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand rerun" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand rerun" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand rerun" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand rerun" -l latest -d 'Pin the action as the catalog shows it now (its current commit, schemas, timeout, tag), instead of exactly what the job ran'
@@ -202,7 +202,7 @@ complete -c wf -n "__fish_wf_using_subcommand rerun" -s q -l quiet -d 'Hide prog
 complete -c wf -n "__fish_wf_using_subcommand rerun" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand reap" -l zombie-timeout -d 'A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S); never sooner than the window its worker claimed it with (a worker that pings more slowly than this pass expects is not robbed of its job)' -r
 complete -c wf -n "__fish_wf_using_subcommand reap" -l restart-limit -d 'Restarts before a dying job completes as failure (default WF_RESTART_LIMIT)' -r
-complete -c wf -n "__fish_wf_using_subcommand reap" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand reap" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand reap" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand reap" -l json -d 'Print exactly one JSON document on stdout'
@@ -222,21 +222,21 @@ complete -c wf -n "__fish_wf_using_subcommand jobs" -l since -d 'Only jobs creat
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l until -d 'Only jobs created before this time (RFC 3339) or this long ago' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l limit -d 'List at most this many jobs (newest first): one page' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l page -d 'Which page of --limit jobs to list (1: the newest)' -r
-complete -c wf -n "__fish_wf_using_subcommand jobs" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l watch -d 'List again every 2 seconds until interrupted'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand jobs" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand show" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand show" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand show" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand show" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand show" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand show" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand result" -l timeout -d 'Give up waiting after this long (exit 3)' -r
-complete -c wf -n "__fish_wf_using_subcommand result" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand result" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand result" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand result" -l wait -d 'Wait until the job finishes'
@@ -245,7 +245,7 @@ complete -c wf -n "__fish_wf_using_subcommand result" -s q -l quiet -d 'Hide pro
 complete -c wf -n "__fish_wf_using_subcommand result" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand logs" -l tail -d 'Only the last N lines (then new ones, with --follow)' -r
 complete -c wf -n "__fish_wf_using_subcommand logs" -l since -d 'Only lines written since this time (RFC 3339) or this long ago (30s, 5m, 2h)' -r
-complete -c wf -n "__fish_wf_using_subcommand logs" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand logs" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand logs" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand logs" -s f -l follow -d 'Keep printing new lines until the job completes'
@@ -253,19 +253,19 @@ complete -c wf -n "__fish_wf_using_subcommand logs" -l timestamps -d 'Start each
 complete -c wf -n "__fish_wf_using_subcommand logs" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand logs" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand logs" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c wf -n "__fish_wf_using_subcommand status" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand status" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand status" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand status" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand status" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand status" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand workers" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand workers" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand workers" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand workers" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand workers" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand workers" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -l json -d 'Print exactly one JSON document on stdout'
@@ -273,7 +273,7 @@ complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcomm
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed, expired, or no longer current (its attempt has ended, or the job is no longer that claim\'s)'
 complete -c wf -n "__fish_wf_using_subcommand token; and not __fish_seen_subcommand_from verify help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -l json -d 'Print exactly one JSON document on stdout'
@@ -281,7 +281,7 @@ complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from verify" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed, expired, or no longer current (its attempt has ended, or the job is no longer that claim\'s)'
 complete -c wf -n "__fish_wf_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -l json -d 'Print exactly one JSON document on stdout'
@@ -300,14 +300,14 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l input -d 'Input of every job: JSON text, @FILE, or - for stdin' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l priority -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l tag -d 'Override the action\'s effective tag' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l no-overlap -d 'Skip a fire time while an earlier run of this schedule is still running'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l json -d 'Print exactly one JSON document on stdout'
@@ -320,20 +320,20 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l tag -d 'A new tag override' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l no-overlap -d 'Skip fire times while an earlier run is still running (`--no-overlap true`), or not' -r -f -a "true\t''
 false\t''"
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l yes -d 'Do not ask for confirmation (rm)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l yes -d 'Do not ask for confirmation (rm)'
@@ -341,7 +341,7 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l horizon -d 'Enqueue fire times up to this far ahead at once: the horizon your ticks use' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l yes -d 'Accepted as before, when resume took the arguments of rm; it asks nothing'
@@ -349,7 +349,7 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from resume" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l horizon -d 'Enqueue fire times up to this far ahead (workers start them on time)' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -l json -d 'Print exactly one JSON document on stdout'
@@ -367,7 +367,7 @@ complete -c wf -n "__fish_wf_using_subcommand prune" -l older-than -d 'Delete jo
 complete -c wf -n "__fish_wf_using_subcommand prune" -l status -d 'Only jobs that ended with this status (with --older-than: it does not choose commits)' -r -f -a "success\t''
 failure\t''
 canceled\t''"
-complete -c wf -n "__fish_wf_using_subcommand prune" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand prune" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand prune" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand prune" -l sources -d 'Delete the synced commits no job pins any more (queued, running, or completed and not pruned) and the catalog is not on, from the database and from this host\'s store, and the file contents no commit holds any more. After the jobs when both are given'
@@ -379,7 +379,7 @@ complete -c wf -n "__fish_wf_using_subcommand prune" -s h -l help -d 'Print help
 complete -c wf -n "__fish_wf_using_subcommand bench" -l jobs -d 'Jobs per measurement (at most 2,000 for the enqueues of a transaction each)' -r
 complete -c wf -n "__fish_wf_using_subcommand bench" -l workers -d 'Concurrent claimers for the claim-to-complete rate' -r
 complete -c wf -n "__fish_wf_using_subcommand bench" -l batch -d 'Jobs each claimer claims, and completes, per statement (as a worker claims for its idle slots); 1 is the seed\'s one job per claim' -r
-complete -c wf -n "__fish_wf_using_subcommand bench" -l database-url -d 'PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
+complete -c wf -n "__fish_wf_using_subcommand bench" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand bench" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand bench" -l bun -d 'Also measure end to end with a trivial bun action (at most 200 jobs), with and without the sandbox, the same action warm (at most 5,000 jobs), and a bare loop starting bun for each job, taking turns in 4 rounds (a worker\'s run timed from its first claim to its last completion); for each, the processor time per job of wf and every process it started (`cpu ms/job`), and of the database server when it runs on this host (`db cpu ms/job`, also for claim + complete)'

@@ -21,8 +21,9 @@ use crate::queue::job::{JobStatus, TriggerKind};
                   4 the job itself ended failure or canceled."
 )]
 pub(crate) struct Cli {
-    /// PostgreSQL connection (URL or key=value; no TLS; connect_timeout bounds the whole connect, 10 s
-    /// by default); unset: the embedded local cluster under WF_HOME.
+    /// PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey;
+    /// connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster
+    /// under WF_HOME.
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 

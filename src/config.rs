@@ -46,7 +46,7 @@ pub(crate) struct Config {
 pub(crate) const ENVIRONMENT: [(&str, &str); 11] = [
     (
         "DATABASE_URL",
-        "PostgreSQL connection, URL or key=value (--database-url). Unset: the embedded cluster under WF_HOME.",
+        "PostgreSQL connection, URL or key=value (--database-url), with libpq's TLS options sslmode (default prefer), sslrootcert (a PEM file, or system), sslcert and sslkey. Unset: the embedded cluster under WF_HOME.",
     ),
     (
         "WF_HOME",

@@ -5,6 +5,7 @@ pub(crate) mod failure;
 pub(crate) mod listen;
 pub mod migrate;
 mod session;
+mod tls;
 
 use std::str::FromStr;
 use std::sync::mpsc::RecvTimeoutError;
@@ -24,24 +25,33 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct Database {
     config: postgres::Config,
+    /// How an external database is reached over TCP (None: the embedded cluster, sslmode=disable).
+    tls: Option<tls::Tls>,
     /// A human description for messages (never the password).
     pub describe: String,
     pub embedded: bool,
 }
 
 impl Database {
-    /// An external database, from `--database-url` or DATABASE_URL (a URL or key=value).
+    /// An external database, from `--database-url` or DATABASE_URL (a URL or key=value), with
+    /// libpq's TLS options (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`).
     pub fn external(url: &str) -> Result<Database> {
-        let config =
-            postgres::Config::from_str(url).context("parsing the database URL (DATABASE_URL or --database-url)")?;
+        let parsing = "parsing the database URL (DATABASE_URL or --database-url)";
+        let options = tls::Options::split(url).context(parsing)?;
+        let mut config = postgres::Config::from_str(&options.rest).context(parsing)?;
+        // As libpq, no TLS over a Unix socket (the server offers none there): nothing to set up.
+        let tcp = config.get_hosts().iter().any(|host| matches!(host, postgres::config::Host::Tcp(_)))
+            || config.get_hosts().is_empty();
+        let tls = if tcp { options.connector()? } else { None };
+        config.ssl_mode(if tcp { options.client_mode() } else { postgres::config::SslMode::Disable });
         let describe = describe(&config);
-        Ok(Database { config, describe, embedded: false })
+        Ok(Database { config, tls, describe, embedded: false })
     }
 
     /// The embedded cluster (its caller started it: `Cluster::ensure_up`).
     pub fn embedded(cluster: &embedded::Cluster) -> Database {
         let describe = format!("embedded cluster at {}", cluster.home_pg().display());
-        Database { config: cluster.client_config(), describe, embedded: true }
+        Database { config: cluster.client_config(), tls: None, describe, embedded: true }
     }
 
     /// Make the schema usable: the embedded cluster is migrated on demand (returns the migrations
@@ -84,13 +94,23 @@ impl Database {
         // given up on ends when that server answers or the connection breaks; a server that takes
         // no more connections refuses them at the socket, so they stay few.
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let tls = self.tls.clone();
         std::thread::Builder::new()
             .name("wf connect".to_string())
             // Given up on, the connection made late is dropped (closed) with the failed send.
-            .spawn(move || drop(sender.send(config.connect(NoTls))))
+            .spawn(move || {
+                let connected = match tls {
+                    Some(tls) => config.connect(tls.connector),
+                    None => config.connect(NoTls),
+                };
+                drop(sender.send(connected))
+            })
             .context("starting a thread to connect")?;
         match receiver.recv_timeout(patience) {
-            Ok(connected) => connected.with_context(|| format!("connecting to {}", self.describe)),
+            Ok(connected) => connected.with_context(|| match &self.tls {
+                Some(tls) => format!("connecting to {} ({tls:?})", self.describe),
+                None => format!("connecting to {}", self.describe),
+            }),
             Err(RecvTimeoutError::Disconnected) => {
                 bail!("connecting to {}: the connection attempt ended unanswered", self.describe)
             }

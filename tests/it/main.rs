@@ -26,6 +26,7 @@ mod sick;
 mod statements;
 mod stored;
 mod sync;
+mod tls;
 mod waits;
 mod warm;
 mod work;

@@ -558,13 +558,61 @@ pub(crate) fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut()
 /// cluster serves other tests in parallel). One migrated database `wf`; stopped when dropped.
 pub(crate) struct PrivateCluster {
     dir: tempfile::TempDir,
+    /// The server's port (its Unix socket's name, and its TCP port when it listens on one).
+    port: u16,
+    /// Settings of the server beyond the socket's folder and fsync.
+    settings: String,
 }
 
 impl PrivateCluster {
     pub(crate) fn start() -> PrivateCluster {
+        let cluster = PrivateCluster::init(5432, "-c listen_addresses=".to_string());
+        cluster.start_server();
+        cluster.create_wf();
+        cluster
+    }
+
+    /// A cluster that takes TCP connections on 127.0.0.1 with TLS only (no `host` line in its
+    /// pg_hba.conf, only `hostssl`), its certificate for the name `localhost` signed by the test
+    /// authority of `TlsFiles`; role `certified` must show a client certificate of that
+    /// authority for database `wf`. Its Unix socket serves the test's own connections.
+    pub(crate) fn start_tls() -> (PrivateCluster, TlsFiles) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = tempfile::Builder::new().prefix("wf-tls-").tempdir().unwrap();
+        let files = TlsFiles::make(dir);
+        let settings = format!(
+            "-c listen_addresses=127.0.0.1 -c port={port} -c ssl=on -c ssl_cert_file={} -c ssl_key_file={} -c ssl_ca_file={}",
+            files.file("server.crt").display(),
+            files.file("server.key").display(),
+            files.file("ca.crt").display()
+        );
+        let cluster = PrivateCluster::init(port, settings);
+        std::fs::write(
+            cluster.data().join("pg_hba.conf"),
+            "local all all trust\n\
+             hostssl wf certified 127.0.0.1/32 cert\n\
+             hostssl all all 127.0.0.1/32 trust\n\
+             hostssl all all ::1/128 trust\n",
+        )
+        .unwrap();
+        cluster.start_server();
+        cluster.create_wf();
+        postgres::Client::connect(&cluster.url(), postgres::NoTls)
+            .unwrap()
+            .batch_execute("CREATE ROLE certified LOGIN SUPERUSER")
+            .unwrap();
+        (cluster, files)
+    }
+
+    /// The port of its server.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn init(port: u16, settings: String) -> PrivateCluster {
         let dir = tempfile::Builder::new().prefix("wf-pg-").tempdir().unwrap();
         wf::db::embedded::chown_to_postgres(dir.path()).unwrap();
-        let cluster = PrivateCluster { dir };
+        let cluster = PrivateCluster { dir, port, settings };
         let initdb =
             wf::db::embedded::pg_bin("initdb", &search_path()).expect("PostgreSQL server binaries are required");
         let mut command = Command::new(initdb);
@@ -572,12 +620,16 @@ impl PrivateCluster {
         command.current_dir(cluster.dir.path()).stdout(Stdio::null());
         wf::db::embedded::run_as_cluster_owner(&mut command).unwrap();
         assert!(command.status().expect("running initdb").success(), "initdb failed");
-        cluster.start_server();
+        cluster
+    }
+
+    /// Database `wf`, migrated.
+    fn create_wf(&self) {
+        let cluster = self;
         let mut admin = postgres::Client::connect(&cluster.url_of("postgres"), postgres::NoTls).unwrap();
         admin.batch_execute("CREATE DATABASE wf").unwrap();
         let mut client = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
         wf::db::migrate::apply(&mut client).unwrap();
-        cluster
     }
 
     fn data(&self) -> PathBuf {
@@ -585,7 +637,7 @@ impl PrivateCluster {
     }
 
     fn url_of(&self, dbname: &str) -> String {
-        format!("host={} port=5432 user={SUPERUSER} dbname={dbname}", self.dir.path().display())
+        format!("host={} port={} user={SUPERUSER} dbname={dbname}", self.dir.path().display(), self.port)
     }
 
     /// The URL of its database `wf`.
@@ -609,7 +661,7 @@ impl PrivateCluster {
 
     /// Start the server and wait until it accepts connections.
     pub(crate) fn start_server(&self) {
-        let options = format!("-k {} -c listen_addresses= -c fsync=off", self.dir.path().display());
+        let options = format!("-k {} -c fsync=off {}", self.dir.path().display(), self.settings);
         self.pg_ctl(&["start", "-w", "-o", &options]);
     }
 
@@ -632,6 +684,75 @@ impl Drop for PrivateCluster {
         if wf::db::embedded::run_as_cluster_owner(&mut command).is_ok() {
             let _ = command.status();
         }
+    }
+}
+
+/// A test certificate authority and what it signed, made with the `openssl` command: `ca.crt`,
+/// the server's `server.crt` (for `localhost` only) and `server.key`, a client certificate
+/// `client.crt` and its key `client.key` (PKCS#8; `client-legacy.key`, the same in the older EC
+/// form) for the role `certified`, and `rogue.crt`, an authority that signed none of them.
+pub(crate) struct TlsFiles {
+    dir: tempfile::TempDir,
+}
+
+impl TlsFiles {
+    fn make(dir: tempfile::TempDir) -> TlsFiles {
+        let files = TlsFiles { dir };
+        let openssl = |args: &[&str]| {
+            let output = Command::new("openssl")
+                .args(args)
+                .current_dir(files.dir.path())
+                .output()
+                .expect("the openssl command is required to make the test certificates");
+            assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        };
+        let key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        for (name, subject) in [("ca", "/CN=wf test authority"), ("rogue", "/CN=wf test authority")] {
+            let (key_file, cert_file) = (format!("{name}.key"), format!("{name}.crt"));
+            let mut args =
+                vec!["req", "-x509", "-days", "2", "-subj", subject, "-keyout", &key_file, "-out", &cert_file];
+            args.extend(key);
+            openssl(&args);
+        }
+        std::fs::write(files.file("server.ext"), "subjectAltName=DNS:localhost\n").unwrap();
+        std::fs::write(files.file("client.ext"), "basicConstraints=CA:FALSE\n").unwrap();
+        for (name, subject) in [("server", "/CN=localhost"), ("client", "/CN=certified")] {
+            let (key_file, request, cert_file, ext) =
+                (format!("{name}.key"), format!("{name}.csr"), format!("{name}.crt"), format!("{name}.ext"));
+            let mut args = vec!["req", "-subj", subject, "-keyout", &key_file, "-out", &request];
+            args.extend(key);
+            openssl(&args);
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &request,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &ext,
+                "-out",
+                &cert_file,
+            ]);
+        }
+        // The client's key in the older form (`BEGIN EC PRIVATE KEY`), as many keys are.
+        openssl(&["ec", "-in", "client.key", "-out", "client-legacy.key"]);
+        // The server reads its key as the cluster's owner, and only from a file no one else reads.
+        wf::db::embedded::chown_to_postgres(files.dir.path()).unwrap();
+        for name in ["ca.crt", "server.crt", "server.key"] {
+            std::fs::set_permissions(files.file(name), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+            wf::db::embedded::chown_to_postgres(&files.file(name)).unwrap();
+        }
+        files
+    }
+
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
     }
 }
 

@@ -1,0 +1,107 @@
+//! TLS to an external database, with libpq's options in the connection string: `sslmode`,
+//! `sslrootcert`, `sslcert`, `sslkey`. The server of these tests takes TCP connections with TLS
+//! only (its pg_hba.conf has `hostssl` lines and no `host` line), so every command that works
+//! over TCP spoke TLS.
+
+use serde_json::json;
+
+use crate::support::fixtures::{enqueue, synced};
+use crate::support::harness::{PrivateCluster, Proxy, TestEnv};
+
+#[test]
+fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_url_says() {
+    let (cluster, files) = PrivateCluster::start_tls();
+    let port = cluster.port();
+    let (ca, rogue) = (files.file("ca.crt"), files.file("rogue.crt"));
+    let (ca, rogue) = (ca.to_str().unwrap(), rogue.to_str().unwrap());
+    let url = |host: &str, user: &str, tail: &str| format!("host={host} port={port} user={user} dbname=wf {tail}");
+    let checked = url("localhost", "wf", &format!("sslmode=verify-full sslrootcert={ca}"));
+    // Every command of this world, a worker's too, goes over TLS, checked to the host name.
+    let env = cluster.env().env("DATABASE_URL", &checked);
+    let status = |database: &str| env.wf(["status"]).env("DATABASE_URL", database).run();
+
+    synced(&env);
+    let id = enqueue(&env, "t/echo", json!({"over": "tls"}));
+    env.wf(["work", "--drain", "--concurrency", "1"]).ok();
+    let (outcome, result): (String, serde_json::Value) = {
+        let row = env
+            .db()
+            .query_one("SELECT status, result FROM job_completed WHERE job_id = $1::text::uuid", &[&id])
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(outcome, "success", "{result}");
+    assert_eq!(result["input"]["over"], "tls", "{result}");
+
+    let client =
+        |key: &str| format!("sslcert={} sslkey={}", files.file("client.crt").display(), files.file(key).display());
+    let legacy = std::fs::read_to_string(files.file("client-legacy.key")).unwrap();
+    assert!(legacy.starts_with("-----BEGIN EC PRIVATE KEY-----"), "{legacy}");
+    let url_form = format!(
+        "postgresql://wf@localhost:{port}/wf?connect_timeout=5&sslmode=verify-full&sslrootcert={}",
+        ca.replace('/', "%2F")
+    );
+    let works = [
+        // prefer, the default: the TLS the server offers.
+        url("localhost", "wf", ""),
+        url("localhost", "wf", "sslmode=require"),
+        // verify-ca checks the authority, not the name.
+        url("127.0.0.1", "wf", &format!("sslmode=verify-ca sslrootcert={ca}")),
+        url("localhost", "certified", &format!("sslmode=verify-full sslrootcert={ca} {}", client("client.key"))),
+        url("localhost", "certified", &format!("sslmode=verify-full sslrootcert={ca} {}", client("client-legacy.key"))),
+        url_form,
+    ];
+    for database in works {
+        let run = status(&database);
+        assert_eq!(run.code, 0, "{database}: {run:?}");
+    }
+    let refused = [
+        (url("localhost", "wf", "sslmode=disable"), "no encryption"),
+        // The certificate names localhost, not 127.0.0.1.
+        (url("127.0.0.1", "wf", &format!("sslmode=verify-full sslrootcert={ca}")), "certificate verify failed"),
+        (url("localhost", "wf", &format!("sslmode=verify-full sslrootcert={rogue}")), "certificate verify failed"),
+        // A root certificate given makes require check the authority, as libpq does.
+        (url("localhost", "wf", &format!("sslmode=require sslrootcert={rogue}")), "certificate verify failed"),
+        (url("localhost", "wf", "sslmode=verify-full"), "needs the root certificates"),
+        (
+            url("localhost", "wf", "sslmode=verify-full sslrootcert=/nowhere/ca.crt"),
+            "reading sslrootcert /nowhere/ca.crt",
+        ),
+        (url("localhost", "wf", "sslmode=verified"), "sslmode=verified in the database URL"),
+        (url("localhost", "certified", &format!("sslmode=verify-full sslrootcert={ca}")), "certificate"),
+        (
+            url("localhost", "wf", &format!("sslmode=verify-full sslrootcert={ca} sslkey=/nowhere/k")),
+            "needs its certificate",
+        ),
+    ];
+    for (database, says) in refused {
+        let run = status(&database);
+        assert_eq!(run.code, 1, "{database}: {run:?}");
+        assert!(run.stderr.contains(says), "{database}: expected {says:?} in {}", run.stderr);
+    }
+
+    // The authority in ~/.postgresql/root.crt checks the server when the URL names none.
+    let home = env.dir.path().join(".postgresql");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::copy(ca, home.join("root.crt")).unwrap();
+    let run = status(&url("localhost", "wf", "sslmode=verify-full"));
+    assert_eq!(run.code, 0, "{run:?}");
+    std::fs::copy(rogue, home.join("root.crt")).unwrap();
+    let run = status(&url("localhost", "wf", "sslmode=require"));
+    assert!(run.code == 1 && run.stderr.contains("certificate verify failed"), "{run:?}");
+}
+
+/// A server that offers no TLS (the shared test cluster, over TCP through a proxy): the default
+/// goes on without it, `require` refuses to.
+#[test]
+fn require_refuses_a_server_without_tls_and_prefer_goes_on_without_it() {
+    let env = TestEnv::new();
+    let proxy = Proxy::start();
+    let database = proxy.url(&env.dbname);
+    let run = env.wf(["status"]).env("DATABASE_URL", &database).run();
+    assert_eq!(run.code, 0, "{database}: {run:?}");
+    let required = format!("{database} sslmode=require");
+    let run = env.wf(["status"]).env("DATABASE_URL", &required).run();
+    assert_eq!(run.code, 1, "{required}: {run:?}");
+    assert!(run.stderr.contains("server does not support TLS"), "{}", run.stderr);
+}
