@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 
 use anyhow::Result;
 use chrono::{DateTime, Local, SecondsFormat, Utc};
-use comfy_table::{Cell, Color, ContentArrangement, Table, presets};
+use comfy_table::{Cell, Color, ColumnConstraint, ContentArrangement, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 use serde::{Serialize, Serializer};
@@ -128,6 +128,11 @@ impl Output {
         table.load_style(presets::UTF8_FULL_CONDENSED);
         table.set_content_arrangement(ContentArrangement::Dynamic);
         table.set_header(header.to_vec());
+        // The first column (an id, a name: what an operator copies) is never wrapped; on a narrow
+        // terminal the others give way.
+        if let Some(first) = table.column_mut(0) {
+            first.set_constraint(ColumnConstraint::ContentWidth);
+        }
         for row in rows {
             table.add_row(row.as_ref().iter().enumerate().map(|(column, cell)| {
                 let text = cell.to_string();

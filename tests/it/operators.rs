@@ -348,6 +348,32 @@ fn colours_only_on_a_terminal_and_never_with_no_color_and_the_layout_is_the_same
     assert!(!piped.contains('\x1b') && !piped.contains('│'), "plain columns without a terminal: {piped:?}");
 }
 
+/// An id is what an operator copies from a table: on an 80-column terminal it is never wrapped,
+/// whatever else the page holds (a batch's long short ids, a long action, a long tag, `scheduled`);
+/// the other columns give way.
+#[test]
+fn a_jobs_table_on_a_terminal_never_wraps_an_id() {
+    let env = TestEnv::new();
+    synced(&env);
+    let batch = env.dir.path().join("batch.jsonl");
+    std::fs::write(&batch, "{}\n".repeat(500)).unwrap();
+    let file = batch.to_str().unwrap();
+    env.wf(["enqueue", "t/chatty_poison", "--batch", file, "--tag", "nightly-reports", "--in", "1h"]).ok();
+    let listed = env.wf(["jobs", "--limit", "30"]).ok().stdout;
+    let ids: Vec<&str> = listed.lines().skip(1).filter_map(|line| line.split_whitespace().next()).collect();
+    assert_eq!(ids.len(), 30, "{listed}");
+    let longest = ids.iter().map(|id| id.len()).max().unwrap();
+    assert!(longest >= 16, "the ids of one batch share long prefixes: {listed}");
+    let (code, screen) = env.wf(["jobs", "--limit", "30"]).env("NO_COLOR", "1").in_terminal().finish();
+    assert_eq!(code, 0, "{screen}");
+    let table = plain(&screen);
+    assert!(table.contains('│'), "{table}");
+    assert!(table.lines().all(|line| line.chars().count() <= 80), "{table}");
+    for id in ids {
+        assert!(table.lines().any(|line| line.contains(&format!("│ {id} "))), "{id} is whole on one line: {table}");
+    }
+}
+
 /// Boxes need the whole table before its first line: up to 10,000 rows a terminal gets them, beyond
 /// that plain columns written a line at a time, as a pipe does.
 #[test]
