@@ -126,10 +126,13 @@ pub(crate) enum DbCommand {
     /// worker could not beat for a zombie window meanwhile is stopped (its worker fences itself)
     /// and left to the reaper. Creates nothing. --json: {"stopped"}.
     Down,
-    /// Show the database's state and the schema version.
+    /// Show the database's state, the schema version, and whether the connection is encrypted.
     ///
-    /// The embedded cluster's (creating nothing), or with DATABASE_URL that database's.
-    /// --json: {"embedded", "running", "location", "schema_version", "latest_version"}.
+    /// The embedded cluster's (creating nothing), or with DATABASE_URL that database's, with the
+    /// TLS of its connection (its protocol, and how far the server's certificate was checked:
+    /// none, verify-ca or verify-full; null over a Unix socket or without TLS).
+    /// --json: {"embedded", "running", "location", "schema_version", "latest_version", "tls":
+    /// {"version", "checked"} or null}.
     Status,
     /// Apply pending migrations to the configured database.
     ///

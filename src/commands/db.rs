@@ -51,17 +51,18 @@ fn down(ctx: &Ctx) -> CommandResult {
 
 fn status(ctx: &Ctx) -> CommandResult {
     let latest = migrate::latest_version();
-    let (embedded, running, path, version) = match ctx.database_url() {
+    let (embedded, running, path, version, tls) = match ctx.database_url() {
         Some(url) => {
             let database = Database::external(url)?;
             let mut client = database.connect()?;
-            (false, true, database.describe.clone(), migrate::current_version(&mut client)?)
+            let tls = database.tls_of(&mut client)?;
+            (false, true, database.describe.clone(), migrate::current_version(&mut client)?, tls)
         }
         None => {
             let cluster = ctx.cluster()?;
             let state = cluster.state()?;
             let version = if state.running { migrate::current_version(&mut cluster.connect()?)? } else { None };
-            (true, state.running, cluster.home_pg().display().to_string(), version)
+            (true, state.running, cluster.home_pg().display().to_string(), version, None)
         }
     };
     if ctx.out.json {
@@ -71,15 +72,17 @@ fn status(ctx: &Ctx) -> CommandResult {
             location: &path,
             schema_version: version,
             latest_version: latest,
+            tls: tls.as_ref().map(|(version, checked)| TlsDocument { version, checked }),
         })?;
     } else {
         ctx.out.table(
-            &["database", "running", "schema", "wf needs"],
+            &["database", "running", "schema", "wf needs", "tls"],
             vec![vec![
                 path,
                 running.to_string(),
                 version.map_or("none".to_string(), |v| v.to_string()),
                 latest.to_string(),
+                tls.map_or("none".to_string(), |(version, checked)| format!("{version}, checked: {checked}")),
             ]],
         )?;
     }
@@ -124,6 +127,17 @@ struct StatusDocument<'a> {
     schema_version: Option<i32>,
     /// The version this wf needs.
     latest_version: i32,
+    /// None: the connection is not encrypted (a Unix socket, sslmode=disable, or a server that
+    /// offers no TLS to sslmode=prefer).
+    tls: Option<TlsDocument<'a>>,
+}
+
+/// The TLS of `wf db status`'s connection: its protocol and how far the server's certificate was
+/// checked (`none`, `verify-ca`, `verify-full`).
+#[derive(Serialize)]
+struct TlsDocument<'a> {
+    version: &'a str,
+    checked: &'a str,
 }
 
 #[derive(Serialize)]

@@ -123,6 +123,15 @@ impl Database {
         }
     }
 
+    /// Whether `client` (a connection of this database) speaks TLS: its protocol version and how
+    /// far the server's certificate was checked (`none`, `verify-ca`, `verify-full`).
+    pub fn tls_of(&self, client: &mut Client) -> Result<Option<(String, &'static str)>> {
+        let version: Option<String> = client
+            .query_one("SELECT (SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl)", &[])?
+            .get(0);
+        Ok(version.map(|version| (version, self.tls.as_ref().map_or("none", |tls| tls.checked))))
+    }
+
     /// A connection whose waits are bounded on the server's side too: a statement gives up after
     /// `timeout` (waiting on a lock included), a transaction left open that long without a
     /// statement (its client cut off before its COMMIT) ends and lets go of its rows' locks, which

@@ -57,6 +57,8 @@ pub(crate) struct Tls {
     pub connector: MakeTlsConnector,
     /// What the server's certificate was checked against, for messages.
     pub describe: String,
+    /// How far the server's certificate is checked: `none`, `verify-ca` or `verify-full`.
+    pub checked: &'static str,
 }
 
 impl std::fmt::Debug for Tls {
@@ -115,6 +117,7 @@ impl Options {
         };
         let verifying = matches!(self.mode, Mode::VerifyCa | Mode::VerifyFull);
         let mut builder = TlsConnector::builder();
+        let mut checked = "none";
         let describe = match (&root, verifying) {
             (None, true) => bail!(
                 "sslmode={} needs the root certificates to check the server against: set sslrootcert \
@@ -142,6 +145,7 @@ impl Options {
                 }
                 let host = self.mode == Mode::VerifyFull;
                 builder.danger_accept_invalid_hostnames(!host);
+                checked = if host { "verify-full" } else { "verify-ca" };
                 let roots = if root == "system" { "the system's roots".to_string() } else { root.clone() };
                 format!(
                     "TLS, the server's certificate checked against {roots}{}",
@@ -153,7 +157,7 @@ impl Options {
             builder.identity(identity);
         }
         let connector = builder.build().context("setting up TLS for the database connection")?;
-        Ok(Some(Tls { connector: MakeTlsConnector::new(connector), describe }))
+        Ok(Some(Tls { connector: MakeTlsConnector::new(connector), describe, checked }))
     }
 
     fn identity(&self, home: Option<&Path>) -> Result<Option<Identity>> {

@@ -55,6 +55,15 @@ fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_ur
         let run = status(&database);
         assert_eq!(run.code, 0, "{database}: {run:?}");
     }
+    // `wf db status` says whether its connection is encrypted, and how far the server was checked.
+    let tls_of =
+        |database: &str| env.wf(["db", "status", "--json"]).env("DATABASE_URL", database).ok().json()["tls"].clone();
+    let checked = tls_of(&checked);
+    assert!(checked["version"].as_str().unwrap().starts_with("TLSv1."), "{checked}");
+    assert_eq!(checked["checked"], "verify-full");
+    assert_eq!(tls_of(&url("127.0.0.1", "wf", &format!("sslmode=verify-ca sslrootcert={ca}")))["checked"], "verify-ca");
+    assert_eq!(tls_of(&url("localhost", "wf", "sslmode=require"))["checked"], "none");
+    assert_eq!(tls_of(&cluster.url()), serde_json::Value::Null, "over the Unix socket");
     let refused = [
         (url("localhost", "wf", "sslmode=disable"), "no encryption"),
         // The certificate names localhost, not 127.0.0.1.
@@ -100,6 +109,8 @@ fn require_refuses_a_server_without_tls_and_prefer_goes_on_without_it() {
     let database = proxy.url(&env.dbname);
     let run = env.wf(["status"]).env("DATABASE_URL", &database).run();
     assert_eq!(run.code, 0, "{database}: {run:?}");
+    let shown = env.wf(["db", "status", "--json"]).env("DATABASE_URL", &database).ok().json();
+    assert_eq!(shown["tls"], serde_json::Value::Null, "{shown}");
     let required = format!("{database} sslmode=require");
     let run = env.wf(["status"]).env("DATABASE_URL", &required).run();
     assert_eq!(run.code, 1, "{required}: {run:?}");
