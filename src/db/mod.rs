@@ -100,7 +100,7 @@ impl Database {
             // Given up on, the connection made late is dropped (closed) with the failed send.
             .spawn(move || {
                 let connected = match tls {
-                    Some(tls) => config.connect(tls.connector),
+                    Some(tls) => config.connect(tls),
                     None => config.connect(NoTls),
                 };
                 drop(sender.send(connected))

@@ -50,6 +50,12 @@ fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_ur
         url("localhost", "certified", &format!("sslmode=verify-full sslrootcert={ca} {}", client("client.key"))),
         url("localhost", "certified", &format!("sslmode=verify-full sslrootcert={ca} {}", client("client-legacy.key"))),
         url_form,
+        // SCRAM bound to this TLS channel: the server checks the certificate digest wf sends.
+        url(
+            "localhost",
+            "scrammer",
+            &format!("password=secret-word channel_binding=require sslmode=verify-full sslrootcert={ca}"),
+        ),
     ];
     for database in works {
         let run = status(&database);
@@ -72,6 +78,12 @@ fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_ur
         // A root certificate given makes require check the authority, as libpq does.
         (url("localhost", "wf", &format!("sslmode=require sslrootcert={rogue}")), "certificate verify failed"),
         (url("localhost", "wf", "sslmode=verify-full"), "needs the root certificates"),
+        // The system's roots do not know the test authority.
+        (url("localhost", "wf", "sslmode=verify-full sslrootcert=system"), "certificate verify failed"),
+        (
+            url("localhost", "scrammer", &format!("password=secret-word sslmode=verify-full sslrootcert={rogue}")),
+            "certificate verify failed",
+        ),
         (
             url("localhost", "wf", "sslmode=verify-full sslrootcert=/nowhere/ca.crt"),
             "reading sslrootcert /nowhere/ca.crt",
@@ -87,6 +99,7 @@ fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_ur
         let run = status(&database);
         assert_eq!(run.code, 1, "{database}: {run:?}");
         assert!(run.stderr.contains(says), "{database}: expected {says:?} in {}", run.stderr);
+        assert!(!run.stderr.contains("secret-word"), "no password in a message: {}", run.stderr);
     }
 
     // The authority in ~/.postgresql/root.crt checks the server when the URL names none.

@@ -575,7 +575,7 @@ impl PrivateCluster {
     /// A cluster that takes TCP connections on 127.0.0.1 with TLS only (no `host` line in its
     /// pg_hba.conf, only `hostssl`), its certificate for the name `localhost` signed by the test
     /// authority of `TlsFiles`; role `certified` must show a client certificate of that
-    /// authority for database `wf`. Its Unix socket serves the test's own connections.
+    /// authority for database `wf`, role `scrammer` its password `secret-word` (SCRAM). Its Unix socket serves the test's own connections.
     pub(crate) fn start_tls() -> (PrivateCluster, TlsFiles) {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = tempfile::Builder::new().prefix("wf-tls-").tempdir().unwrap();
@@ -591,6 +591,7 @@ impl PrivateCluster {
             cluster.data().join("pg_hba.conf"),
             "local all all trust\n\
              hostssl wf certified 127.0.0.1/32 cert\n\
+             hostssl wf scrammer 127.0.0.1/32 scram-sha-256\n\
              hostssl all all 127.0.0.1/32 trust\n\
              hostssl all all ::1/128 trust\n",
         )
@@ -599,7 +600,11 @@ impl PrivateCluster {
         cluster.create_wf();
         postgres::Client::connect(&cluster.url(), postgres::NoTls)
             .unwrap()
-            .batch_execute("CREATE ROLE certified LOGIN SUPERUSER")
+            .batch_execute(
+                "CREATE ROLE certified LOGIN SUPERUSER;
+                 SET password_encryption = 'scram-sha-256';
+                 CREATE ROLE scrammer LOGIN SUPERUSER PASSWORD 'secret-word'",
+            )
             .unwrap();
         (cluster, files)
     }
