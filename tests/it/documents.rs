@@ -35,7 +35,8 @@ fn db_status_and_migrate() {
   "latest_version": "<number>",
   "location": "<text>",
   "running": true,
-  "schema_version": "<number>"
+  "schema_version": "<number>",
+  "tls": null
 }"#,
     );
     let migrate = env.wf(["db", "migrate", "--json"]).ok();

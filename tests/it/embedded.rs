@@ -194,7 +194,7 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
     pin(&up, dir, &["schema_version"], r#"{"path": "<dir>/pg", "running": true, "schema_version": "<number>"}"#);
     let status = embedded.wf(["db", "status", "--json"]).ok();
     let expected = r#"{"embedded": true, "latest_version": "<number>", "location": "<dir>/pg", "running": true,
-                       "schema_version": "<number>"}"#;
+                       "schema_version": "<number>", "tls": null}"#;
     pin(&status, dir, &["schema_version", "latest_version"], expected);
 
     let down = embedded.wf(["db", "down"]).ok();
