@@ -43,10 +43,14 @@ pub(crate) struct Config {
 
 /// The environment variables wf reads, with what each means and its default: wf(1)'s ENVIRONMENT
 /// section.
-pub(crate) const ENVIRONMENT: [(&str, &str); 11] = [
+pub(crate) const ENVIRONMENT: [(&str, &str); 12] = [
     (
         "DATABASE_URL",
         "PostgreSQL connection, URL or key=value (--database-url), with libpq's TLS options sslmode (default prefer), sslrootcert (a PEM file, or system), sslcert and sslkey. Unset: the embedded cluster under WF_HOME.",
+    ),
+    (
+        "PGPASSFILE",
+        "libpq's password file, for a DATABASE_URL without a password (lines host:port:database:user:password; read only with permissions 0600 or less). Default: ~/.pgpass.",
     ),
     (
         "WF_HOME",

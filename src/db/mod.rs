@@ -4,6 +4,7 @@ pub mod embedded;
 pub(crate) mod failure;
 pub(crate) mod listen;
 pub mod migrate;
+mod passfile;
 mod session;
 mod tls;
 
@@ -34,11 +35,13 @@ pub struct Database {
 
 impl Database {
     /// An external database, from `--database-url` or DATABASE_URL (a URL or key=value), with
-    /// libpq's TLS options (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`).
+    /// libpq's TLS options (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`) and, when it has no
+    /// password, libpq's password file.
     pub fn external(url: &str) -> Result<Database> {
         let parsing = "parsing the database URL (DATABASE_URL or --database-url)";
         let options = tls::Options::split(url).context(parsing)?;
         let mut config = postgres::Config::from_str(&options.rest).context(parsing)?;
+        passfile::fill_in(&mut config);
         // As libpq, no TLS over a Unix socket (the server offers none there): nothing to set up.
         let tcp = config.get_hosts().iter().any(|host| matches!(host, postgres::config::Host::Tcp(_)))
             || config.get_hosts().is_empty();

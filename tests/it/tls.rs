@@ -129,3 +129,45 @@ fn require_refuses_a_server_without_tls_and_prefer_goes_on_without_it() {
     assert_eq!(run.code, 1, "{required}: {run:?}");
     assert!(run.stderr.contains("server does not support TLS"), "{}", run.stderr);
 }
+
+/// A connection string without a password takes it from libpq's password file (`~/.pgpass`, or the
+/// file PGPASSFILE names), read only when its group and others may not read it.
+#[test]
+fn a_password_comes_from_the_password_file_when_the_url_has_none() {
+    let (cluster, files) = PrivateCluster::start_tls();
+    let env = cluster.env();
+    let port = cluster.port();
+    let database = format!(
+        "host=localhost port={port} user=scrammer dbname=wf sslmode=verify-full sslrootcert={}",
+        files.file("ca.crt").display()
+    );
+    let status = || env.wf(["status"]).env("DATABASE_URL", &database).run();
+    let run = status();
+    assert!(run.code == 1 && run.stderr.contains("password missing"), "{run:?}");
+
+    let passfile = env.dir.path().join(".pgpass");
+    std::fs::write(
+        &passfile,
+        format!("# the test's\nother:{port}:wf:scrammer:wrong\nlocalhost:{port}:wf:scrammer:secret-word\n"),
+    )
+    .unwrap();
+    let mode = |mode: u32| {
+        std::fs::set_permissions(&passfile, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    };
+    mode(0o644);
+    let run = status();
+    assert!(run.code == 1 && run.stderr.contains("has group or world access"), "{run:?}");
+    mode(0o600);
+    let run = status();
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(!run.stderr.contains("secret-word"), "{run:?}");
+
+    let elsewhere = env.dir.path().join("passwords");
+    std::fs::write(&elsewhere, format!("*:{port}:*:scrammer:wrong\n")).unwrap();
+    std::fs::set_permissions(&elsewhere, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let run = env.wf(["status"]).env("DATABASE_URL", &database).env("PGPASSFILE", &elsewhere).run();
+    assert!(run.code == 1 && run.stderr.contains("password authentication failed"), "PGPASSFILE is read: {run:?}");
+    let given = format!("{database} password=secret-word");
+    let run = env.wf(["status"]).env("DATABASE_URL", &given).env("PGPASSFILE", &elsewhere).run();
+    assert_eq!(run.code, 0, "the URL's own password comes first: {run:?}");
+}
