@@ -12,8 +12,9 @@ use std::str::FromStr;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use chrono::{DateTime, Utc};
+use postgres::config::SslMode;
 use postgres::{Client, GenericClient, NoTls};
 
 pub use session::{PLANNER, Session};
@@ -41,12 +42,18 @@ impl Database {
         let parsing = "parsing the database URL (DATABASE_URL or --database-url)";
         let options = tls::Options::split(url).context(parsing)?;
         let mut config = postgres::Config::from_str(&options.rest).context(parsing)?;
+        // Addresses without host names are their own names, for the password file and for TLS,
+        // which the postgres client would refuse without a name.
+        if config.get_hosts().is_empty() {
+            for address in config.get_hostaddrs().to_vec() {
+                config.host(&address.to_string());
+            }
+        }
         passfile::fill_in(&mut config);
         // As libpq, no TLS over a Unix socket (the server offers none there): nothing to set up.
-        let tcp = config.get_hosts().iter().any(|host| matches!(host, postgres::config::Host::Tcp(_)))
-            || config.get_hosts().is_empty();
+        let tcp = config.get_hosts().iter().any(|host| matches!(host, postgres::config::Host::Tcp(_)));
         let tls = if tcp { options.connector()? } else { None };
-        config.ssl_mode(if tcp { options.client_mode() } else { postgres::config::SslMode::Disable });
+        config.ssl_mode(if tcp { options.client_mode() } else { SslMode::Disable });
         let describe = describe(&config);
         Ok(Database { config, tls, describe, embedded: false })
     }
@@ -103,8 +110,20 @@ impl Database {
             // Given up on, the connection made late is dropped (closed) with the failed send.
             .spawn(move || {
                 let connected = match tls {
-                    Some(tls) => config.connect(tls),
-                    None => config.connect(NoTls),
+                    // As libpq's prefer (and allow): a try with TLS that fails (a certificate that
+                    // does not verify, a server that takes this user without TLS only) is made
+                    // again without.
+                    Some(tls) => match config.connect(tls) {
+                        Err(error) if config.get_ssl_mode() == SslMode::Prefer => {
+                            config.ssl_mode(SslMode::Disable);
+                            config.connect(NoTls).map_err(|plain| {
+                                let (error, plain) = (anyhow::Error::from(error), anyhow::Error::from(plain));
+                                anyhow!("{error:#}; without TLS: {plain:#}")
+                            })
+                        }
+                        connected => connected.map_err(anyhow::Error::from),
+                    },
+                    None => config.connect(NoTls).map_err(anyhow::Error::from),
                 };
                 drop(sender.send(connected))
             })

@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
@@ -13,7 +14,8 @@ use std::task::{Context as TaskContext, Poll};
 use anyhow::{Context, Result, bail};
 use openssl::hash::MessageDigest;
 use openssl::nid::Nid;
-use openssl::ssl::{Ssl, SslContext, SslFiletype, SslMethod, SslVerifyMode, SslVersion};
+use openssl::pkey::{PKey, Private};
+use openssl::ssl::{Ssl, SslContext, SslMethod, SslVerifyMode, SslVersion};
 use openssl::x509::verify::X509CheckFlags;
 use percent_encoding::percent_decode_str;
 use postgres::config::SslMode;
@@ -34,6 +36,17 @@ enum Mode {
 }
 
 impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Disable => "disable",
+            Mode::Allow => "allow",
+            Mode::Prefer => "prefer",
+            Mode::Require => "require",
+            Mode::VerifyCa => "verify-ca",
+            Mode::VerifyFull => "verify-full",
+        }
+    }
+
     fn parse(value: &str) -> Result<Mode> {
         Ok(match value {
             "disable" => Mode::Disable,
@@ -89,11 +102,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> MakeTlsConnect<S> for T
     fn make_tls_connect(&mut self, host: &str) -> Result<Connect, Self::Error> {
         let mut ssl = Ssl::new(&self.context)?;
         let ip = host.parse::<IpAddr>().ok();
-        // The server's name for its certificate (SNI), as libpq sends it: not for an address.
-        if ip.is_none() {
+        // The server's name for its certificate (SNI), as libpq sends it: not for an address, nor
+        // for a Unix socket (no name; no TLS there either).
+        if ip.is_none() && !host.is_empty() {
             ssl.set_hostname(host)?;
         }
-        if self.verify_host {
+        if self.verify_host && !host.is_empty() {
             let param = ssl.param_mut();
             param.set_hostflags(X509CheckFlags::NO_PARTIAL_WILDCARDS);
             match ip {
@@ -182,14 +196,28 @@ impl Options {
             split_key_values(connection)?
         };
         let mut options = Options { mode: Mode::Prefer, root_cert: None, cert: None, key: None, rest };
+        let mut mode = None;
         for (key, value) in taken {
+            // An empty value is no value, as for libpq.
+            let value = Some(value).filter(|value| !value.is_empty());
             match key.as_str() {
-                "sslmode" => options.mode = Mode::parse(&value)?,
-                "sslrootcert" => options.root_cert = Some(value),
-                "sslcert" => options.cert = Some(PathBuf::from(value)),
-                _ => options.key = Some(PathBuf::from(value)),
+                "sslmode" => mode = value.as_deref().map(Mode::parse).transpose()?,
+                "sslrootcert" => options.root_cert = value,
+                "sslcert" => options.cert = value.map(PathBuf::from),
+                _ => options.key = value.map(PathBuf::from),
             }
         }
+        // As libpq (16 and later): the system's roots vouch for any name someone could get a
+        // certificate for, so with them only verify-full means anything, and it is the default.
+        options.mode = match (mode, options.root_cert.as_deref()) {
+            (None, Some("system")) => Mode::VerifyFull,
+            (Some(weak), Some("system")) if weak != Mode::VerifyFull => bail!(
+                "sslmode={} may not be used with sslrootcert=system (use sslmode=verify-full): any \
+                 name's certificate from the system's roots would do",
+                weak.name()
+            ),
+            (mode, _) => mode.unwrap_or(Mode::Prefer),
+        };
         Ok(options)
     }
 
@@ -228,7 +256,7 @@ impl Options {
                 "sslmode={} needs the root certificates to check the server against: set sslrootcert \
                  to a PEM file, or sslrootcert=system for the system's trusted roots \
                  (~/.postgresql/root.crt is not there)",
-                if self.mode == Mode::VerifyCa { "verify-ca" } else { "verify-full" }
+                self.mode.name()
             ),
             (None, false) => {
                 context.set_verify(SslVerifyMode::NONE);
@@ -256,9 +284,8 @@ impl Options {
             context
                 .set_certificate_chain_file(&cert)
                 .with_context(|| format!("reading the client certificate sslcert {}", cert.display()))?;
-            context
-                .set_private_key_file(&key, SslFiletype::PEM)
-                .with_context(|| format!("reading the private key sslkey {} (PEM, unencrypted)", key.display()))?;
+            let private = private_key(&key)?;
+            context.set_private_key(&private)?;
             context.check_private_key().with_context(|| {
                 format!("the private key sslkey {} is not the key of sslcert {}", key.display(), cert.display())
             })?;
@@ -287,11 +314,38 @@ impl Options {
     }
 }
 
+/// The client's private key: refused, as by libpq, when others may read its file (root's may be
+/// readable by its group), and when it is encrypted (no passphrase is asked for: OpenSSL's own
+/// prompt would wait on the terminal or stdin, beyond any timeout).
+fn private_key(file: &Path) -> Result<PKey<Private>> {
+    let meta = std::fs::metadata(file).with_context(|| format!("reading sslkey {}", file.display()))?;
+    let allowed = if meta.uid() == 0 { 0o037 } else { 0o077 };
+    if meta.permissions().mode() & allowed != 0 {
+        bail!(
+            "the private key sslkey {} has group or world access; permissions should be u=rw (0600) or less",
+            file.display()
+        );
+    }
+    let pem = std::fs::read(file).with_context(|| format!("reading sslkey {}", file.display()))?;
+    PKey::private_key_from_pem_callback(&pem, |_| Err(openssl::error::ErrorStack::get())).with_context(|| {
+        format!(
+            "reading the private key sslkey {} (PEM; an encrypted key is not read: sslpassword is not supported)",
+            file.display()
+        )
+    })
+}
+
 type Split = (Vec<(String, String)>, String);
 
 /// A URL's query: its TLS pairs decoded, the others left as they were.
 fn split_url(url: &str) -> Result<Split> {
-    let Some((base, query)) = url.split_once('?') else { return Ok((Vec::new(), url.to_string())) };
+    // The query begins at the first `?` after the user's part, which ends at the first `@` (as the
+    // postgres client reads it): a password may hold a `?`.
+    let user_part = url.find('@').map_or(0, |at| at + 1);
+    let Some(at) = url[user_part..].find('?').map(|at| user_part + at) else {
+        return Ok((Vec::new(), url.to_string()));
+    };
+    let (base, query) = (&url[..at], &url[at + 1..]);
     let mut taken = Vec::new();
     let mut kept = Vec::new();
     for pair in query.split('&') {
@@ -385,6 +439,18 @@ mod tests {
         let (taken, rest) = split("postgres://db/wf?sslmode=require");
         assert_eq!((taken[0].1.as_str(), rest.as_str()), ("Require", "postgres://db/wf"));
         assert_eq!(split("postgres://db/wf").1, "postgres://db/wf");
+        let (taken, rest) = split("postgresql://u:pa?ss@db/wf?sslmode=require&sslrootcert=");
+        assert_eq!((taken, rest.as_str()), (vec![("mode".into(), "Require".into())], "postgresql://u:pa?ss@db/wf"));
+    }
+
+    #[test]
+    fn the_systems_roots_mean_verify_full() {
+        assert_eq!(split("host=db sslrootcert=system").0[0].1, "VerifyFull");
+        assert_eq!(split("host=db sslrootcert=system sslmode=verify-full").0[0].1, "VerifyFull");
+        for weak in ["prefer", "require", "verify-ca"] {
+            let error = Options::split(&format!("host=db sslrootcert=system sslmode={weak}")).unwrap_err();
+            assert!(error.to_string().contains(&format!("sslmode={weak} may not be used with sslrootcert=system")));
+        }
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! only (its pg_hba.conf has `hostssl` lines and no `host` line), so every command that works
 //! over TCP spoke TLS.
 
+use std::path::Path;
+
 use serde_json::json;
 
 use crate::support::fixtures::{enqueue, synced};
@@ -50,6 +52,15 @@ fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_ur
         url("localhost", "certified", &format!("sslmode=verify-full sslrootcert={ca} {}", client("client.key"))),
         url("localhost", "certified", &format!("sslmode=verify-full sslrootcert={ca} {}", client("client-legacy.key"))),
         url_form,
+        // An address without a host name is its own name.
+        format!("hostaddr=127.0.0.1 port={port} user=wf dbname=wf"),
+        format!("hostaddr=127.0.0.1 port={port} user=wf dbname=wf sslmode=verify-ca sslrootcert={ca}"),
+        // A Unix socket beside a TCP host: no TLS over the socket, and no name to give one.
+        format!("{} localhost port={port},{port} user=wf dbname=wf", cluster.url().split_whitespace().next().unwrap())
+            .replacen(' ', ",", 1),
+        // prefer: a try with TLS that the server refuses is made again without.
+        url("localhost", "plain", ""),
+        url("localhost", "wf", "sslrootcert='' sslcert='' sslmode=require"),
         // SCRAM bound to this TLS channel: the server checks the certificate digest wf sends.
         url(
             "localhost",
@@ -70,6 +81,7 @@ fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_ur
     assert_eq!(tls_of(&url("127.0.0.1", "wf", &format!("sslmode=verify-ca sslrootcert={ca}")))["checked"], "verify-ca");
     assert_eq!(tls_of(&url("localhost", "wf", "sslmode=require"))["checked"], "none");
     assert_eq!(tls_of(&cluster.url()), serde_json::Value::Null, "over the Unix socket");
+    assert_eq!(tls_of(&url("localhost", "plain", "")), serde_json::Value::Null, "taken without TLS after a try with");
     let refused = [
         (url("localhost", "wf", "sslmode=disable"), "no encryption"),
         // The certificate names localhost, not 127.0.0.1.
@@ -78,6 +90,13 @@ fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_ur
         // A root certificate given makes require check the authority, as libpq does.
         (url("localhost", "wf", &format!("sslmode=require sslrootcert={rogue}")), "certificate verify failed"),
         (url("localhost", "wf", "sslmode=verify-full"), "needs the root certificates"),
+        // A `?` in the password does not hide the query's TLS options.
+        (
+            format!("postgresql://wf:pa?ss@localhost:{port}/wf?sslmode=verify-full&sslrootcert={rogue}"),
+            "certificate verify failed",
+        ),
+        (url("localhost", "plain", "sslmode=require"), "pg_hba.conf rejects connection"),
+        (url("localhost", "wf", "sslrootcert=system sslmode=require"), "may not be used with sslrootcert=system"),
         // The system's roots do not know the test authority.
         (url("localhost", "wf", "sslmode=verify-full sslrootcert=system"), "certificate verify failed"),
         (
@@ -95,6 +114,22 @@ fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_ur
             "needs its certificate",
         ),
     ];
+    let shared_key = env.dir.path().join("shared.key");
+    std::fs::copy(files.file("client.key"), &shared_key).unwrap();
+    std::fs::set_permissions(&shared_key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let with_key = |key: &Path| {
+        let client = files.file("client.crt");
+        url(
+            "localhost",
+            "certified",
+            &format!("sslmode=verify-full sslrootcert={ca} sslcert={} sslkey={}", client.display(), key.display()),
+        )
+    };
+    let refused = refused.into_iter().chain([
+        // No passphrase is asked for (it would wait on the terminal or stdin).
+        (with_key(&files.file("client-encrypted.key")), "an encrypted key is not read"),
+        (with_key(&shared_key), "has group or world access"),
+    ]);
     for (database, says) in refused {
         let run = status(&database);
         assert_eq!(run.code, 1, "{database}: {run:?}");
@@ -111,6 +146,13 @@ fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_ur
     std::fs::copy(rogue, home.join("root.crt")).unwrap();
     let run = status(&url("localhost", "wf", "sslmode=require"));
     assert!(run.code == 1 && run.stderr.contains("certificate verify failed"), "{run:?}");
+    // prefer tries again without TLS, which this server refuses: both are said.
+    let run = status(&url("localhost", "wf", ""));
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("certificate verify failed") && run.stderr.contains("without TLS: db error"),
+        "{run:?}"
+    );
 }
 
 /// A server that offers no TLS (the shared test cluster, over TCP through a proxy): the default

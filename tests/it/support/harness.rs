@@ -575,7 +575,8 @@ impl PrivateCluster {
     /// A cluster that takes TCP connections on 127.0.0.1 with TLS only (no `host` line in its
     /// pg_hba.conf, only `hostssl`), its certificate for the name `localhost` signed by the test
     /// authority of `TlsFiles`; role `certified` must show a client certificate of that
-    /// authority for database `wf`, role `scrammer` its password `secret-word` (SCRAM). Its Unix socket serves the test's own connections.
+    /// authority for database `wf`, role `scrammer` its password `secret-word` (SCRAM); role
+    /// `plain` is the exception, taken without TLS only. Its Unix socket serves the test's own connections.
     pub(crate) fn start_tls() -> (PrivateCluster, TlsFiles) {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = tempfile::Builder::new().prefix("wf-tls-").tempdir().unwrap();
@@ -592,6 +593,8 @@ impl PrivateCluster {
             "local all all trust\n\
              hostssl wf certified 127.0.0.1/32 cert\n\
              hostssl wf scrammer 127.0.0.1/32 scram-sha-256\n\
+             hostssl wf plain 127.0.0.1/32 reject\n\
+             hostnossl wf plain 127.0.0.1/32 trust\n\
              hostssl all all 127.0.0.1/32 trust\n\
              hostssl all all ::1/128 trust\n",
         )
@@ -602,6 +605,7 @@ impl PrivateCluster {
             .unwrap()
             .batch_execute(
                 "CREATE ROLE certified LOGIN SUPERUSER;
+                 CREATE ROLE plain LOGIN SUPERUSER;
                  SET password_encryption = 'scram-sha-256';
                  CREATE ROLE scrammer LOGIN SUPERUSER PASSWORD 'secret-word'",
             )
@@ -695,7 +699,7 @@ impl Drop for PrivateCluster {
 /// A test certificate authority and what it signed, made with the `openssl` command: `ca.crt`,
 /// the server's `server.crt` (for `localhost` only) and `server.key`, a client certificate
 /// `client.crt` and its key `client.key` (PKCS#8; `client-legacy.key`, the same in the older EC
-/// form) for the role `certified`, and `rogue.crt`, an authority that signed none of them.
+/// form; `client-encrypted.key`, encrypted with the passphrase `keypass`) for the role `certified`, and `rogue.crt`, an authority that signed none of them.
 pub(crate) struct TlsFiles {
     dir: tempfile::TempDir,
 }
@@ -747,6 +751,7 @@ impl TlsFiles {
         }
         // The client's key in the older form (`BEGIN EC PRIVATE KEY`), as many keys are.
         openssl(&["ec", "-in", "client.key", "-out", "client-legacy.key"]);
+        openssl(&["pkey", "-in", "client.key", "-aes256", "-passout", "pass:keypass", "-out", "client-encrypted.key"]);
         // The server reads its key as the cluster's owner, and only from a file no one else reads.
         wf::db::embedded::chown_to_postgres(files.dir.path()).unwrap();
         for name in ["ca.crt", "server.crt", "server.key"] {
