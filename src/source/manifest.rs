@@ -70,11 +70,14 @@ impl RetriesFile {
             humantime::parse_duration(given.as_deref().unwrap_or(default).trim())
                 .map_or(0.0, |d| d.as_secs_f64().min(RETRY_WAIT_MAX_S))
         };
-        Retries {
-            max: self.max,
-            backoff_s: seconds(&self.backoff, DEFAULT_BACKOFF),
-            max_backoff_s: seconds(&self.max_backoff, DEFAULT_MAX_BACKOFF),
-        }
+        let backoff_s = seconds(&self.backoff, DEFAULT_BACKOFF);
+        // Unsaid, the longest wait is the default's or the first's, whichever is longer: a first
+        // wait of an hour is not cut to ten minutes by a default nobody wrote.
+        let max_backoff_s = match &self.max_backoff {
+            Some(_) => seconds(&self.max_backoff, DEFAULT_MAX_BACKOFF),
+            None => seconds(&None, DEFAULT_MAX_BACKOFF).max(backoff_s),
+        };
+        Retries { max: self.max, backoff_s, max_backoff_s }
     }
 }
 
@@ -694,6 +697,17 @@ mod tests {
                 .unwrap();
         let retries = retries.retries();
         assert_eq!((retries.backoff_s, retries.max_backoff_s), (RETRY_WAIT_MAX_S, 90.0 * 86400.0));
+    }
+
+    #[test]
+    fn an_unsaid_longest_wait_is_never_shorter_than_the_first() {
+        let read = |retries: Value| serde_json::from_value::<RetriesFile>(retries).unwrap().retries();
+        let hour = read(serde_json::json!({"max": 2, "backoff": "1h"}));
+        assert_eq!((hour.backoff_s, hour.max_backoff_s), (3600.0, 3600.0));
+        let short = read(serde_json::json!({"max": 2, "backoff": "30s"}));
+        assert_eq!((short.backoff_s, short.max_backoff_s), (30.0, 600.0));
+        let said = read(serde_json::json!({"max": 2, "backoff": "1h", "max_backoff": "5m"}));
+        assert_eq!((said.backoff_s, said.max_backoff_s), (3600.0, 300.0));
     }
 
     #[test]
