@@ -145,6 +145,9 @@ struct Shared {
     idle: AtomicUsize,
     /// Jobs a slot claimed for the slots whose tickets it took.
     handed: Mutex<VecDeque<Handed>>,
+    /// The slots that meet the database failing now, and since when the first of them did: an
+    /// outage is said once for all slots, and its end once.
+    slots_in_trouble: Mutex<(usize, Option<std::time::Instant>)>,
     succeeded: AtomicU64,
     failed: AtomicU64,
     canceled: AtomicU64,
@@ -254,6 +257,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         wake: wake::Wake::default(),
         idle: AtomicUsize::new(0),
         handed: Mutex::new(VecDeque::new()),
+        slots_in_trouble: Mutex::new((0, None)),
         succeeded: AtomicU64::new(0),
         failed: AtomicU64::new(0),
         canceled: AtomicU64::new(0),

@@ -2,9 +2,9 @@
 //! the attempt's heart (heartbeats and logs) while the action runs.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -112,32 +112,44 @@ impl Attempt {
     }
 }
 
-/// One failure said once, its end said once: a database outage is two lines, not one per retry.
+/// A slot's failures to reach the database, said once for all the worker's slots, their end once:
+/// a database outage is two lines from the slots, not one per retry nor one per slot.
 #[derive(Default)]
 struct Trouble {
-    since: Option<Instant>,
+    failing: bool,
     backoff: Duration,
 }
 
 impl Trouble {
-    /// Say the failure (the first time), drop a lost connection, and back off.
+    /// Say the failure (when no other slot is failing), drop a lost connection, and back off.
     fn failed(&mut self, shared: &Shared, connection: &mut Connection, error: &anyhow::Error, what: &str) {
-        if self.since.is_none() {
-            diag!("worker {}: {what} failed: {error:#}; retrying", shared.options.name);
-            self.since = Some(Instant::now());
+        if !self.failing {
+            self.failing = true;
+            let mut troubled = shared.slots_in_trouble.lock().unwrap_or_else(PoisonError::into_inner);
+            troubled.0 += 1;
+            if troubled.0 == 1 {
+                troubled.1 = Some(Instant::now());
+                diag!("worker {}: {what} failed: {error:#}; retrying", shared.options.name);
+            }
         }
         connection.reset_if_lost(error);
         self.backoff = (self.backoff * 2).clamp(BACKOFF_FIRST, BACKOFF_LAST);
         std::thread::sleep(self.backoff);
     }
 
+    /// Say the end of the failures (when this was the last slot failing).
     fn recovered(&mut self, shared: &Shared) {
-        if let Some(since) = self.since.take() {
-            diag!(
-                "worker {}: the database answers again (after {:.1} s)",
-                shared.options.name,
-                since.elapsed().as_secs_f64()
-            );
+        if std::mem::take(&mut self.failing) {
+            let mut troubled = shared.slots_in_trouble.lock().unwrap_or_else(PoisonError::into_inner);
+            troubled.0 -= 1;
+            if let (0, Some(since)) = (troubled.0, troubled.1) {
+                troubled.1 = None;
+                diag!(
+                    "worker {}: the database answers again (after {:.1} s)",
+                    shared.options.name,
+                    since.elapsed().as_secs_f64()
+                );
+            }
         }
         self.backoff = Duration::ZERO;
     }
