@@ -116,11 +116,13 @@ fn a_canceled_job_whose_worker_died_is_completed_as_canceled_by_the_reaper_and_n
         executions(&log).contains(&(job.clone(), 1)).then_some(())
     });
     let mut db = env.db();
-    // Right after a heartbeat, so that the next one (3 s later) never comes.
-    wait_for(Duration::from_secs(10), "a heartbeat", || {
-        let row = db.query_one("SELECT ping > started_at FROM job_queue WHERE job_id = $1", &[&uuid(&job)]).unwrap();
-        row.get::<_, bool>(0).then_some(())
-    });
+    // Right after a heartbeat (one seen to come, not one some time ago), so that the next one
+    // (3 s later) never comes.
+    let ping = |db: &mut postgres::Client| -> chrono::DateTime<chrono::Utc> {
+        db.query_one("SELECT ping FROM job_queue WHERE job_id = $1", &[&uuid(&job)]).unwrap().get(0)
+    };
+    let before = ping(&mut db);
+    wait_for(Duration::from_secs(10), "a heartbeat", || (ping(&mut db) > before).then_some(()));
     let (code, out) = cancel(&env, &[&job], Some("changed my mind"));
     kill(&mut w);
     assert_eq!((code, one(&out, &job).as_str()), (0, "cancel_requested"));

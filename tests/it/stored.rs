@@ -100,17 +100,20 @@ fn a_job_whose_commit_cannot_be_written_now_goes_back_for_a_while_then_runs() {
     let url = format!("{} user={role}", env.url);
     let other = host(&env, "host2");
     let worker = env
-        .wf(["work", "--name", "h2", "--isolation", "none"])
+        .wf(["work", "--name", "h2", "--isolation", "none", "--concurrency", "1"])
         .env("DATABASE_URL", &url)
         .env("WF_HOME", other.join("home"))
         .env("WF_STORE", other.join("store"))
         .spawn(&env.dir.path().join("h2.log"));
     let journal = env.dir.path().join("h2.log");
-    wait_for(Duration::from_secs(30), "the worker to start", || {
-        std::fs::read_to_string(&journal).unwrap_or_default().contains("started").then_some(())
+    // Every connection the worker keeps (its listener, registry, reaper and slot: made one after
+    // the other once it started), and not one more: the one that writes a commit is refused.
+    let kept = ["wf work h2 listener", "wf work h2 registry", "wf reap h2", "wf work h2 slot 0"];
+    let held = wait_for(Duration::from_secs(30), "the worker's connections", || {
+        let names: Vec<String> =
+            env.column(&format!("SELECT application_name FROM pg_stat_activity WHERE usename = '{role}'"));
+        kept.iter().all(|name| names.iter().any(|held| held == name)).then_some(names.len())
     });
-    // Every connection the worker has, and not one more: the one that writes a commit is refused.
-    let held: i64 = env.scalar(&format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}'"));
     env.db().batch_execute(&format!("ALTER ROLE {role} CONNECTION LIMIT {held}")).unwrap();
     let job = enqueue(&env, "t/echo", json!({"n": 1}));
     wait_for(Duration::from_secs(30), "the job to go back to the queue", || {

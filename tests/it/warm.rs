@@ -283,6 +283,7 @@ fn a_canceled_warm_job_ends_its_runner_and_is_never_undone() {
     let mut w = worker(&env, "w", &["--drain", "--concurrency", "1"]);
     wait_for(Duration::from_secs(30), "the hanging job to start", || std::fs::read(&started).ok());
     let processes = runner_processes(&commit, "step_long");
+    assert!(!processes.is_empty(), "the warm runner's processes are found by WF_ACTION and WF_COMMIT_SHA");
     env.wf(["cancel", &hanging, "--yes"]).ok();
     assert!(w.wait().unwrap().success());
     assert!(processes.iter().all(|&pid| !alive(pid)), "the canceled runner's processes are gone: {processes:?}");
@@ -394,7 +395,10 @@ fn what_a_warm_job_leaves_running_ends_with_its_idle_runner() {
     wait_for(Duration::from_secs(60), "the idle runner to end with what its job left", || {
         crate::support::checks::job_processes(&jobs).is_empty().then_some(())
     });
-    assert!(runner_processes(&commit, "linger").is_empty(), "the runner is still there");
+    // Its supervisor ends a moment after the job's processes, once it has reaped and cleaned up.
+    wait_for(Duration::from_secs(30), "the runner to end", || {
+        runner_processes(&commit, "linger").is_empty().then_some(())
+    });
     signal(&w, libc::SIGTERM);
     assert_eq!(ended(&env, &id).0, "success");
 }

@@ -103,7 +103,14 @@ fn open_pty() -> (OwnedFd, OwnedFd) {
         unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
     assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
     // SAFETY: both fds were just opened and are owned by nobody else.
-    unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) }
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    // openpty leaves them inheritable: a process another test starts meanwhile would hold the
+    // terminal open (and this test's reader waiting) for as long as it lives. The child gets its
+    // own copies as its stdin, stdout and stderr.
+    for fd in [&master, &slave] {
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).expect("making the terminal close on exec");
+    }
+    (master, slave)
 }
 
 /// Text without the terminal's control sequences (colours, cursor moves) and carriage returns.
