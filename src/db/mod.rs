@@ -12,7 +12,7 @@ use std::str::FromStr;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use postgres::config::SslMode;
 use postgres::{Client, GenericClient, NoTls};
@@ -110,18 +110,21 @@ impl Database {
             // Given up on, the connection made late is dropped (closed) with the failed send.
             .spawn(move || {
                 let connected = match tls {
-                    // As libpq's prefer (and allow): a try with TLS that fails (a certificate that
-                    // does not verify, a server that takes this user without TLS only) is made
-                    // again without.
-                    Some(tls) => match config.connect(tls) {
-                        Err(error) if config.get_ssl_mode() == SslMode::Prefer => {
+                    Some(tls) => match config.connect(tls).map_err(anyhow::Error::from) {
+                        // As libpq's prefer (and allow): a try with TLS that the server turned down
+                        // (a certificate that does not verify, a user it takes without TLS only)
+                        // is made again without. Not one that found the server gone or busy: that
+                        // error goes as it is, for the caller to wait and retry.
+                        Err(error)
+                            if config.get_ssl_mode() == SslMode::Prefer
+                                && failure::classify(&error) != failure::Failure::Transient =>
+                        {
                             config.ssl_mode(SslMode::Disable);
                             config.connect(NoTls).map_err(|plain| {
-                                let (error, plain) = (anyhow::Error::from(error), anyhow::Error::from(plain));
-                                anyhow!("{error:#}; without TLS: {plain:#}")
+                                anyhow::Error::from(plain).context(format!("with TLS: {error:#}; without TLS"))
                             })
                         }
-                        connected => connected.map_err(anyhow::Error::from),
+                        connected => connected,
                     },
                     None => config.connect(NoTls).map_err(anyhow::Error::from),
                 };
@@ -189,4 +192,23 @@ fn describe(config: &postgres::Config) -> String {
         config.get_dbname().unwrap_or("(default)"),
         if hosts.is_empty() { "localhost".to_string() } else { hosts.join(",") }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that is not there is an outage whatever the sslmode: its error keeps the client's
+    /// own (for the callers that wait and retry), and prefer does not try again without TLS.
+    #[test]
+    fn a_refused_connection_is_transient_with_every_sslmode() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        for mode in ["disable", "prefer", "require"] {
+            let database =
+                Database::external(&format!("host=127.0.0.1 port={port} user=u dbname=d sslmode={mode}")).unwrap();
+            let Err(error) = database.connect() else { panic!("{mode}: connected to a port nothing listens on") };
+            assert_eq!(failure::classify(&error), failure::Failure::Transient, "{mode}: {error:#}");
+            assert!(!format!("{error:#}").contains("without TLS"), "{mode}: {error:#}");
+        }
+    }
 }

@@ -4,11 +4,12 @@
 //! over TCP spoke TLS.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::json;
 
 use crate::support::fixtures::{enqueue, synced};
-use crate::support::harness::{PrivateCluster, Proxy, TestEnv};
+use crate::support::harness::{PrivateCluster, Proxy, TestEnv, wait_for};
 
 #[test]
 fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_url_says() {
@@ -212,4 +213,28 @@ fn a_password_comes_from_the_password_file_when_the_url_has_none() {
     let given = format!("{database} password=secret-word");
     let run = env.wf(["status"]).env("DATABASE_URL", &given).env("PGPASSFILE", &elsewhere).run();
     assert_eq!(run.code, 0, "the URL's own password comes first: {run:?}");
+}
+
+/// A wait over TCP with the default sslmode (prefer, here over TLS) goes on through a restart of
+/// the database: while the server is down, a refused connection is an outage to wait out, not a
+/// try with TLS to make again without.
+#[test]
+fn a_wait_over_tls_goes_on_through_a_restart_of_the_database() {
+    let (cluster, _files) = PrivateCluster::start_tls();
+    let database = format!("host=localhost port={} user=wf dbname=wf", cluster.port());
+    let env = cluster.env().env("DATABASE_URL", &database);
+    synced(&env);
+    let id = env.wf(["enqueue", "t/echo", "--in", "1h"]).ok().stdout.trim().to_string();
+    let waiter = env.wf(["result", &id, "--wait", "--timeout", "120s"]).start();
+    wait_for(Duration::from_secs(30), "the wait", || {
+        env.scalar::<bool>("SELECT coalesce(bool_or(awaited), false) FROM job_queue").then_some(())
+    });
+    cluster.stop_server();
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.start_server();
+    env.wf(["cancel", &id, "--reason", "after the restart"]).ok();
+    let waited = waiter.finish();
+    assert_eq!(waited.code, 4, "{waited:?}");
+    assert_eq!(waited.json()["canceled_reason"], "after the restart", "{waited:?}");
+    assert!(waited.stderr.contains("connecting again"), "{}", waited.stderr);
 }
