@@ -1,7 +1,7 @@
 //! TLS to an external database, with libpq's options in the connection string: `sslmode`,
 //! `sslrootcert`, `sslcert`, `sslkey`. The server of these tests takes TCP connections with TLS
 //! only (its pg_hba.conf has `hostssl` lines and no `host` line), so every command that works
-//! over TCP spoke TLS.
+//! over TCP spoke TLS; the one exception, role `plain`, is taken without TLS only.
 
 use std::path::Path;
 use std::time::Duration;
