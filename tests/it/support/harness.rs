@@ -578,16 +578,9 @@ impl PrivateCluster {
     /// authority for database `wf`, role `scrammer` its password `secret-word` (SCRAM); role
     /// `plain` is the exception, taken without TLS only. Its Unix socket serves the test's own connections.
     pub(crate) fn start_tls() -> (PrivateCluster, TlsFiles) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = tempfile::Builder::new().prefix("wf-tls-").tempdir().unwrap();
         let files = TlsFiles::make(dir);
-        let settings = format!(
-            "-c listen_addresses=127.0.0.1 -c port={port} -c ssl=on -c ssl_cert_file={} -c ssl_key_file={} -c ssl_ca_file={}",
-            files.file("server.crt").display(),
-            files.file("server.key").display(),
-            files.file("ca.crt").display()
-        );
-        let cluster = PrivateCluster::init(port, settings);
+        let mut cluster = PrivateCluster::init(0, String::new());
         std::fs::write(
             cluster.data().join("pg_hba.conf"),
             "local all all trust\n\
@@ -599,7 +592,20 @@ impl PrivateCluster {
              hostssl all all ::1/128 trust\n",
         )
         .unwrap();
-        cluster.start_server();
+        // A port free a moment ago: another test may take it before the server does, then the
+        // next one.
+        let started = (0..5).any(|_| {
+            cluster.port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            cluster.settings = format!(
+                "-c listen_addresses=127.0.0.1 -c port={} -c ssl=on -c ssl_cert_file={} -c ssl_key_file={} -c ssl_ca_file={}",
+                cluster.port,
+                files.file("server.crt").display(),
+                files.file("server.key").display(),
+                files.file("ca.crt").display()
+            );
+            cluster.try_start_server()
+        });
+        assert!(started, "the TLS cluster did not start (see its postgres.log)");
         cluster.create_wf();
         postgres::Client::connect(&cluster.url(), postgres::NoTls)
             .unwrap()
@@ -660,18 +666,31 @@ impl PrivateCluster {
     }
 
     fn pg_ctl(&self, args: &[&str]) {
+        let status = self.pg_ctl_status(args);
+        assert!(status.success(), "pg_ctl {args:?} failed: {status}");
+    }
+
+    fn pg_ctl_status(&self, args: &[&str]) -> std::process::ExitStatus {
         let mut command = Command::new(wf::db::embedded::pg_bin("pg_ctl", &search_path()).expect("pg_ctl"));
         command.arg("-D").arg(self.data()).args(["-l"]).arg(self.dir.path().join("postgres.log")).args(args);
         command.current_dir(self.dir.path()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         wf::db::embedded::run_as_cluster_owner(&mut command).unwrap();
-        let status = command.status().expect("running pg_ctl");
-        assert!(status.success(), "pg_ctl {args:?} failed: {status}");
+        command.status().expect("running pg_ctl")
+    }
+
+    /// Start the server and wait until it accepts connections; false when it did not start.
+    fn try_start_server(&self) -> bool {
+        let options = format!("-k {} -c fsync=off {}", self.dir.path().display(), self.settings);
+        self.pg_ctl_status(&["start", "-w", "-o", &options]).success()
     }
 
     /// Start the server and wait until it accepts connections.
     pub(crate) fn start_server(&self) {
-        let options = format!("-k {} -c fsync=off {}", self.dir.path().display(), self.settings);
-        self.pg_ctl(&["start", "-w", "-o", &options]);
+        assert!(
+            self.try_start_server(),
+            "the server did not start (see {})",
+            self.dir.path().join("postgres.log").display()
+        );
     }
 
     /// Stop the server (fast: clients are disconnected) and wait until it is down.
