@@ -114,22 +114,26 @@ impl Attempt {
 
 /// A slot's failures to reach the database, said once for all the worker's slots, their end once:
 /// a database outage is two lines from the slots, not one per retry nor one per slot.
-#[derive(Default)]
-struct Trouble {
+struct Trouble<'s> {
+    shared: &'s Shared,
     failing: bool,
     backoff: Duration,
 }
 
-impl Trouble {
+impl<'s> Trouble<'s> {
+    fn new(shared: &'s Shared) -> Trouble<'s> {
+        Trouble { shared, failing: false, backoff: Duration::ZERO }
+    }
+
     /// Say the failure (when no other slot is failing), drop a lost connection, and back off.
-    fn failed(&mut self, shared: &Shared, connection: &mut Connection, error: &anyhow::Error, what: &str) {
+    fn failed(&mut self, connection: &mut Connection, error: &anyhow::Error, what: &str) {
         if !self.failing {
             self.failing = true;
-            let mut troubled = shared.slots_in_trouble.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut troubled = self.shared.slots_in_trouble.lock().unwrap_or_else(PoisonError::into_inner);
             troubled.0 += 1;
             if troubled.0 == 1 {
                 troubled.1 = Some(Instant::now());
-                diag!("worker {}: {what} failed: {error:#}; retrying", shared.options.name);
+                diag!("worker {}: {what} failed: {error:#}; retrying", self.shared.options.name);
             }
         }
         connection.reset_if_lost(error);
@@ -138,20 +142,34 @@ impl Trouble {
     }
 
     /// Say the end of the failures (when this was the last slot failing).
-    fn recovered(&mut self, shared: &Shared) {
+    fn recovered(&mut self) {
         if std::mem::take(&mut self.failing) {
-            let mut troubled = shared.slots_in_trouble.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut troubled = self.shared.slots_in_trouble.lock().unwrap_or_else(PoisonError::into_inner);
             troubled.0 -= 1;
-            if let (0, Some(since)) = (troubled.0, troubled.1) {
+            if let Some(since) = troubled.1.filter(|_| troubled.0 == 0) {
                 troubled.1 = None;
                 diag!(
                     "worker {}: the database answers again (after {:.1} s)",
-                    shared.options.name,
+                    self.shared.options.name,
                     since.elapsed().as_secs_f64()
                 );
             }
         }
         self.backoff = Duration::ZERO;
+    }
+}
+
+/// Given up while failing (a completion or a release left to the reaper): no longer counted, and
+/// nothing said, since nothing answered.
+impl Drop for Trouble<'_> {
+    fn drop(&mut self) {
+        if self.failing {
+            let mut troubled = self.shared.slots_in_trouble.lock().unwrap_or_else(PoisonError::into_inner);
+            troubled.0 -= 1;
+            if troubled.0 == 0 {
+                troubled.1 = None;
+            }
+        }
     }
 }
 
@@ -229,7 +247,7 @@ fn promised(shared: &Shared) -> Option<Handed> {
 
 pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
     let mut link = Link::new(shared, index)?;
-    let mut trouble = Trouble::default();
+    let mut trouble = Trouble::new(shared);
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
             if let Some(next) = link.next.take() {
@@ -265,7 +283,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
             .bounded(look_patience(shared), move |session| claim::claim(session, &tags, &claims, window));
         match claimed {
             Ok(jobs) if !jobs.is_empty() => {
-                trouble.recovered(shared);
+                trouble.recovered();
                 let mine = deliver(shared, jobs, reserved, claimed_at).expect("not empty");
                 link = run_job(shared, link, mine.job, mine.claimed_at)?;
             }
@@ -276,7 +294,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
                     link.connection.bounded(look_patience(shared), move |session| claim::next_due_in(session, &tags));
                 match next {
                     Ok(next) => {
-                        trouble.recovered(shared);
+                        trouble.recovered();
                         if shared.options.until == Until::Drained && next.is_none_or(|s| s > 0.0) {
                             link.end();
                             return Ok(());
@@ -304,12 +322,12 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
                             }
                         }
                     }
-                    Err(error) => trouble.failed(shared, &mut link.connection, &error, "looking at the queue"),
+                    Err(error) => trouble.failed(&mut link.connection, &error, "looking at the queue"),
                 }
             }
             Err(error) => {
                 undeliver(shared, reserved);
-                trouble.failed(shared, &mut link.connection, &error, "claiming");
+                trouble.failed(&mut link.connection, &error, "claiming");
             }
         }
         if shared.budget_spent() && link.next.is_none() && shared.nothing_handed() {
@@ -901,7 +919,7 @@ fn record_completion(
 ) {
     let name = &shared.options.name;
     let give_up = Instant::now() + shared.options.zombie_timeout;
-    let mut trouble = Trouble::default();
+    let mut trouble = Trouble::new(shared);
     let mut retried = unsure;
     let mut rewritten = false;
     loop {
@@ -918,7 +936,7 @@ fn record_completion(
                 connection.reset();
             }
             Ok((Recorded::Completed, follow)) => {
-                trouble.recovered(shared);
+                trouble.recovered();
                 finished(shared, job, completion.status, claimed);
                 if let Some(retry) = follow {
                     job_event(shared, job, JobEvent::Retried(retry));
@@ -926,7 +944,7 @@ fn record_completion(
                 break;
             }
             Ok((Recorded::Fenced, _)) => {
-                trouble.recovered(shared);
+                trouble.recovered();
                 // After a lost acknowledgement the gate finds nothing: did our own commit land? The
                 // journal says the status on record.
                 let recorded = if retried {
@@ -962,7 +980,7 @@ fn record_completion(
             Err(error) if Instant::now() < give_up => {
                 // Whether the failed call committed is unknown: the gate and completed_by tell.
                 retried = true;
-                trouble.failed(shared, connection, &error, &format!("completing job {}", job.id));
+                trouble.failed(connection, &error, &format!("completing job {}", job.id));
             }
             Err(error) => {
                 diag!("worker {name}: giving up completing job {}: {error:#} (the reaper will recover it)", job.id);
@@ -1021,7 +1039,7 @@ fn release(
     why: Why,
 ) {
     let give_up = Instant::now() + shared.options.zombie_timeout;
-    let mut trouble = Trouble::default();
+    let mut trouble = Trouble::new(shared);
     // Shared with the connection's caller thread, as a completion's are.
     let mut lines: Arc<Vec<LogLine>> = Arc::new(logs.take());
     loop {
@@ -1031,13 +1049,18 @@ fn release(
         });
         match released {
             Ok(Released::Requeued) => {
+                trouble.recovered();
                 shared.released.fetch_add(1, Ordering::SeqCst);
                 job_event(shared, job, JobEvent::Requeued(why));
                 return;
             }
             // Asked to cancel meanwhile: completed as canceled instead, and said so.
-            Ok(Released::Canceled) => return finished(shared, job, JobStatus::Canceled, claimed),
+            Ok(Released::Canceled) => {
+                trouble.recovered();
+                return finished(shared, job, JobStatus::Canceled, claimed);
+            }
             Ok(Released::NotOurs) => {
+                trouble.recovered();
                 shared.fenced.fetch_add(1, Ordering::SeqCst);
                 return;
             }
@@ -1048,7 +1071,7 @@ fn release(
                 diag!("worker {}: job {}: {}", shared.options.name, job.id, logs::refused_note(&error).line);
             }
             Err(error) if classify(&error) != Failure::Data && Instant::now() < give_up => {
-                trouble.failed(shared, connection, &error, &format!("releasing job {}", job.id));
+                trouble.failed(connection, &error, &format!("releasing job {}", job.id));
             }
             Err(error) => {
                 diag!("worker {}: could not release job {}: {error:#} (the reaper will)", shared.options.name, job.id);
