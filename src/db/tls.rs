@@ -307,9 +307,8 @@ impl Options {
             },
             (None, Some(key)) => bail!("sslkey {} needs its certificate: set sslcert", key.display()),
         };
-        for (file, what) in [(&cert, "sslcert"), (&key, "sslkey")] {
-            std::fs::metadata(file).with_context(|| format!("reading {what} {}", file.display()))?;
-        }
+        // The key's file is read (and its permissions checked) by `private_key`.
+        std::fs::metadata(&cert).with_context(|| format!("reading sslcert {}", cert.display()))?;
         Ok(Some((cert, key)))
     }
 }

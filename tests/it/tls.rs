@@ -229,12 +229,5 @@ fn a_wait_over_tls_goes_on_through_a_restart_of_the_database() {
     wait_for(Duration::from_secs(30), "the wait", || {
         env.scalar::<bool>("SELECT coalesce(bool_or(awaited), false) FROM job_queue").then_some(())
     });
-    cluster.stop_server();
-    std::thread::sleep(Duration::from_secs(2));
-    cluster.start_server();
-    env.wf(["cancel", &id, "--reason", "after the restart"]).ok();
-    let waited = waiter.finish();
-    assert_eq!(waited.code, 4, "{waited:?}");
-    assert_eq!(waited.json()["canceled_reason"], "after the restart", "{waited:?}");
-    assert!(waited.stderr.contains("connecting again"), "{}", waited.stderr);
+    crate::waits::restart_and_cancel(&cluster, &env, &id, waiter);
 }

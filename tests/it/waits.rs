@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::fixtures::{enqueue, path, synced};
-use crate::support::harness::{Process, TestEnv, wait_for};
+use crate::support::harness::{PrivateCluster, Process, TestEnv, wait_for};
 
 /// Complete a queued job the way a worker's completion transaction does: final log lines, the
 /// completion record, the queue row gone, the notification.
@@ -215,12 +215,25 @@ fn a_wait_keeps_its_timeout_while_the_jobs_queue_row_is_locked() {
     assert_eq!(status.code(), Some(3), "not finished: exit 3");
 }
 
+/// Stop `cluster`'s server for two seconds, start it again and cancel job `id`: `waiter`, a
+/// `wf result ID --wait` started before, connected again and says the cancel (exit 4).
+pub(crate) fn restart_and_cancel(cluster: &PrivateCluster, env: &TestEnv, id: &str, waiter: Process) {
+    cluster.stop_server();
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.start_server();
+    env.wf(["cancel", id, "--reason", "after the restart"]).ok();
+    let waited = waiter.finish();
+    assert_eq!(waited.code, 4, "{waited:?}");
+    assert_eq!(waited.json()["canceled_reason"], "after the restart", "{waited:?}");
+    assert!(waited.stderr.contains("connecting again"), "{}", waited.stderr);
+}
+
 /// `wf result --wait` and `wf logs --follow` go on through a restart of the database: each
 /// connects again (within a minute) and looks again, which covers what it missed meanwhile.
 /// Before, both ended at once with exit 1 ("terminating connection due to administrator command").
 #[test]
 fn a_wait_and_a_follow_go_on_through_a_restart_of_the_database() {
-    let cluster = crate::support::harness::PrivateCluster::start();
+    let cluster = PrivateCluster::start();
     let env = cluster.env();
     synced(&env);
     let id = env.wf(["enqueue", "t/echo", "--in", "1h"]).ok().stdout.trim().to_string();
@@ -234,15 +247,7 @@ fn a_wait_and_a_follow_go_on_through_a_restart_of_the_database() {
         (waiting == 2 && awaited).then_some(())
     });
     std::thread::sleep(Duration::from_secs(2));
-    cluster.stop_server();
-    std::thread::sleep(Duration::from_secs(2));
-    cluster.start_server();
-    env.wf(["cancel", &id, "--reason", "after the restart"]).ok();
-
-    let waited = waiter.finish();
-    assert_eq!(waited.code, 4, "{waited:?}");
-    assert_eq!(waited.json()["canceled_reason"], "after the restart", "{waited:?}");
-    assert!(waited.stderr.contains("connecting again"), "{}", waited.stderr);
+    restart_and_cancel(&cluster, &env, &id, waiter);
     let followed = follower.finish();
     assert_eq!(followed.code, 0, "{followed:?}");
     assert!(followed.stderr.contains(&format!("job {id} ended: canceled")), "{}", followed.stderr);
