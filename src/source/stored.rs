@@ -331,17 +331,7 @@ pub(crate) fn prune(client: &mut Client, store: &Path, run: PruneRun, waiting: &
         }
         _ => UNPINNED_SQL,
     };
-    // No sync counts on a blob this transaction removes, and no sync or worker writes in the store
-    // meanwhile. Both taken before the job table's lock, which enqueues queue behind: a running
-    // sync holds them until it commits, a worker holds the store's while it writes a commit, and
-    // none of them holds or waits for a lock on the job table meanwhile. In a sync's order (the
-    // blob lock in its transaction, then the store's while it writes the tree), so neither waits
-    // for the other's second lock while holding its first.
-    tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&BLOB_LOCK_CLASS])?;
-    let store_lock = store::lock(store)?;
-    // No job is enqueued meanwhile (one pinned to a commit found unpinned here would lose its tree);
-    // enqueues wait for this transaction, which is short once it has the lock.
-    lock_jobs(&mut tx, waiting)?;
+    let store_lock = lock_all(&mut tx, store, waiting)?;
     // The commits of the database and the trees of this host's store (whether the database held
     // them or not: synced by an older wf, or another database's), looked up in one pass over `job`.
     let stored: HashSet<(Uuid, String)> = tx
@@ -385,26 +375,43 @@ pub(crate) fn prune(client: &mut Client, store: &Path, run: PruneRun, waiting: &
     Ok(pruned)
 }
 
-/// Take the job table's SHARE lock in `tx`, in attempts of `JOB_LOCK_ATTEMPT` (each in a savepoint,
-/// undone when it gives up), pausing longer and longer between them. A waiting `LOCK TABLE` is in
-/// the lock queue, and every enqueue that comes after it waits behind it: a long enqueue in
-/// progress (a streamed batch) would otherwise stop every other until it ended.
-fn lock_jobs(tx: &mut Transaction<'_>, waiting: &mut dyn FnMut()) -> Result<()> {
-    let setting: String = tx.query_one("SELECT current_setting('lock_timeout')", &[])?.get(0);
-    tx.execute("SELECT set_config('lock_timeout', $1, true)", &[&JOB_LOCK_ATTEMPT])?;
+/// Take in `tx` the three locks a prune of synced commits runs under, in this order:
+/// - the blob lock: no sync counts on a blob this transaction removes;
+/// - this host's store's: no sync or worker writes in the store meanwhile;
+/// - the job table's SHARE lock: no job is enqueued meanwhile (one pinned to a commit found unpinned
+///   here would lose its tree).
+///
+/// The first two before the job table's, which enqueues queue behind: a running sync holds them
+/// until it commits, a worker holds the store's while it writes a commit, and none of them holds
+/// or waits for a lock on the job table meanwhile. In a sync's order (the blob lock in its
+/// transaction, then the store's while it writes the tree), so neither waits for the other's second
+/// lock while holding its first. The job table's is asked for `JOB_LOCK_ATTEMPT` at a time, in a
+/// savepoint: a waiting `LOCK TABLE` is in the lock queue, and every enqueue that comes after it
+/// waits behind it, so a long enqueue in progress (a streamed batch) would otherwise stop every
+/// other until it ended. When an attempt gives up, all three are given back (the savepoint's undo
+/// releases the blob lock) until the next, after a pause growing to `JOB_LOCK_PAUSE`: syncs and
+/// workers writing commits go on while prune waits for enqueues. `waiting` is called at the first
+/// attempt given up.
+fn lock_all(tx: &mut Transaction<'_>, store: &Path, waiting: &mut dyn FnMut()) -> Result<Option<store::StoreLock>> {
     let mut pause = Duration::from_millis(50);
     let mut said = false;
     loop {
         let mut attempt = tx.transaction()?;
+        attempt.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&BLOB_LOCK_CLASS])?;
+        let store_lock = store::lock(store)?;
+        // Set in the savepoint: undone with it, and put back once the lock is had.
+        let setting: String = attempt.query_one("SELECT current_setting('lock_timeout')", &[])?.get(0);
+        attempt.execute("SELECT set_config('lock_timeout', $1, true)", &[&JOB_LOCK_ATTEMPT])?;
         match attempt.batch_execute("LOCK TABLE job IN SHARE MODE") {
             Ok(()) => {
+                attempt.execute("SELECT set_config('lock_timeout', $1, true)", &[&setting])?;
                 attempt.commit()?;
-                break;
+                return Ok(store_lock);
             }
             Err(error) if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
                 attempt.rollback()?;
-                if !said {
-                    said = true;
+                drop(store_lock);
+                if !std::mem::replace(&mut said, true) {
                     waiting();
                 }
                 std::thread::sleep(pause);
@@ -413,7 +420,4 @@ fn lock_jobs(tx: &mut Transaction<'_>, waiting: &mut dyn FnMut()) -> Result<()> 
             Err(error) => return Err(error).context("locking the job table"),
         }
     }
-    // The rest of the transaction waits as it did.
-    tx.execute("SELECT set_config('lock_timeout', $1, true)", &[&setting])?;
-    Ok(())
 }

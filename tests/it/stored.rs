@@ -381,11 +381,18 @@ fn a_large_file_is_stored_in_chunks_and_written_whole_on_another_host() {
 /// The branch moved to a commit with no parent and the same files, then synced: the catalog leaves
 /// the commit it was on (the catalog never moves back to an ancestor; it may move to this one).
 fn sync_unrelated_commit(env: &TestEnv, repo: &crate::support::harness::GitRepo) {
+    commit_unrelated(repo);
+    env.wf(["sync", "tests"]).ok();
+}
+
+/// Move the branch to a new commit of the same tree without a parent (its message tells it from
+/// one made in the same second).
+fn commit_unrelated(repo: &crate::support::harness::GitRepo) {
     let head = repo.repo.head().unwrap().peel_to_commit().unwrap();
     let signature = git2::Signature::now("wf tests", "tests@windforce.invalid").unwrap();
-    let unrelated = repo.repo.commit(None, &signature, &signature, "unrelated", &head.tree().unwrap(), &[]).unwrap();
+    let message = format!("unrelated to {}", head.id());
+    let unrelated = repo.repo.commit(None, &signature, &signature, &message, &head.tree().unwrap(), &[]).unwrap();
     move_branch(repo, &unrelated.to_string());
-    env.wf(["sync", "tests"]).ok();
 }
 
 /// Force the branch to `commit`, as a force-push does.
@@ -575,9 +582,10 @@ fn prune_waiting_for_the_stores_lock_lets_enqueues_through() {
 
 /// A streamed batch enqueue holds the job table (in the mode every enqueue does) until its input
 /// ends: `prune --sources` waits for it, as it must (its jobs pin their commit), but no longer in
-/// front of every other enqueue.
+/// front of every other enqueue, nor holding the blob and store locks meanwhile, which a sync of a
+/// new commit waited for until the batch ended.
 #[test]
-fn prune_waiting_for_a_streamed_batch_lets_other_enqueues_through() {
+fn prune_waiting_for_a_streamed_batch_lets_other_enqueues_and_syncs_through() {
     use std::io::Write;
     let env = TestEnv::new();
     let (repo, id, _first) = synced(&env);
@@ -592,6 +600,12 @@ fn prune_waiting_for_a_streamed_batch_lets_other_enqueues_through() {
     pruning(&env);
 
     enqueued_meanwhile(env.wf(["enqueue", "t/echo", "--input", "{}"]).start());
+    commit_unrelated(&repo);
+    let mut sync = env.wf(["sync", "tests"]).start();
+    wait_for(Duration::from_secs(60), "a sync to end while the prune waits", || sync.try_wait().unwrap());
+    let sync = sync.finish();
+    assert_eq!(sync.code, 0, "{sync:?}");
+    assert!(format!("{}{}", sync.stdout, sync.stderr).contains("files written to"), "a new commit stored: {sync:?}");
     assert!(batch.try_wait().unwrap().is_none(), "the batch is still open");
     assert!(prune.try_wait().unwrap().is_none(), "the prune waits for it");
     drop(lines);
