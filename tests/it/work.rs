@@ -382,7 +382,8 @@ fn a_completion_whose_queue_row_is_held_waits_for_it_after_the_next_claim() {
     let env = TestEnv::new();
     synced(&env);
     let log = path(&env, "runs.log");
-    let first = enqueue(&env, "t/sleep", json!({"ms": 1500, "log": log}));
+    // Long enough for the holder below to take the row before the job ends, on a loaded machine.
+    let first = enqueue(&env, "t/sleep", json!({"ms": 4000, "log": log}));
     let mut w = worker(&env, "w", &["--concurrency", "1", "--no-reap"]);
     wait_for(Duration::from_secs(30), "the first job to start", || {
         executions(&log).contains(&(first.clone(), 1)).then_some(())
@@ -416,16 +417,17 @@ fn a_job_that_finishes_before_its_worker_sees_the_cancel_keeps_its_outcome_and_t
     let env = TestEnv::new();
     synced(&env);
     let log = path(&env, "runs.log");
-    let id = enqueue(&env, "t/sleep", json!({"ms": 1500, "log": log}));
-    // The next heartbeat comes after 5 s; the action is done after 1.5 s.
-    let mut worker = worker(&env, "w", &["--once", "--heartbeat", "5s"]);
+    let id = enqueue(&env, "t/sleep", json!({"ms": 4000, "log": log}));
+    // The next heartbeat comes after 12 s; the action is done after 4 s, which leaves the cancel
+    // below time to come while it runs, on a loaded machine.
+    let mut worker = worker(&env, "w", &["--once", "--heartbeat", "12s"]);
     wait_for(Duration::from_secs(30), "the job to start", || executions(&log).first().cloned());
     let canceled = env.wf(["cancel", &id, "--reason", "too late", "--json"]).ok().json();
     assert_eq!(canceled[0]["outcome"], "cancel_requested");
     assert!(worker.wait().unwrap().success());
     let shown = env.wf(["show", &id, "--json"]).ok().json();
     assert_eq!(shown["status"], "success", "the real outcome counts: {shown}");
-    assert_eq!(shown["result"]["slept"], 1500);
+    assert_eq!(shown["result"]["slept"], 4000);
     assert_eq!(shown["canceled_reason"], "too late", "the cancel request stays on record: {shown}");
     assert!(shown["canceled_by"].is_string());
     // Cancel is terminal for what is not finished; a finished job is reported as such.
