@@ -302,6 +302,42 @@ fn refuse_poison_lines(env: &TestEnv) {
         .unwrap();
 }
 
+/// A database closed to a worker: new connections refused, and those it had ended. Open again
+/// when dropped.
+struct Closed {
+    admin: postgres::Client,
+    database: String,
+}
+
+impl Closed {
+    fn to_worker(env: &TestEnv, name: &str) -> Closed {
+        let mut admin = postgres::Client::connect(&TestEnv::cluster_url("postgres"), postgres::NoTls).unwrap();
+        let database = format!("\"{}\"", env.dbname);
+        admin.batch_execute(&format!("ALTER DATABASE {database} WITH ALLOW_CONNECTIONS false")).unwrap();
+        admin
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE $2",
+                &[&env.dbname, &format!("wf work {name}%")],
+            )
+            .unwrap();
+        Closed { admin, database }
+    }
+}
+
+impl Drop for Closed {
+    fn drop(&mut self) {
+        self.admin.batch_execute(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true", self.database)).unwrap();
+    }
+}
+
+/// How many connections of the worker `name` the database has.
+fn connections_of(env: &TestEnv, name: &str) -> i64 {
+    env.scalar_of(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE $1",
+        &[&format!("wf work {name}%")],
+    )
+}
+
 /// A database outage is told once by each part of the worker that met it (the slots together, the
 /// listener, the reaper), then once more when the database answers again: a journal shows the
 /// outage, not one line per retry nor per slot.
@@ -311,27 +347,10 @@ fn an_outage_is_one_line_and_its_end_one_more() {
     synced(&env);
     let log = env.dir.path().join("w1.log");
     let mut worker = env.wf(["work", "--name", "w1", "--tag", "quiet", "--concurrency", "2"]).spawn(&log);
-    let mut admin = postgres::Client::connect(&TestEnv::cluster_url("postgres"), postgres::NoTls).unwrap();
-    let connections = |admin: &mut postgres::Client| -> i64 {
-        admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE 'wf work w1%'",
-                &[&env.dbname],
-            )
-            .unwrap()
-            .get(0)
-    };
-    wait_for(Duration::from_secs(30), "the worker to connect", || (connections(&mut admin) >= 3).then_some(()));
-    let database = format!("\"{}\"", env.dbname);
-    admin.batch_execute(&format!("ALTER DATABASE {database} WITH ALLOW_CONNECTIONS false")).unwrap();
-    admin
-        .execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE 'wf work w1%'",
-            &[&env.dbname],
-        )
-        .unwrap();
+    wait_for(Duration::from_secs(30), "the worker to connect", || (connections_of(&env, "w1") >= 3).then_some(()));
+    let closed = Closed::to_worker(&env, "w1");
     std::thread::sleep(Duration::from_secs(5));
-    admin.batch_execute(&format!("ALTER DATABASE {database} WITH ALLOW_CONNECTIONS true")).unwrap();
+    drop(closed);
     wait_for(Duration::from_secs(30), "the worker to say the database answers again", || {
         std::fs::read_to_string(&log).unwrap().contains("answers again").then_some(())
     });
@@ -346,6 +365,35 @@ fn an_outage_is_one_line_and_its_end_one_more() {
     assert_eq!(journal.matches("answers again").count(), 1, "the end, said once: {journal}");
     let lines = journal.lines().count();
     assert!(lines <= 10, "five seconds of retries are not a line each: {journal}");
+}
+
+/// A slot that gives a completion up during an outage (left to the reaper after a zombie window)
+/// no longer counts as failing: its next failures are said, and so is the outage's end. (Counted
+/// still, it kept every later failure and end of the worker's slots silent.)
+#[test]
+fn a_completion_given_up_in_an_outage_leaves_its_end_said() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "4");
+    synced(&env);
+    let runs = path(&env, "runs.log");
+    let log = env.dir.path().join("w1.log");
+    let mut worker =
+        env.wf(["work", "--name", "w1", "--concurrency", "1", "--heartbeat", "1s", "--no-reap"]).spawn(&log);
+    enqueue(&env, "t/sleep", json!({"ms": 1000, "log": runs}));
+    wait_for(Duration::from_secs(30), "the job to start", || executions(&runs).first().cloned());
+    let closed = Closed::to_worker(&env, "w1");
+    let journal = || std::fs::read_to_string(&log).unwrap();
+    let given_up =
+        |journal: &str| journal.find("giving up completing job").or_else(|| journal.find("could not release job"));
+    let at = wait_for(Duration::from_secs(30), "the slot to give its job up", || given_up(&journal()));
+    // A claim or two fail after that.
+    std::thread::sleep(Duration::from_secs(3));
+    drop(closed);
+    wait_for(Duration::from_secs(30), "the worker to say the database answers again", || {
+        journal()[at..].contains("answers again").then_some(())
+    });
+    crate::support::fixtures::signal(&worker, libc::SIGTERM);
+    let status = crate::support::checks::wait_exit(&mut worker, Duration::from_secs(30), "the worker");
+    assert!(status.success(), "{}", journal());
 }
 
 /// A worker that cannot start all its threads (here: a user allowed few processes, as
