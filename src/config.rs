@@ -43,10 +43,14 @@ pub(crate) struct Config {
 
 /// The environment variables wf reads, with what each means and its default: wf(1)'s ENVIRONMENT
 /// section.
-pub(crate) const ENVIRONMENT: [(&str, &str); 12] = [
+pub(crate) const ENVIRONMENT: [(&str, &str); 13] = [
     (
         "DATABASE_URL",
         "PostgreSQL connection, URL or key=value (--database-url), with libpq's TLS options sslmode (default prefer), sslrootcert (a PEM file, or system), sslcert and sslkey. Unset: the embedded cluster under WF_HOME.",
+    ),
+    (
+        "PGSSLMODE, PGSSLROOTCERT, PGSSLCERT, PGSSLKEY",
+        "sslmode, sslrootcert, sslcert and sslkey for a DATABASE_URL that does not give them (as libpq).",
     ),
     (
         "PGPASSFILE",

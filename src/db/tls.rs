@@ -3,6 +3,7 @@
 //! and verifies nothing itself, so these options are taken out of the string before it parses the
 //! rest, and the connector is built from them here.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
@@ -47,7 +48,8 @@ impl Mode {
         }
     }
 
-    fn parse(value: &str) -> Result<Mode> {
+    /// `whence` says where the value was given, `{}` standing for it.
+    fn parse(value: &str, whence: &str) -> Result<Mode> {
         Ok(match value {
             "disable" => Mode::Disable,
             "allow" => Mode::Allow,
@@ -56,7 +58,8 @@ impl Mode {
             "verify-ca" => Mode::VerifyCa,
             "verify-full" => Mode::VerifyFull,
             other => bail!(
-                "sslmode={other} in the database URL: expected disable, allow, prefer, require, verify-ca or verify-full"
+                "{}: expected disable, allow, prefer, require, verify-ca or verify-full",
+                whence.replace("{}", other)
             ),
         })
     }
@@ -184,32 +187,37 @@ impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream for Stream<S> {
     }
 }
 
-const TAKEN: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
+/// The TLS options wf reads, with the environment variable that gives each when the connection
+/// string does not (as libpq's).
+const TAKEN: [(&str, &str); 4] =
+    [("sslmode", "PGSSLMODE"), ("sslrootcert", "PGSSLROOTCERT"), ("sslcert", "PGSSLCERT"), ("sslkey", "PGSSLKEY")];
 
 impl Options {
     /// Take the TLS options out of a URL (`postgresql://...?sslmode=verify-full`) or a key=value
-    /// string (`host=db sslmode=verify-full`).
+    /// string (`host=db sslmode=verify-full`); one it does not give comes from its `PGSSL*` variable.
     pub(crate) fn split(connection: &str) -> Result<Options> {
+        Options::split_with(connection, |variable| std::env::var(variable).ok())
+    }
+
+    /// `split`, with the environment's variables read by `variable`.
+    fn split_with(connection: &str, variable: impl Fn(&str) -> Option<String>) -> Result<Options> {
         let (taken, rest) = if connection.starts_with("postgres://") || connection.starts_with("postgresql://") {
             split_url(connection)?
         } else {
             split_key_values(connection)?
         };
-        let mut options = Options { mode: Mode::Prefer, root_cert: None, cert: None, key: None, rest };
-        let mut mode = None;
-        for (key, value) in taken {
-            // An empty value is no value, as for libpq.
-            let value = Some(value).filter(|value| !value.is_empty());
-            match key.as_str() {
-                "sslmode" => mode = value.as_deref().map(Mode::parse).transpose()?,
-                "sslrootcert" => options.root_cert = value,
-                "sslcert" => options.cert = value.map(PathBuf::from),
-                _ => options.key = value.map(PathBuf::from),
-            }
-        }
+        let mut given: HashMap<String, String> = taken.into_iter().collect();
+        // An empty value is no value, as for libpq.
+        let mut value = |key: &str, name: &str| match given.remove(key).filter(|value| !value.is_empty()) {
+            Some(value) => Some((value, format!("{key}={{}} in the database URL"))),
+            None => variable(name).filter(|value| !value.is_empty()).map(|value| (value, format!("{name}={{}}"))),
+        };
+        let [mode, root_cert, cert, key] = TAKEN.map(|(key, name)| value(key, name));
+        let mode = mode.map(|(value, whence)| Mode::parse(&value, &whence)).transpose()?;
+        let root_cert = root_cert.map(|(value, _)| value);
         // As libpq (16 and later): the system's roots vouch for any name someone could get a
         // certificate for, so with them only verify-full means anything, and it is the default.
-        options.mode = match (mode, options.root_cert.as_deref()) {
+        let mode = match (mode, root_cert.as_deref()) {
             (None, Some("system")) => Mode::VerifyFull,
             (Some(weak), Some("system")) if weak != Mode::VerifyFull => bail!(
                 "sslmode={} may not be used with sslrootcert=system (use sslmode=verify-full): any \
@@ -218,7 +226,13 @@ impl Options {
             ),
             (mode, _) => mode.unwrap_or(Mode::Prefer),
         };
-        Ok(options)
+        Ok(Options {
+            mode,
+            root_cert,
+            cert: cert.map(|(value, _)| PathBuf::from(value)),
+            key: key.map(|(value, _)| PathBuf::from(value)),
+            rest,
+        })
     }
 
     /// The postgres client's mode: the verifying modes require TLS, the check is the connector's.
@@ -356,7 +370,7 @@ fn split_url(url: &str) -> Result<Split> {
                 .with_context(|| format!("decoding {text:?} in the database URL"))
         };
         let key = decode(key)?;
-        if TAKEN.contains(&key.as_str()) {
+        if TAKEN.iter().any(|(taken, _)| *taken == key) {
             taken.push((key, decode(value)?));
         } else {
             kept.push(pair);
@@ -405,7 +419,7 @@ fn split_key_values(text: &str) -> Result<Split> {
                 }
             }
         }
-        if TAKEN.contains(&key.as_str()) {
+        if TAKEN.iter().any(|(taken, _)| *taken == key) {
             taken.push((key, value));
         } else {
             kept.push(format!("{key}='{}'", value.replace('\\', "\\\\").replace('\'', "\\'")));
@@ -418,8 +432,12 @@ fn split_key_values(text: &str) -> Result<Split> {
 mod tests {
     use super::*;
 
+    fn no_variables(_: &str) -> Option<String> {
+        None
+    }
+
     fn split(text: &str) -> (Vec<(String, String)>, String) {
-        let options = Options::split(text).unwrap();
+        let options = Options::split_with(text, no_variables).unwrap();
         let mut taken = Vec::new();
         taken.push(("mode".to_string(), format!("{:?}", options.mode)));
         if let Some(root) = options.root_cert {
@@ -443,11 +461,40 @@ mod tests {
     }
 
     #[test]
+    fn a_pgssl_variable_gives_what_the_string_does_not() {
+        let variables = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(key, _)| *key == name).map(|(_, value)| value.to_string())
+        };
+        let from = variables(&[
+            ("PGSSLMODE", "verify-full"),
+            ("PGSSLROOTCERT", "/etc/ca.pem"),
+            ("PGSSLCERT", "/c.pem"),
+            ("PGSSLKEY", "/k.pem"),
+        ]);
+        let options = Options::split_with("host=db", &from).unwrap();
+        assert_eq!((options.mode, options.root_cert.as_deref()), (Mode::VerifyFull, Some("/etc/ca.pem")));
+        assert_eq!((options.cert, options.key), (Some(PathBuf::from("/c.pem")), Some(PathBuf::from("/k.pem"))));
+        let options = Options::split_with("postgres://db/wf?sslmode=require&sslrootcert=/mine.pem", &from).unwrap();
+        assert_eq!((options.mode, options.root_cert.as_deref()), (Mode::Require, Some("/mine.pem")), "the URL's win");
+        let options = Options::split_with("host=db sslmode=", variables(&[("PGSSLMODE", "disable")])).unwrap();
+        assert_eq!(options.mode, Mode::Disable, "an empty value in the string is none");
+        let options = Options::split_with("host=db", variables(&[("PGSSLMODE", "")])).unwrap();
+        assert_eq!(options.mode, Mode::Prefer, "nor in a variable");
+        let error = Options::split_with("host=db", variables(&[("PGSSLMODE", "full")])).unwrap_err().to_string();
+        assert!(error.starts_with("PGSSLMODE=full: expected disable,"), "{error}");
+        let error = Options::split_with("host=db", variables(&[("PGSSLROOTCERT", "system"), ("PGSSLMODE", "require")]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("sslmode=require may not be used with sslrootcert=system"), "{error}");
+    }
+
+    #[test]
     fn the_systems_roots_mean_verify_full() {
         assert_eq!(split("host=db sslrootcert=system").0[0].1, "VerifyFull");
         assert_eq!(split("host=db sslrootcert=system sslmode=verify-full").0[0].1, "VerifyFull");
         for weak in ["prefer", "require", "verify-ca"] {
-            let error = Options::split(&format!("host=db sslrootcert=system sslmode={weak}")).unwrap_err();
+            let error =
+                Options::split_with(&format!("host=db sslrootcert=system sslmode={weak}"), no_variables).unwrap_err();
             assert!(error.to_string().contains(&format!("sslmode={weak} may not be used with sslrootcert=system")));
         }
     }
@@ -473,7 +520,7 @@ mod tests {
             ("host=db password='open", "no closing quote"),
             ("host", "has no value"),
         ] {
-            let error = Options::split(text).unwrap_err().to_string();
+            let error = Options::split_with(text, no_variables).unwrap_err().to_string();
             assert!(error.contains(says), "{text}: {error}");
         }
     }

@@ -83,6 +83,18 @@ fn a_server_that_takes_only_tls_is_reached_and_its_certificate_checked_as_the_ur
     assert_eq!(tls_of(&url("localhost", "wf", "sslmode=require"))["checked"], "none");
     assert_eq!(tls_of(&cluster.url()), serde_json::Value::Null, "over the Unix socket");
     assert_eq!(tls_of(&url("localhost", "plain", "")), serde_json::Value::Null, "taken without TLS after a try with");
+    // The PGSSL* variables give what the URL does not, as for libpq: a check asked for there is made.
+    let bare = url("localhost", "wf", "");
+    let with_variables = |root: &str| {
+        env.wf(["db", "status", "--json"])
+            .env("DATABASE_URL", &bare)
+            .env("PGSSLMODE", "verify-full")
+            .env("PGSSLROOTCERT", root)
+            .run()
+    };
+    let run = with_variables(rogue);
+    assert!(run.code == 1 && run.stderr.contains("certificate verify failed"), "{run:?}");
+    assert_eq!(with_variables(ca).expect_code(0).json()["tls"]["checked"], "verify-full");
     let refused = [
         (url("localhost", "wf", "sslmode=disable"), "no encryption"),
         // The certificate names localhost, not 127.0.0.1.
