@@ -471,10 +471,10 @@ mod tests {
             ("PGSSLCERT", "/c.pem"),
             ("PGSSLKEY", "/k.pem"),
         ]);
-        let options = Options::split_with("host=db", &from).unwrap();
+        let options = Options::split_with("host=db", from).unwrap();
         assert_eq!((options.mode, options.root_cert.as_deref()), (Mode::VerifyFull, Some("/etc/ca.pem")));
         assert_eq!((options.cert, options.key), (Some(PathBuf::from("/c.pem")), Some(PathBuf::from("/k.pem"))));
-        let options = Options::split_with("postgres://db/wf?sslmode=require&sslrootcert=/mine.pem", &from).unwrap();
+        let options = Options::split_with("postgres://db/wf?sslmode=require&sslrootcert=/mine.pem", from).unwrap();
         assert_eq!((options.mode, options.root_cert.as_deref()), (Mode::Require, Some("/mine.pem")), "the URL's win");
         let options = Options::split_with("host=db sslmode=", variables(&[("PGSSLMODE", "disable")])).unwrap();
         assert_eq!(options.mode, Mode::Disable, "an empty value in the string is none");
