@@ -724,8 +724,10 @@ fn stream_name(stream: Stream) -> &'static str {
 }
 
 /// Make the job's commit complete in this host's store, and check it once per worker: a commit
-/// this host meets for the first time is written from the database (marker last); a tree changed
-/// since it was written is refused.
+/// this host meets for the first time is written from the database (marker last); a tree that does
+/// not match its digest (changed on the host since it was written, or written with a content the
+/// store held already and that changed since) is written again from the database, every content
+/// read from it and checked against its id.
 fn prepare(shared: &Shared, job: &Claimed, tree: &std::path::Path) -> anyhow::Result<()> {
     // Still there: `wf prune --sources` on this host may have removed it since (a job can pin it
     // again, when its branch comes back to it).
@@ -734,31 +736,42 @@ fn prepare(shared: &Shared, job: &Claimed, tree: &std::path::Path) -> anyhow::Re
     }
     // Not under the lock of the prepared set: the other slots' jobs of prepared commits go on while
     // this one is written (the store's own lock keeps two writers apart).
-    if !store::is_materialized(tree) {
-        let began = std::time::Instant::now();
-        let mut client = shared.database.connect_as(&format!("wf work {} materialize", shared.options.name))?;
-        let written = stored::materialize(&mut client, &shared.store, job.git_source_id, &job.commit_sha)
-            .context("writing it from the database into this host's store")?;
-        if written.written {
-            diag!(
-                "worker {}: commit {} written from the database into {} ({} files, {:.1} s)",
-                shared.options.name,
-                crate::source::short_sha(&job.commit_sha),
-                written.dir.display(),
-                written.files,
-                began.elapsed().as_secs_f64()
-            );
-        }
+    let checked = if store::is_materialized(tree) {
+        store::verify(tree)
+    } else {
         // Found complete, `materialize` verified it. Written, only the contents it wrote were
         // checked against their ids: those the store held already were linked, unread.
-        if written.written {
-            store::verify(tree).context("run `wf sync` for its source to repair the store")?;
-        }
-    } else {
-        store::verify(tree).context("run `wf sync` for its source to repair the store")?;
+        let written = write_from_database(shared, job, "")?;
+        if written { store::verify(tree) } else { Ok(()) }
+    };
+    if let Err(damage) = checked {
+        // `materialize` finds the tree complete and not matching: it writes every content again.
+        write_from_database(shared, job, &format!(" again, its tree in this store not matching ({damage:#})"))
+            .with_context(|| format!("{damage:#}; writing it again from the database"))?;
+        store::verify(tree).context("written again from the database")?;
     }
     shared.prepared.lock().unwrap_or_else(|e| e.into_inner()).insert(tree.to_path_buf());
     Ok(())
+}
+
+/// Write the job's commit from the database into this host's store, said with `why`; false when
+/// it was found complete and matching.
+fn write_from_database(shared: &Shared, job: &Claimed, why: &str) -> anyhow::Result<bool> {
+    let began = std::time::Instant::now();
+    let mut client = shared.database.connect_as(&format!("wf work {} materialize", shared.options.name))?;
+    let written = stored::materialize(&mut client, &shared.store, job.git_source_id, &job.commit_sha)
+        .context("writing it from the database into this host's store")?;
+    if written.written {
+        diag!(
+            "worker {}: commit {} written from the database into {}{why} ({} files, {:.1} s)",
+            shared.options.name,
+            crate::source::short_sha(&job.commit_sha),
+            written.dir.display(),
+            written.files,
+            began.elapsed().as_secs_f64()
+        );
+    }
+    Ok(written.written)
 }
 
 /// Whether `error` is the database's, and one that passes.
