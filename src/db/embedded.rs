@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
+/// The name of a cluster being created, beside `data` (followed by the creating process's id).
+const NEW_DATA_PREFIX: &str = "data.new-";
+
 /// The superuser and database of the embedded cluster.
 const DB_USER: &str = "windforce";
 const DB_NAME: &str = "windforce";
@@ -142,6 +145,7 @@ impl Cluster {
 
     pub fn state(&self) -> Result<ClusterState> {
         self.not_in_the_way()?;
+        self.check_data()?;
         let initialized = self.initialized();
         let running = initialized && self.postmaster()? == Postmaster::Running;
         Ok(ClusterState { initialized, running })
@@ -154,6 +158,7 @@ impl Cluster {
         fs::create_dir_all(&self.home).with_context(|| format!("creating WF_HOME {}", self.home.display()))?;
         let _lock = FileLock::acquire(&self.lock_file)?;
         self.make_dirs()?;
+        self.check_data()?;
         let mut started = Started::Running;
         if !self.initialized() {
             self.init()?;
@@ -177,6 +182,7 @@ impl Cluster {
 
     pub fn stop(&self) -> Result<bool> {
         self.not_in_the_way()?;
+        self.check_data()?;
         if !self.initialized() {
             return Ok(false);
         }
@@ -276,16 +282,41 @@ impl Cluster {
             .with_context(|| format!("linking {} to {}", self.home_pg.display(), self.dir.display()))
     }
 
-    fn init(&self) -> Result<()> {
-        // A data folder without PG_VERSION is the leftover of an interrupted initdb.
-        if self.data_dir().exists() {
-            fs::remove_dir_all(self.data_dir()).context("removing an incomplete cluster")?;
+    /// A data folder that is not a cluster (no PG_VERSION) is never removed: it may be a cluster
+    /// that lost that file, whose server may even be running. wf's own clusters are made aside and
+    /// renamed into place complete (`init`), so an interrupted creation never leaves one.
+    fn check_data(&self) -> Result<()> {
+        if self.data_dir().exists() && !self.initialized() {
+            bail!(
+                "{} is not a complete PostgreSQL cluster (it has no PG_VERSION) and wf will not remove it: \
+                 if it holds your jobs, put PG_VERSION back (it holds the server's major version, such as 15); \
+                 otherwise move it away and wf creates a new cluster",
+                self.data_dir().display()
+            );
         }
+        Ok(())
+    }
+
+    /// Create the cluster in a folder aside, with its settings, then rename it into place: a
+    /// creation killed midway (initdb goes on writing after its parent is killed) leaves only that
+    /// folder, which the next creation removes, never a cluster without wf's settings.
+    fn init(&self) -> Result<()> {
+        // Best effort: the initdb of a creation whose wf was killed may still be writing there
+        // (then its folder goes at the next creation; each has a name of its own).
+        for entry in fs::read_dir(&self.dir).with_context(|| format!("reading {}", self.dir.display()))? {
+            let entry = entry?;
+            if entry.file_name().to_string_lossy().starts_with(NEW_DATA_PREFIX) {
+                let _ = fs::remove_dir_all(entry.path());
+            }
+        }
+        let aside = self.dir.join(format!("{NEW_DATA_PREFIX}{}", std::process::id()));
+        // Connections over TCP are refused by the authentication rules too, should the server
+        // ever listen there; over the socket, its folder's mode keeps others out.
         let output = self
             .pg_command("initdb")?
             .arg("-D")
-            .arg(self.data_dir())
-            .args(["-U", DB_USER, "--auth=trust", "-E", "UTF8", "--no-locale"])
+            .arg(&aside)
+            .args(["-U", DB_USER, "--auth-local=trust", "--auth-host=reject", "-E", "UTF8", "--no-locale"])
             .output()
             .context("running initdb")?;
         if !output.status.success() {
@@ -300,10 +331,15 @@ impl Cluster {
              listen_addresses = ''\nport = {PORT}\nunix_socket_permissions = 0700\n\
              autovacuum_naptime = 5s\n"
         );
-        let conf = self.data_dir().join("postgresql.conf");
+        let conf = aside.join("postgresql.conf");
         let mut file = fs::OpenOptions::new().append(true).open(&conf).context("opening postgresql.conf")?;
         std::io::Write::write_all(&mut file, settings.as_bytes()).context("writing postgresql.conf")?;
-        Ok(())
+        file.sync_all().context("writing postgresql.conf")?;
+        fs::rename(&aside, self.data_dir())
+            .with_context(|| format!("renaming {} to {}", aside.display(), self.data_dir().display()))?;
+        fs::File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .with_context(|| format!("syncing {}", self.dir.display()))
     }
 
     fn start(&self) -> Result<()> {

@@ -234,6 +234,54 @@ fn db_up_starts_the_cluster_again_after_its_server_was_killed() {
     assert_ne!(new_pid, pid);
 }
 
+/// A cluster that lost its PG_VERSION (by hand here) is not a cluster wf made and left
+/// incomplete: it is refused and kept, running or not (it was removed and created again empty,
+/// under its running server too).
+#[test]
+fn a_cluster_without_pg_version_is_refused_and_kept() {
+    let embedded = EmbeddedHome::new();
+    embedded.wf(["db", "up"]).ok();
+    let data = embedded.pg().join("data");
+    let server = embedded.postmaster_pid_file().unwrap()[0].clone();
+    fs::rename(data.join("PG_VERSION"), embedded.pg().join("PG_VERSION.away")).unwrap();
+    let runs = [
+        embedded.wf(["db", "status"]).run(),
+        embedded.wf(["jobs"]).run(),
+        embedded.wf(["db", "up"]).run(),
+        embedded.wf(["db", "down"]).run(),
+    ];
+    for run in runs {
+        assert_eq!(run.code, 1, "{run:?}");
+        assert!(run.stderr.contains("has no PG_VERSION) and wf will not remove it"), "{run:?}");
+    }
+    assert!(data.join("postgresql.conf").is_file() && data.join("base").is_dir(), "the cluster is kept");
+    fs::rename(embedded.pg().join("PG_VERSION.away"), data.join("PG_VERSION")).unwrap();
+    embedded.assert_running_and_migrated();
+    assert_eq!(embedded.postmaster_pid_file().unwrap()[0], server, "the same server, never stopped");
+}
+
+/// `wf db up` killed while initdb makes the cluster (initdb goes on alone): no cluster without
+/// wf's settings is left (it was: listening on TCP, any local user let in as its superuser); the
+/// next `wf db up` makes one with them. Connections over TCP are refused by its rules too.
+#[test]
+fn a_creation_killed_midway_leaves_no_cluster_without_its_settings() {
+    let embedded = EmbeddedHome::new();
+    let mut up = embedded.wf(["db", "up"]).start();
+    wait_for(Duration::from_secs(60), "initdb to begin", || {
+        let entries = fs::read_dir(embedded.pg()).ok()?;
+        entries.flatten().any(|entry| entry.file_name().to_string_lossy().starts_with("data")).then_some(())
+    });
+    up.kill().unwrap();
+    up.wait().unwrap();
+    embedded.wf(["db", "up"]).ok();
+    embedded.assert_running_and_migrated();
+    let conf = fs::read_to_string(embedded.pg().join("data/postgresql.conf")).unwrap();
+    assert!(conf.contains("listen_addresses = ''"), "{conf}");
+    let hba = fs::read_to_string(embedded.pg().join("data/pg_hba.conf")).unwrap();
+    let rules: Vec<&str> = hba.lines().filter(|line| line.starts_with("host")).collect();
+    assert!(!rules.is_empty() && rules.iter().all(|rule| rule.ends_with("reject")), "{hba}");
+}
+
 #[test]
 fn concurrent_db_up_on_a_fresh_home_all_succeed() {
     let embedded = EmbeddedHome::new();
