@@ -6,8 +6,14 @@ use postgres::{GenericClient, Transaction};
 use crate::db::Session;
 use uuid::Uuid;
 
-/// Bytes of output kept per attempt; past it, one truncation mark and nothing more.
+/// Bytes of output kept per attempt (each line with its newline); past it, one truncation mark and
+/// nothing more of the action's.
 pub(crate) const MAX_BYTES_PER_ATTEMPT: usize = 1024 * 1024;
+
+/// Lines of output kept per attempt, likewise: each is a row to write and to hold meanwhile,
+/// whatever its length. (Empty lines counted nothing: 20 MiB of them held 7.6 GB in the worker, and
+/// completions of a million short lines ran past the statement timeout, again at every attempt.)
+pub(crate) const MAX_LINES_PER_ATTEMPT: usize = 50_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LogLine {
@@ -44,15 +50,17 @@ pub(crate) fn drop_refused(lines: &mut Vec<LogLine>, error: &anyhow::Error) -> b
     }
 }
 
-/// The lines of one attempt not yet written, with the per-attempt size cap.
+/// The lines of one attempt not yet written, with the per-attempt caps.
 #[derive(Debug, Default)]
 pub(crate) struct LogBuffer {
     pending: Vec<LogLine>,
     bytes: usize,
+    lines: usize,
     truncated: bool,
 }
 
 impl LogBuffer {
+    /// A line of the action's, kept while the attempt is within its caps.
     pub(crate) fn push(&mut self, stream: &'static str, mut line: String) {
         if self.truncated {
             return;
@@ -62,16 +70,27 @@ impl LogBuffer {
         if line.contains('\0') {
             line = line.replace('\0', "\u{FFFD}");
         }
-        if self.bytes + line.len() > MAX_BYTES_PER_ATTEMPT {
+        let bytes = self.bytes + line.len() + 1;
+        let over = if bytes > MAX_BYTES_PER_ATTEMPT {
+            Some(format!("{MAX_BYTES_PER_ATTEMPT} bytes"))
+        } else if self.lines == MAX_LINES_PER_ATTEMPT {
+            Some(format!("{MAX_LINES_PER_ATTEMPT} lines"))
+        } else {
+            None
+        };
+        if let Some(over) = over {
             self.truncated = true;
-            self.pending.push(LogLine {
-                stream: "wf",
-                line: format!("output truncated: this attempt wrote more than {MAX_BYTES_PER_ATTEMPT} bytes"),
-            });
+            self.note(format!("output truncated: this attempt wrote more than {over}"));
             return;
         }
-        self.bytes += line.len();
+        self.bytes = bytes;
+        self.lines += 1;
         self.pending.push(LogLine { stream, line });
+    }
+
+    /// A line of windforce's own (why the attempt failed or was not run), kept past the caps.
+    pub(crate) fn note(&mut self, line: String) {
+        self.pending.push(LogLine { stream: "wf", line });
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -140,4 +159,40 @@ pub(crate) fn note(client: &mut impl GenericClient, job_id: Uuid, attempt: i32, 
         &[&job_id, &attempt, &line],
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(buffer: &mut LogBuffer) -> (usize, Vec<String>) {
+        let lines = buffer.take();
+        let own = lines.iter().filter(|line| line.stream == "wf").map(|line| line.line.clone()).collect();
+        (lines.iter().filter(|line| line.stream != "wf").count(), own)
+    }
+
+    #[test]
+    fn empty_lines_count_against_the_caps() {
+        let mut buffer = LogBuffer::default();
+        for _ in 0..MAX_LINES_PER_ATTEMPT + 10 {
+            buffer.push("stdout", String::new());
+        }
+        buffer.note("failed: Error: why".to_string());
+        let (lines, own) = kept(&mut buffer);
+        assert_eq!(lines, MAX_LINES_PER_ATTEMPT);
+        assert_eq!(own, ["output truncated: this attempt wrote more than 50000 lines", "failed: Error: why"]);
+    }
+
+    #[test]
+    fn a_line_counts_its_newline() {
+        let mut buffer = LogBuffer::default();
+        for _ in 0..1024 {
+            buffer.push("stderr", "x".repeat(1023));
+        }
+        assert_eq!(kept(&mut buffer), (1024, Vec::new()), "1 MiB with the newlines: kept whole");
+        buffer.push("stderr", String::new());
+        buffer.push("stderr", "more".to_string());
+        let (lines, own) = kept(&mut buffer);
+        assert_eq!((lines, own), (0, vec!["output truncated: this attempt wrote more than 1048576 bytes".to_string()]));
+    }
 }

@@ -384,7 +384,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         match skipped {
             Ok(Some(reason)) => {
                 let mut logs = LogBuffer::default();
-                logs.push("wf", reason);
+                logs.note(reason);
                 record(shared, &mut link.connection, &job, claimed, (JobStatus::Canceled, None, None), logs);
                 return Ok(link);
             }
@@ -401,7 +401,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
             // The database could not give the tree now: another attempt, maybe on another host,
             // will, rather than a failure of a job that never ran.
             let mut logs = LogBuffer::default();
-            logs.push("wf", format!("materializing commit {} failed: {error:#}", job.commit_sha));
+            logs.note(format!("materializing commit {} failed: {error:#}", job.commit_sha));
             release(shared, &mut link.connection, &job, claimed, logs, Why::CannotStart(BACKOFF_LAST));
             return Ok(link);
         }
@@ -1013,9 +1013,9 @@ fn log_error(logs: &mut LogBuffer, error: &Value) {
     if stack.peek() == Some(&headline.as_str()) {
         stack.next();
     }
-    logs.push("wf", format!("failed: {headline}"));
+    logs.note(format!("failed: {headline}"));
     for line in stack {
-        logs.push("wf", line.to_string());
+        logs.note(line.to_string());
     }
 }
 

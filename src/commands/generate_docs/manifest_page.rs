@@ -92,8 +92,9 @@ fn contract(page: &mut Roff) {
     page.subsection("Logs");
     page.para(
         "Whatever the action's processes write to stdout and stderr is stored with the job, line by line, per \
-         attempt (`wf logs ID`, `--follow` while it runs): 1 MiB per attempt, then one truncation line; a \
-         line longer than 64 KiB is cut into pieces; NUL and invalid UTF-8 show as U+FFFD. Each stream keeps \
+         attempt (`wf logs ID`, `--follow` while it runs): 1 MiB (each line counted with its newline) or \
+         50,000 lines per attempt, whichever comes first, then one truncation line (why the attempt failed \
+         still follows it); a line longer than 64 KiB is cut into pieces; NUL and invalid UTF-8 show as U+FFFD. Each stream keeps \
          its order; lines of stdout and stderr are stored in the order the worker reads them, so two written \
          within the same instant to the two streams may swap.",
     );

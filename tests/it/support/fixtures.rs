@@ -83,7 +83,12 @@ export async function main(input: any) {
         "t/chatty.ts",
         r#"
 export function main(input: any) {
-  for (let i = 0; i < (input.lines ?? 10); i++) { console.log(`out ${i}`); console.error(`err ${i}`); }
+  const width = input.width ?? 0;
+  for (let i = 0; i < (input.lines ?? 10); i++) {
+    console.log(`out ${i}`.padEnd(width, "."));
+    console.error(`err ${i}`.padEnd(width, "."));
+  }
+  if (input.fail) throw new Error(input.fail);
   return { lines: input.lines ?? 10 };
 }
 "#,
