@@ -173,7 +173,7 @@ json\t''"
 complete -c wf -n "__fish_wf_using_subcommand work" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand work" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
-complete -c wf -n "__fish_wf_using_subcommand work" -l drain -d 'Exit when no due, unclaimed job is left for these tags and all slots are idle'
+complete -c wf -n "__fish_wf_using_subcommand work" -l drain -d 'Exit when no due, unclaimed job is left for these tags and all slots are idle. (With --drain, --once and --max-jobs, a claim refused for good, such as a permission the role lacks, ends the worker with exit 1; without them it is said once and tried again.)'
 complete -c wf -n "__fish_wf_using_subcommand work" -l once -d 'Wait for one job, run it, exit'
 complete -c wf -n "__fish_wf_using_subcommand work" -l no-reap -d 'Do not run periodic reaper passes'
 complete -c wf -n "__fish_wf_using_subcommand work" -l json -d 'Print exactly one JSON document on stdout'

@@ -248,7 +248,9 @@ pub(crate) struct WorkArgs {
     /// Jobs run at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub concurrency: u32,
-    /// Exit when no due, unclaimed job is left for these tags and all slots are idle.
+    /// Exit when no due, unclaimed job is left for these tags and all slots are idle. (With
+    /// --drain, --once and --max-jobs, a claim refused for good, such as a permission the role
+    /// lacks, ends the worker with exit 1; without them it is said once and tried again.)
     #[arg(long, conflicts_with_all = ["once", "max_jobs"])]
     pub drain: bool,
     /// Wait for one job, run it, exit.

@@ -148,6 +148,9 @@ struct Shared {
     /// The slots that meet the database failing now, and since when the first of them did: an
     /// outage is said once for all slots, and its end once.
     slots_in_trouble: Mutex<(usize, Option<std::time::Instant>)>,
+    /// Why the worker stops on its own with an error (the database's schema moved under it, or a
+    /// bounded run met a claim that cannot succeed): no more claims, running jobs finish, exit 1.
+    fatal: Mutex<Option<anyhow::Error>>,
     succeeded: AtomicU64,
     failed: AtomicU64,
     canceled: AtomicU64,
@@ -197,6 +200,17 @@ impl Shared {
 
     fn nothing_handed(&self) -> bool {
         self.handed.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
+    }
+
+    /// Stop claiming for `error`, said once, and end with it once the running jobs have ended.
+    fn stop_for(&self, error: anyhow::Error) {
+        let mut fatal = self.fatal.lock().unwrap_or_else(PoisonError::into_inner);
+        if fatal.is_none() {
+            diag!("worker {}: {error:#}: no more claims; running jobs finish", self.options.name);
+            *fatal = Some(error);
+        }
+        self.stopping.store(true, Ordering::SeqCst);
+        self.wake.bump();
     }
 
     fn budget_spent(&self) -> bool {
@@ -258,6 +272,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         idle: AtomicUsize::new(0),
         handed: Mutex::new(VecDeque::new()),
         slots_in_trouble: Mutex::new((0, None)),
+        fatal: Mutex::new(None),
         succeeded: AtomicU64::new(0),
         failed: AtomicU64::new(0),
         canceled: AtomicU64::new(0),
@@ -362,7 +377,8 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
     if let Some(panic) = first_panic {
         std::panic::resume_unwind(panic);
     }
-    if let Some(error) = first_error {
+    let fatal = shared.fatal.lock().unwrap_or_else(PoisonError::into_inner).take();
+    if let Some(error) = first_error.or(fatal) {
         return Err(error);
     }
     Ok(Summary {

@@ -322,11 +322,21 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
                             }
                         }
                     }
-                    Err(error) => trouble.failed(&mut link.connection, &error, "looking at the queue"),
+                    Err(error) => {
+                        if bounded_run_cannot_claim(shared, &error) {
+                            shared.stop_for(error.context("looking at the queue"));
+                            continue;
+                        }
+                        trouble.failed(&mut link.connection, &error, "looking at the queue")
+                    }
                 }
             }
             Err(error) => {
                 undeliver(shared, reserved);
+                if bounded_run_cannot_claim(shared, &error) {
+                    shared.stop_for(error.context("claiming"));
+                    continue;
+                }
                 trouble.failed(&mut link.connection, &error, "claiming");
             }
         }
@@ -335,6 +345,14 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
             return Ok(());
         }
     }
+}
+
+/// Whether a claim's `error` ends a worker that stops on its own (`--drain`, `--once`,
+/// `--max-jobs`): one that is not an outage (a permission refused, a table missing) fails the
+/// same way at every try, and such a run would never end. A worker that runs until stopped says
+/// it once and tries again meanwhile, as in an outage (the operator may grant what is missing).
+fn bounded_run_cannot_claim(shared: &Shared, error: &anyhow::Error) -> bool {
+    shared.options.until != Until::Stopped && classify(error) != Failure::Transient
 }
 
 /// Jobs claimed for slots that will not run them (the worker is stopping) go back to the queue at

@@ -570,3 +570,50 @@ fn a_command_gives_up_on_a_server_that_accepts_and_never_answers() {
     proxy.set_cut(false);
     env.wf(["status", "--database-url", &url]).ok();
 }
+
+/// A worker that stops on its own (`--drain`) meeting a claim that cannot succeed, whatever the
+/// wait (a role that may read the queue but not write it), ends with that error: it tried again
+/// forever, as in an outage, and a drain run from cron never ended.
+#[test]
+fn a_drain_whose_claims_are_refused_ends_with_the_error() {
+    let env = TestEnv::new();
+    synced(&env);
+    let role = format!("{}_reader", env.dbname);
+    env.db()
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role};
+             GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};"
+        ))
+        .unwrap();
+    let job = enqueue(&env, "t/echo", json!({"n": 1}));
+    let mut drain =
+        env.wf(["work", "--drain", "--no-reap"]).env("DATABASE_URL", format!("{} user={role}", env.url)).start();
+    crate::support::checks::wait_exit(&mut drain, Duration::from_secs(60), "the drain");
+    let run = drain.finish();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("permission denied") && run.stderr.contains("no more claims"), "{run:?}");
+    let queued: i64 =
+        env.scalar_of("SELECT count(*) FROM job_queue WHERE job_id = $1::text::uuid AND NOT running", &[&job]);
+    assert_eq!(queued, 1, "the job waits for a worker that may run it");
+}
+
+/// A `wf db migrate` of a newer wf while a worker runs: the worker sees the schema ahead of it (as
+/// every command does at its start), claims nothing more and ends with the error; it went on
+/// running its statements against a schema that was no longer theirs.
+#[test]
+fn a_worker_stops_when_the_schema_moves_ahead_of_it() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = env.dir.path().join("w1.log");
+    let mut worker = env.wf(["work", "--name", "w1", "--heartbeat", "1s"]).spawn(&log);
+    wait_for(Duration::from_secs(30), "the worker to connect", || (connections_of(&env, "w1") >= 3).then_some(()));
+    let next = wf::db::migrate::latest_version() + 1;
+    env.db()
+        .execute("INSERT INTO wf_migration (version, name, checksum) VALUES ($1, 'future.sql', 'x')", &[&next])
+        .unwrap();
+    let status = crate::support::checks::wait_exit(&mut worker, Duration::from_secs(30), "the worker");
+    let journal = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{journal}");
+    assert!(journal.contains(&format!("at version {next}, newer than this wf")), "{journal}");
+    assert!(journal.contains("no more claims"), "{journal}");
+}
