@@ -58,14 +58,19 @@ pub fn apply(client: &mut Client) -> Result<Vec<Applied>> {
 }
 
 fn apply_locked(client: &mut Client) -> Result<Vec<Applied>> {
-    client.batch_execute(
-        "CREATE TABLE IF NOT EXISTS wf_migration (
+    // Made only when missing: on a database at this wf's version, a role without the right to
+    // create tables (an application's) may run `wf db migrate` and is told there is nothing to do.
+    let exists: bool = client.query_one("SELECT to_regclass('wf_migration') IS NOT NULL", &[])?.get(0);
+    if !exists {
+        client.batch_execute(
+            "CREATE TABLE wf_migration (
              version     integer PRIMARY KEY,
              name        text NOT NULL,
              checksum    text NOT NULL,
              applied_at  timestamptz NOT NULL DEFAULT now()
          )",
-    )?;
+        )?;
+    }
     let applied = applied_migrations(client)?;
     verify_applied(&applied)?;
     let mut done = Vec::new();

@@ -24,6 +24,27 @@ fn concurrent_migrations_apply_each_migration_once() {
     assert_eq!(applied_total as i64, latest, "each migration applied by exactly one process");
 }
 
+/// `wf db migrate` on a database at this wf's version asks for nothing it does not need: a role
+/// that may not create tables (an application's) is told the schema is up to date. It was refused
+/// (permission denied for schema public), by a `CREATE TABLE IF NOT EXISTS` of the migrations' table.
+#[test]
+fn an_up_to_date_migrate_needs_no_right_to_create() {
+    let env = TestEnv::new();
+    let role = format!("{}_app", env.dbname);
+    env.db()
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role};
+             GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};"
+        ))
+        .unwrap();
+    let url = format!("{} user={role}", env.url);
+    let run = env.wf(["db", "migrate", "--json"]).env("DATABASE_URL", &url).ok().json();
+    assert_eq!(run["applied"], serde_json::json!([]), "{run}");
+    let may_create: bool =
+        env.db().query_one("SELECT has_schema_privilege($1, 'public', 'CREATE')", &[&role]).unwrap().get(0);
+    assert!(!may_create, "the role may not create tables");
+}
+
 #[test]
 fn external_database_without_schema_is_refused_with_a_hint() {
     let env = TestEnv::new();
