@@ -109,14 +109,17 @@ impl Database {
             .name("wf connect".to_string())
             // Given up on, the connection made late is dropped (closed) with the failed send.
             .spawn(move || {
-                let connected = match tls {
-                    Some(tls) => match config.connect(tls).map_err(anyhow::Error::from) {
+                let connected = match tls.map(|tls| tls.for_attempt()) {
+                    Some((tls, agreed)) => match config.connect(tls).map_err(anyhow::Error::from) {
                         // As libpq's prefer (and allow): a try with TLS that the server turned down
                         // (a certificate that does not verify, a user it takes without TLS only)
                         // is made again without. Not one that found the server gone or busy: that
-                        // error goes as it is, for the caller to wait and retry.
+                        // error goes as it is, for the caller to wait and retry; nor one where the
+                        // server offered no TLS (the try went on without it: a wrong password is
+                        // not tried twice).
                         Err(error)
                             if config.get_ssl_mode() == SslMode::Prefer
+                                && agreed.load(std::sync::atomic::Ordering::SeqCst)
                                 && failure::classify(&error) != failure::Failure::Transient =>
                         {
                             config.ssl_mode(SslMode::Disable);

@@ -10,6 +10,8 @@ use std::net::IpAddr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context as TaskContext, Poll};
 
 use anyhow::{Context, Result, bail};
@@ -85,10 +87,21 @@ pub(crate) struct Options {
 pub(crate) struct Tls {
     context: SslContext,
     verify_host: bool,
+    /// Set when a server agreed to TLS on a connection made with this value (see `for_attempt`).
+    agreed: Arc<AtomicBool>,
     /// What the server's certificate was checked against, for messages.
     pub describe: String,
     /// How far the server's certificate is checked: `none`, `verify-ca` or `verify-full`.
     pub checked: &'static str,
+}
+
+impl Tls {
+    /// This TLS for one connection attempt, and what tells whether the server agreed to TLS in it
+    /// (it answered the request for TLS with yes: whatever failed after that failed over TLS).
+    pub(crate) fn for_attempt(&self) -> (Tls, Arc<AtomicBool>) {
+        let agreed = Arc::new(AtomicBool::new(false));
+        (Tls { agreed: Arc::clone(&agreed), ..self.clone() }, agreed)
+    }
 }
 
 impl std::fmt::Debug for Tls {
@@ -118,12 +131,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> MakeTlsConnect<S> for T
                 None => param.set_host(host)?,
             }
         }
-        Ok(Connect(ssl))
+        Ok(Connect(ssl, Arc::clone(&self.agreed)))
     }
 }
 
-/// One connection's handshake.
-pub(crate) struct Connect(Ssl);
+/// One connection's handshake, and where to say that it began.
+pub(crate) struct Connect(Ssl, Arc<AtomicBool>);
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> TlsConnect<S> for Connect {
     type Stream = Stream<S>;
@@ -131,6 +144,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> TlsConnect<S> for Conne
     type Future = Pin<Box<dyn Future<Output = Result<Stream<S>, Self::Error>> + Send>>;
 
     fn connect(self, stream: S) -> Self::Future {
+        // Called only once the server said yes to TLS.
+        self.1.store(true, Ordering::SeqCst);
         Box::pin(async move {
             let mut stream = SslStream::new(self.0, stream)?;
             if let Err(error) = Pin::new(&mut stream).connect().await {
@@ -304,7 +319,7 @@ impl Options {
                 format!("the private key sslkey {} is not the key of sslcert {}", key.display(), cert.display())
             })?;
         }
-        Ok(Some(Tls { context: context.build(), verify_host, describe, checked }))
+        Ok(Some(Tls { context: context.build(), verify_host, agreed: Arc::default(), describe, checked }))
     }
 
     /// The client certificate and key files, when there are.

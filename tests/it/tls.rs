@@ -179,6 +179,12 @@ fn require_refuses_a_server_without_tls_and_prefer_goes_on_without_it() {
     assert_eq!(run.code, 0, "{database}: {run:?}");
     let shown = env.wf(["db", "status", "--json"]).env("DATABASE_URL", &database).ok().json();
     assert_eq!(shown["tls"], serde_json::Value::Null, "{shown}");
+    // A failure there (a database that does not exist) is the server's answer without TLS, and
+    // not asked again "without TLS".
+    let missing = proxy.url("no_such_database");
+    let run = env.wf(["status"]).env("DATABASE_URL", &missing).run();
+    assert!(run.code == 1 && run.stderr.contains("does not exist"), "{run:?}");
+    assert!(!run.stderr.contains("without TLS"), "tried once: {run:?}");
     let required = format!("{database} sslmode=require");
     let run = env.wf(["status"]).env("DATABASE_URL", &required).run();
     assert_eq!(run.code, 1, "{required}: {run:?}");
