@@ -45,6 +45,33 @@ fn an_up_to_date_migrate_needs_no_right_to_create() {
     assert!(!may_create, "the role may not create tables");
 }
 
+/// A migration waiting for its tables (held by a long transaction) says so, naming who holds
+/// them, and goes on when they are free: it waited without a word, and looked hung.
+#[test]
+fn a_migration_waiting_for_its_tables_says_so_and_goes_on() {
+    let env = TestEnv::new();
+    let last = wf::db::migrate::latest_version();
+    // As if the last migration (an index on `job`) were still to apply.
+    env.db()
+        .batch_execute(&format!("DROP INDEX job_retry_of_idx; DELETE FROM wf_migration WHERE version = {last}"))
+        .unwrap();
+    let mut holder_connection = env.db();
+    let mut holder = holder_connection.transaction().unwrap();
+    holder.batch_execute("SET application_name = 'the holder'; LOCK TABLE job IN ROW EXCLUSIVE MODE").unwrap();
+    let log = env.dir.path().join("migrate.log");
+    let mut migrate = env.wf(["db", "migrate"]).spawn(&log);
+    crate::support::harness::wait_for(std::time::Duration::from_secs(60), "the migration to say it waits", || {
+        std::fs::read_to_string(&log).unwrap().contains("waits for its tables").then_some(())
+    });
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("the holder"), "{said}");
+    assert!(migrate.try_wait().unwrap().is_none(), "it waits: {said}");
+    holder.commit().unwrap();
+    assert!(migrate.wait().unwrap().success(), "{}", std::fs::read_to_string(&log).unwrap());
+    let version: i32 = env.scalar("SELECT max(version) FROM wf_migration");
+    assert_eq!(version, last);
+}
+
 #[test]
 fn external_database_without_schema_is_refused_with_a_hint() {
     let env = TestEnv::new();
