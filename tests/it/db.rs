@@ -43,6 +43,13 @@ fn an_up_to_date_migrate_needs_no_right_to_create() {
     let may_create: bool =
         env.db().query_one("SELECT has_schema_privilege($1, 'public', 'CREATE')", &[&role]).unwrap().get(0);
     assert!(!may_create, "the role may not create tables");
+    // What it may not do is refused with a word on what to look at.
+    let refused = env.wf(["reap"]).env("DATABASE_URL", &url).run();
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(
+        refused.stderr.contains("permission denied") && refused.stderr.contains("lacks a privilege"),
+        "{refused:?}"
+    );
 }
 
 /// A migration waiting for its tables (held by a long transaction) says so, naming who holds
