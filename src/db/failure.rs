@@ -50,6 +50,20 @@ fn classify_code(code: &SqlState) -> Failure {
     }
 }
 
+/// Whether `error` is the database refusing a statement in a way no wait changes: a privilege the
+/// role lacks, a table, column or function the schema does not have. Not an outage, whatever
+/// `classify` says of it (a database closed to connections, a server that does not answer, are
+/// `Other` there, and pass).
+pub(crate) fn is_refused_for_good(error: &anyhow::Error) -> bool {
+    const FOR_GOOD: [&str; 5] = ["42501", "42P01", "42703", "42883", "3F000"];
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<postgres::Error>()
+            .and_then(postgres::Error::code)
+            .is_some_and(|code| FOR_GOOD.contains(&code.code()))
+    })
+}
+
 /// Whether the connection is gone (it must be made again), as opposed to a statement that failed
 /// on a connection still usable.
 pub(crate) fn is_connection_lost(error: &anyhow::Error) -> bool {

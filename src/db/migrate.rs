@@ -160,16 +160,24 @@ pub fn current_version(client: &mut Client) -> Result<Option<i32>> {
 
 /// Refuse clearly when an external database is behind or ahead of this wf.
 pub fn check_current(client: &mut Client) -> Result<()> {
+    match mismatch(current_version(client)?) {
+        Some(mismatch) => Err(mismatch),
+        None => Ok(()),
+    }
+}
+
+/// What is wrong with a schema at `version` (`current_version`) for this wf, if anything.
+pub(crate) fn mismatch(version: Option<i32>) -> Option<anyhow::Error> {
     let latest = latest_version();
-    match current_version(client)? {
-        None => bail!("the database has no windforce schema: run `wf db migrate`"),
-        Some(v) if v < latest => {
-            bail!("the database schema is at version {v} and this wf needs version {latest}: run `wf db migrate`")
-        }
+    match version {
+        None => Some(anyhow::anyhow!("the database has no windforce schema: run `wf db migrate`")),
+        Some(v) if v < latest => Some(anyhow::anyhow!(
+            "the database schema is at version {v} and this wf needs version {latest}: run `wf db migrate`"
+        )),
         Some(v) if v > latest => {
-            bail!("the database schema is at version {v}, newer than this wf ({latest}): upgrade wf")
+            Some(anyhow::anyhow!("the database schema is at version {v}, newer than this wf ({latest}): upgrade wf"))
         }
-        Some(_) => Ok(()),
+        Some(_) => None,
     }
 }
 

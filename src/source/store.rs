@@ -367,7 +367,16 @@ impl Draft {
             // its marker: the marker goes first, so that from that moment no worker takes it for
             // complete.
             let _ = fs::remove_file(dir.join(MARKER));
-            fs::remove_dir_all(&dir).with_context(|| format!("removing the incomplete tree {}", dir.display()))?;
+            if repaired.is_some() {
+                // Jobs of another worker process of this host may be running from a complete tree
+                // (each process verifies a commit once): it is set aside, as debris the next writer
+                // in this source's folder removes, rather than emptied under them.
+                let aside = self.source_dir.join(format!("{TEMPORARY_PREFIX}replaced-{}", Uuid::new_v4().simple()));
+                fs::rename(&dir, &aside)
+                    .with_context(|| format!("setting aside the changed tree {}", dir.display()))?;
+            } else {
+                fs::remove_dir_all(&dir).with_context(|| format!("removing the incomplete tree {}", dir.display()))?;
+            }
         }
         if repaired.is_some() {
             // The damage may be in the store's copy of a blob, which every tree links: every blob

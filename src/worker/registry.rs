@@ -59,8 +59,10 @@ fn beat(shared: &Shared, connection: &mut Connection) -> Result<()> {
     )?;
     session.execute("DELETE FROM worker WHERE last_seen < now() - interval '1 hour'", &[])?;
     // A `wf db migrate` of a newer wf while this one runs: its statements are no longer the
-    // schema's. Checked here, at every beat, as every command checks at its start.
-    if let Err(moved) = crate::db::migrate::check_current(session.client()) {
+    // schema's. Checked here, at every beat, as every command checks at its start; only a version
+    // read stops the worker (a failed read is tried again at the next beat).
+    let version = crate::db::migrate::current_version(session.client())?;
+    if let Some(moved) = crate::db::migrate::mismatch(version) {
         shared.stop_for(moved.context("the database's schema changed under this worker"));
     }
     Ok(())

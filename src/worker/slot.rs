@@ -348,11 +348,12 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
 }
 
 /// Whether a claim's `error` ends a worker that stops on its own (`--drain`, `--once`,
-/// `--max-jobs`): one that is not an outage (a permission refused, a table missing) fails the
-/// same way at every try, and such a run would never end. A worker that runs until stopped says
-/// it once and tries again meanwhile, as in an outage (the operator may grant what is missing).
+/// `--max-jobs`): one refused for good (a permission the role lacks, a table missing) fails the
+/// same way at every try, and such a run would never end. Anything else may be an outage, waited
+/// out. A worker that runs until stopped says it once and tries again meanwhile, as in an outage
+/// (the operator may grant what is missing).
 fn bounded_run_cannot_claim(shared: &Shared, error: &anyhow::Error) -> bool {
-    shared.options.until != Until::Stopped && classify(error) != Failure::Transient
+    shared.options.until != Until::Stopped && crate::db::failure::is_refused_for_good(error)
 }
 
 /// Jobs claimed for slots that will not run them (the worker is stopping) go back to the queue at

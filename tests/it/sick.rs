@@ -617,3 +617,25 @@ fn a_worker_stops_when_the_schema_moves_ahead_of_it() {
     assert!(journal.contains(&format!("at version {next}, newer than this wf")), "{journal}");
     assert!(journal.contains("no more claims"), "{journal}");
 }
+
+/// A bounded run (`--max-jobs`) whose idle slot meets an outage (the database closed to its
+/// connections for a while: refused, not an error of the statements) waits it out and runs its job
+/// after: only a claim refused for good ends a bounded run (it ended at the first look that failed).
+#[test]
+fn a_bounded_run_waits_out_an_outage() {
+    let env = TestEnv::new();
+    synced(&env);
+    let journal = env.dir.path().join("w1.log");
+    let mut worker = env.wf(["work", "--name", "w1", "--max-jobs", "1", "--no-reap"]).spawn(&journal);
+    wait_for(Duration::from_secs(30), "the worker to connect", || (connections_of(&env, "w1") >= 3).then_some(()));
+    let closed = Closed::to_worker(&env, "w1");
+    // Its idle slot looks at the queue every 5 s.
+    std::thread::sleep(Duration::from_secs(7));
+    drop(closed);
+    let job = enqueue(&env, "t/echo", json!({"n": 1}));
+    let status = crate::support::checks::wait_exit(&mut worker, Duration::from_secs(90), "the worker");
+    let said = std::fs::read_to_string(&journal).unwrap();
+    assert!(status.success(), "{said}");
+    assert!(said.contains("failed") && said.contains("retrying"), "the outage was met: {said}");
+    assert_eq!(completed(&env, &job).map(|done| done.status).as_deref(), Some("success"), "{said}");
+}
