@@ -259,7 +259,7 @@ pub(crate) struct WorkArgs {
     /// Exit after this many jobs.
     #[arg(long)]
     pub max_jobs: Option<u64>,
-    /// Heartbeat period (default WF_HEARTBEAT_S, 5s).
+    /// Heartbeat period (default WF_HEARTBEAT_S, 5s): at least 1s, at most a third of the zombie window.
     #[arg(long, value_parser = parse_duration)]
     pub heartbeat: Option<Duration>,
     /// On SIGINT/SIGTERM, let running jobs finish for this long before putting them back (a second

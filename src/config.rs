@@ -66,9 +66,12 @@ pub(crate) const ENVIRONMENT: [(&str, &str); 13] = [
         "The HMAC key of WF_TOKEN (32 bytes or more); the same on every host. Default: generated once into $WF_HOME/secret.",
     ),
     ("WF_BUN", "The bun executable. Default: bun on PATH, else the one scripts/tools installed beside wf's checkout."),
-    ("WF_ZOMBIE_TIMEOUT_S", "The reaper's window in seconds. Default: 60."),
+    ("WF_ZOMBIE_TIMEOUT_S", "The reaper's window in seconds, from 1 to 604800 (7 days). Default: 60."),
     ("WF_RESTART_LIMIT", "Restarts before a dying job completes as failure. Default: 3."),
-    ("WF_HEARTBEAT_S", "A worker's heartbeat period in seconds (at most a third of the window). Default: 5."),
+    (
+        "WF_HEARTBEAT_S",
+        "A worker's heartbeat period in seconds (at least 1, at most a third of the window). Default: 5.",
+    ),
     ("WF_ISOLATION", "How a worker isolates actions (wf work --isolation): sandbox or none. Default: sandbox."),
     ("WF_ALLOW_WRITE", "Host folders bound read-write into every sandbox, colon-separated (wf work --allow-write)."),
     ("NO_COLOR", "When set, no colours in tables (nothing else changes)."),
@@ -177,6 +180,13 @@ impl Config {
     /// The reaper window: a running job without a ping for this long is a zombie.
     pub(crate) fn zombie_timeout(&self) -> Result<Duration> {
         let seconds = whole("WF_ZOMBIE_TIMEOUT_S", self.zombie_timeout.as_deref(), 60, "a whole number of seconds")?;
+        // The window bounds statements' timeouts, which PostgreSQL takes in milliseconds of an
+        // integer (about 24.8 days): a longer one failed at the first statement, or every reaper pass.
+        if !(1..=MAX_ZOMBIE_TIMEOUT_S).contains(&seconds) {
+            bail!(
+                "WF_ZOMBIE_TIMEOUT_S={seconds}: the reaper's window is from 1 to {MAX_ZOMBIE_TIMEOUT_S} seconds (7 days)"
+            );
+        }
         Ok(Duration::from_secs(seconds))
     }
 
@@ -191,6 +201,9 @@ impl Config {
         Ok(Duration::from_secs(whole("WF_HEARTBEAT_S", self.heartbeat.as_deref(), 5, "a whole number of seconds")?))
     }
 }
+
+/// The longest reaper's window, in seconds: 7 days.
+const MAX_ZOMBIE_TIMEOUT_S: u64 = 7 * 24 * 3600;
 
 fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())

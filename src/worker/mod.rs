@@ -85,8 +85,10 @@ impl Options {
         for tag in &self.tags {
             crate::source::check_tag(tag).with_context(|| format!("--tag {tag:?}: no job can have it"))?;
         }
-        if self.heartbeat.is_zero() {
-            bail!("the heartbeat period must be positive");
+        // Each heartbeat is a statement given a period to answer in: a period shorter than the
+        // database answers in had every one fail, and the worker wedged.
+        if self.heartbeat < Duration::from_secs(1) {
+            bail!("the heartbeat period ({:?}) must be at least 1 s", self.heartbeat);
         }
         if self.heartbeat * 3 > self.zombie_timeout {
             bail!(

@@ -461,3 +461,23 @@ fn a_worker_on_a_file_system_without_locks_says_so_and_exits() {
     let locks = std::fs::read_dir(env.home().join("scratch")).map_or(0, |entries| entries.count());
     assert!(locks <= 1, "{locks} files left in the scratch folder");
 }
+
+/// Timings a worker could never keep are refused before it starts, nothing claimed: a heartbeat
+/// shorter than the database answers in (1 ns wedged the worker, its job left running), a window
+/// longer than PostgreSQL's statement timeouts can say (30 days failed at the first statement,
+/// and every reaper pass).
+#[test]
+fn timings_a_worker_cannot_keep_are_refused_before_it_starts() {
+    let env = TestEnv::new();
+    synced(&env);
+    let job = enqueue(&env, "t/echo", json!({"n": 1}));
+    let run = env.wf(["work", "--drain", "--heartbeat", "1ns"]).run();
+    assert!(run.code == 1 && run.stderr.contains("must be at least 1 s"), "{run:?}");
+    let run = env.wf(["work", "--drain"]).env("WF_ZOMBIE_TIMEOUT_S", "8640000").run();
+    assert!(run.code == 1 && run.stderr.contains("the reaper's window is from 1 to 604800 seconds"), "{run:?}");
+    let run = env.wf(["reap"]).env("WF_ZOMBIE_TIMEOUT_S", "0").run();
+    assert!(run.code == 1 && run.stderr.contains("WF_ZOMBIE_TIMEOUT_S=0"), "{run:?}");
+    let waiting: i64 =
+        env.scalar_of("SELECT count(*) FROM job_queue WHERE job_id = $1::text::uuid AND NOT running", &[&job]);
+    assert_eq!(waiting, 1, "nothing claimed");
+}
