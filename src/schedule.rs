@@ -26,7 +26,7 @@ use crate::queue::enqueue::{self, Enqueued, Pin, Request, ScheduleFire, When};
 use crate::queue::job::{JobStatus, TriggerKind};
 
 /// At most this many fire times per schedule and tick (a horizon much longer than the period).
-const MAX_FIRES_PER_TICK: usize = 1000;
+pub(crate) const MAX_FIRES_PER_TICK: usize = 1000;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Schedule {

@@ -27,5 +27,13 @@ pub(super) fn read_input(input: Option<&str>) -> Result<Value> {
         }
         Some(arg) => (arg.to_string(), "--input".to_string()),
     };
-    serde_json::from_str(&text).with_context(|| format!("the input ({origin}) is not valid JSON"))
+    serde_json::from_str(&text).map_err(|error| {
+        // The parser's limit (as for results): valid JSON, refused for its depth alone.
+        let why = if error.to_string().starts_with("recursion limit exceeded") {
+            "is nested more than 127 levels deep (the most an input or a result may be)"
+        } else {
+            "is not valid JSON"
+        };
+        anyhow::Error::new(error).context(format!("the input ({origin}) {why}"))
+    })
 }

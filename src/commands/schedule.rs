@@ -182,11 +182,19 @@ fn resume(ctx: &Ctx, args: ScheduleResumeArgs) -> CommandResult {
     } else if fired.is_none() {
         ctx.out.info(&format!("schedule {} is active already", args.name));
     } else {
+        // A tick enqueues at most so many fire times of a schedule: the last one says how far.
+        let last = fired.as_ref().and_then(|f| f.jobs.iter().map(|job| job.scheduled_for).max());
+        let up_to = match last {
+            Some(last) if enqueued >= schedule::MAX_FIRES_PER_TICK => format!(
+                "up to {} (at most {} at a time: the next ticks go on)",
+                crate::output::time_cell(Some(last)),
+                schedule::MAX_FIRES_PER_TICK
+            ),
+            _ => format!("up to now + {}", humantime::format_duration(args.horizon)),
+        };
         ctx.out.info(&format!(
-            "schedule {} resumed; {enqueued} job(s) enqueued up to now + {} (fire times missed while paused are \
-             not replayed)",
-            args.name,
-            humantime::format_duration(args.horizon)
+            "schedule {} resumed; {enqueued} job(s) enqueued {up_to} (fire times missed while paused are not replayed)",
+            args.name
         ));
     }
     // Resumed all the same, as `list` shows it; each tick reports it until it is fixed.
