@@ -200,7 +200,8 @@ pub(crate) struct EnqueueArgs {
     pub input: Option<String>,
     /// One job per line of this JSON Lines file (- for stdin; blank lines skipped), all in one
     /// transaction: read and inserted 5,000 lines at a time, so its size is not bounded by memory; a
-    /// line that is not a JSON object, or an input the input schema refuses, enqueues none.
+    /// line that is not a JSON object or longer than 64 MiB, or an input the input schema refuses,
+    /// enqueues none.
     #[arg(long)]
     pub batch: Option<PathBuf>,
     /// Higher runs first.

@@ -74,6 +74,9 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     Ok(Exit::Ok)
 }
 
+/// The longest line of a batch file: an input, with its newline.
+const MAX_LINE_BYTES: u64 = 64 << 20;
+
 /// `wf enqueue --batch FILE`: one job per input line of a JSON Lines file (blank lines skipped), in
 /// one transaction. The file is read and enqueued a chunk of lines at a time, so the command's
 /// memory is a chunk's whatever the file's size (and the ids); the first line that is not a JSON
@@ -100,9 +103,21 @@ fn enqueue_file(ctx: &Ctx, target: &str, request: &Request<'_>, path: &Path) -> 
         let (mut inputs, mut numbers) = (Vec::with_capacity(enqueue::ENQUEUE_CHUNK), Vec::new());
         while inputs.len() < enqueue::ENQUEUE_CHUNK {
             text.clear();
-            let bytes = lines.read_line(&mut text).with_context(|| format!("{} line {}", reading(), line + 1))?;
+            // A line is read up to the longest one taken: a file without newlines (a wrong file,
+            // /dev/zero) was read whole into memory, until the allocation failed and wf aborted.
+            let bytes = std::io::Read::take(&mut lines, MAX_LINE_BYTES + 1)
+                .read_line(&mut text)
+                .with_context(|| format!("{} line {}", reading(), line + 1))?;
             if bytes == 0 {
                 break;
+            }
+            if bytes as u64 > MAX_LINE_BYTES {
+                bail!(
+                    "{} line {}: longer than {} MiB, the most a line of a batch may hold (nothing was enqueued)",
+                    path.display(),
+                    line + 1,
+                    MAX_LINE_BYTES >> 20
+                );
             }
             (line, read) = (line + 1, read + bytes as u64);
             if text.trim().is_empty() {

@@ -101,6 +101,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         (vec!["enqueue", "t/typed", "--batch", batch.to_str().unwrap()], "line 3"),
         (vec!["enqueue", "t/typed", "--batch", not_json.to_str().unwrap()], "line 2"),
         (vec!["enqueue", "t/typed", "--batch", not_utf8.to_str().unwrap()], "line 2"),
+        // Read whole, a file without newlines aborted wf when the allocation failed.
+        (vec!["enqueue", "t/echo", "--batch", "/dev/zero"], "line 1: longer than 64 MiB"),
         (vec!["enqueue", "t/echo", "--tag", "GPU"], "the manifest's rule for tags"),
         (vec!["enqueue", "t/echo", "--tag", &huge_tag], "the manifest's rule for tags"),
         // PostgreSQL's own refusal of it took two lines and named no input.
