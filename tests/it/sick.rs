@@ -378,7 +378,7 @@ fn a_completion_given_up_in_an_outage_leaves_its_end_said() {
     let log = env.dir.path().join("w1.log");
     let mut worker =
         env.wf(["work", "--name", "w1", "--concurrency", "1", "--heartbeat", "1s", "--no-reap"]).spawn(&log);
-    enqueue(&env, "t/sleep", json!({"ms": 1000, "log": runs}));
+    enqueue(&env, "t/sleep", json!({"ms": 2000, "log": runs}));
     wait_for(Duration::from_secs(30), "the job to start", || executions(&runs).first().cloned());
     let closed = Closed::to_worker(&env, "w1");
     let journal = || std::fs::read_to_string(&log).unwrap();
@@ -388,11 +388,11 @@ fn a_completion_given_up_in_an_outage_leaves_its_end_said() {
     // A claim or two fail after that.
     std::thread::sleep(Duration::from_secs(3));
     drop(closed);
-    wait_for(Duration::from_secs(30), "the worker to say the database answers again", || {
+    wait_for(Duration::from_secs(60), "the worker to say the database answers again", || {
         journal()[at..].contains("answers again").then_some(())
     });
     crate::support::fixtures::signal(&worker, libc::SIGTERM);
-    let status = crate::support::checks::wait_exit(&mut worker, Duration::from_secs(30), "the worker");
+    let status = crate::support::checks::wait_exit(&mut worker, Duration::from_secs(60), "the worker");
     assert!(status.success(), "{}", journal());
 }
 
