@@ -20,11 +20,13 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
         ctx.out.json(&ShowDocument { job: JobDocument::from(&job), retried_as })?;
         return Ok(Exit::Ok);
     }
-    let compact = |value: &Option<Value>| value.as_ref().map_or("-".to_string(), |value| escape_c1(value.to_string()));
+    let compact =
+        |value: &Option<Value>| value.as_ref().map_or("-".to_string(), |value| shown(escape_c1(value.to_string())));
     // What operators and actions wrote (a cancel's reason, a key, a worker's name of an older wf)
     // is shown, not acted on by the terminal.
-    let text =
-        |value: &Option<String>| value.as_deref().map_or("-".to_string(), |text| escape_controls(text).into_owned());
+    let text = |value: &Option<String>| {
+        value.as_deref().map_or("-".to_string(), |text| shown(escape_controls(text).into_owned()))
+    };
     let rows = vec![
         ("id", job.id.to_string()),
         ("status", job.status.to_string()),
@@ -33,7 +35,7 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
         ("tag", job.tag.clone()),
         ("priority", job.priority.to_string()),
         ("trigger", job.trigger_kind.to_string()),
-        ("input", escape_c1(job.input.to_string())),
+        ("input", shown(escape_c1(job.input.to_string()))),
         ("result", compact(&job.result)),
         ("error", compact(&job.error)),
         ("worker", text(&job.worker)),
@@ -52,6 +54,22 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
     ];
     ctx.out.table(&["field", "value"], rows.into_iter().map(|(k, v)| vec![k.to_string(), v]).collect())?;
     Ok(Exit::Ok)
+}
+
+/// The most of a value a table shows.
+const SHOWN_BYTES: usize = 2000;
+
+/// A value as a table shows it: its beginning, and how long it is, when it is long (the table of a
+/// 50 MB input took a minute to lay out, and filled the terminal).
+fn shown(text: String) -> String {
+    if text.len() <= SHOWN_BYTES {
+        return text;
+    }
+    let mut end = SHOWN_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all: --json shows it whole)", &text[..end], text.len())
 }
 
 /// `wf show --json`: the job as `wf jobs` lists it, and the retry that followed its failure.
