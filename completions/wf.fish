@@ -377,7 +377,7 @@ complete -c wf -n "__fish_wf_using_subcommand prune" -l json -d 'Print exactly o
 complete -c wf -n "__fish_wf_using_subcommand prune" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand prune" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand bench" -l jobs -d 'Jobs per measurement (at most 2,000 for the enqueues of a transaction each)' -r
-complete -c wf -n "__fish_wf_using_subcommand bench" -l workers -d 'Concurrent claimers for the claim-to-complete rate' -r
+complete -c wf -n "__fish_wf_using_subcommand bench" -l workers -d 'Concurrent claimers for the claim-to-complete rate (each a connection: at most 64)' -r
 complete -c wf -n "__fish_wf_using_subcommand bench" -l batch -d 'Jobs each claimer claims, and completes, per statement (as a worker claims for its idle slots); 1 is the seed\'s one job per claim' -r
 complete -c wf -n "__fish_wf_using_subcommand bench" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand bench" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''

@@ -321,15 +321,6 @@ pub(crate) trait Progress: Sync {
 
 /// Run every measurement of `plan` in a new namespace, and remove the namespace.
 pub(crate) fn run(database: &Database, plan: &Plan, progress: &dyn Progress) -> Result<Report> {
-    if plan.jobs == 0 {
-        bail!("--jobs must be at least 1");
-    }
-    if plan.workers == 0 {
-        bail!("--workers must be at least 1");
-    }
-    if plan.batch == 0 {
-        bail!("--batch must be at least 1");
-    }
     let interrupt = Interrupt::install()?;
     let namespace = Namespace::create(database, plan.bun.as_ref().map(|local| local.store.as_path()))?;
     let report = measure(&namespace, plan, progress, &interrupt);

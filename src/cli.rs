@@ -258,7 +258,7 @@ pub(crate) struct WorkArgs {
     #[arg(long, conflicts_with = "max_jobs")]
     pub once: bool,
     /// Exit after this many jobs.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_jobs: Option<u64>,
     /// Heartbeat period (default WF_HEARTBEAT_S, 5s): at least 1s, at most a third of the zombie window.
     #[arg(long, value_parser = parse_duration)]
@@ -546,10 +546,10 @@ pub(crate) struct PruneArgs {
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
     /// Jobs per measurement (at most 2,000 for the enqueues of a transaction each).
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: u32,
-    /// Concurrent claimers for the claim-to-complete rate.
-    #[arg(long, default_value_t = 4)]
+    /// Concurrent claimers for the claim-to-complete rate (each a connection: at most 64).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub workers: u32,
     /// Jobs each claimer claims, and completes, per statement (as a worker claims for its idle
     /// slots); 1 is the seed's one job per claim.

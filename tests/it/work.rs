@@ -475,6 +475,10 @@ fn timings_a_worker_cannot_keep_are_refused_before_it_starts() {
     assert!(run.code == 1 && run.stderr.contains("must be at least 1 s"), "{run:?}");
     let run = env.wf(["work", "--drain"]).env("WF_ZOMBIE_TIMEOUT_S", "8640000").run();
     assert!(run.code == 1 && run.stderr.contains("the reaper's window is from 1 to 604800 seconds"), "{run:?}");
+    for args in [&["work", "--max-jobs", "0"][..], &["bench", "--jobs", "0"], &["bench", "--workers", "65"]] {
+        let run = env.wf(args).run();
+        assert!(run.code == 2 && run.stderr.contains("is not in"), "{args:?}: {run:?}");
+    }
     let run = env.wf(["reap"]).env("WF_ZOMBIE_TIMEOUT_S", "0").run();
     assert!(run.code == 1 && run.stderr.contains("WF_ZOMBIE_TIMEOUT_S=0"), "{run:?}");
     let waiting: i64 =
