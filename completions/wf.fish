@@ -180,7 +180,7 @@ complete -c wf -n "__fish_wf_using_subcommand work" -l json -d 'Print exactly on
 complete -c wf -n "__fish_wf_using_subcommand work" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand work" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l app -d 'Every waiting or running job of this app' -r
-complete -c wf -n "__fish_wf_using_subcommand cancel" -l action -d 'Every waiting or running job of this action' -r
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l action -d 'Every waiting or running job of this action (NAME, or APP/ACTION)' -r
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l tag -d 'Every waiting or running job of this tag' -r
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l status -d 'Only the jobs that stand so: queued (due), scheduled (not due yet) or running. Checked again as each is canceled: one that changed meanwhile (a worker started it) is left as it is' -r -f -a "queued\t''
 scheduled\t''
@@ -215,7 +215,7 @@ success\t''
 failure\t''
 canceled\t''"
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l app -r
-complete -c wf -n "__fish_wf_using_subcommand jobs" -l action -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l action -d 'Only jobs of this action (NAME, or APP/ACTION)' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l tag -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l schedule -d 'Only jobs enqueued by this schedule' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l since -d 'Only jobs created since this time (RFC 3339) or this long ago (30s, 5m, 2h, 30d)' -r

@@ -313,7 +313,7 @@ pub(crate) struct CancelArgs {
     /// Every waiting or running job of this app.
     #[arg(long)]
     pub app: Option<String>,
-    /// Every waiting or running job of this action.
+    /// Every waiting or running job of this action (NAME, or APP/ACTION).
     #[arg(long)]
     pub action: Option<String>,
     /// Every waiting or running job of this tag.
@@ -350,6 +350,7 @@ pub(crate) struct JobsArgs {
     pub status: Option<JobStatus>,
     #[arg(long)]
     pub app: Option<String>,
+    /// Only jobs of this action (NAME, or APP/ACTION).
     #[arg(long)]
     pub action: Option<String>,
     #[arg(long)]

@@ -12,6 +12,24 @@ pub(super) fn split_target(target: &str) -> Result<(&str, &str)> {
     }
 }
 
+/// The `--app` and `--action` filters of a listing or a bulk cancel: `--action APP/ACTION` is that
+/// app's action (an action's name holds no `/`: such a filter matched nothing, silently).
+pub(super) fn app_action<'a>(
+    app: Option<&'a str>,
+    action: Option<&'a str>,
+) -> Result<(Option<&'a str>, Option<&'a str>), crate::error::CommandError> {
+    let Some(target) = action.filter(|action| action.contains('/')) else {
+        return Ok((app, action));
+    };
+    let (target_app, name) = split_target(target)?;
+    match app {
+        Some(app) if app != target_app => Err(crate::error::CommandError::usage(format!(
+            "--action {target_app}/{name} names an action of app {target_app:?}, and --app says {app:?}"
+        ))),
+        _ => Ok((Some(target_app), Some(name))),
+    }
+}
+
 /// `--input JSON`, `--input @FILE`, `--input -` (stdin); none is `{}`.
 pub(super) fn read_input(input: Option<&str>) -> Result<Value> {
     let (text, origin) = match input {
@@ -28,12 +46,17 @@ pub(super) fn read_input(input: Option<&str>) -> Result<Value> {
         Some(arg) => (arg.to_string(), "--input".to_string()),
     };
     serde_json::from_str(&text).map_err(|error| {
-        // The parser's limit (as for results): valid JSON, refused for its depth alone.
-        let why = if error.to_string().starts_with("recursion limit exceeded") {
-            "is nested more than 127 levels deep (the most an input or a result may be)"
-        } else {
-            "is not valid JSON"
-        };
-        anyhow::Error::new(error).context(format!("the input ({origin}) {why}"))
+        let why = why_not_json(&error);
+        anyhow::Error::new(error).context(format!("the input ({origin}): {why}"))
     })
+}
+
+/// Why an input did not parse: the parser's limit (as for results) refuses valid JSON for its depth
+/// alone, which "not valid JSON" misnamed.
+pub(super) fn why_not_json(error: &serde_json::Error) -> &'static str {
+    if error.to_string().starts_with("recursion limit exceeded") {
+        "nested more than 127 levels deep (the most an input or a result may be)"
+    } else {
+        "not valid JSON"
+    }
 }

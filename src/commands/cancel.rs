@@ -18,12 +18,8 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let bulk = args.ids.is_empty();
     let ids = if bulk {
-        let matching = Matching {
-            app: args.app.as_deref(),
-            action: args.action.as_deref(),
-            tag: args.tag.as_deref(),
-            status: args.status,
-        };
+        let (app, action) = super::args::app_action(args.app.as_deref(), args.action.as_deref())?;
+        let matching = Matching { app, action, tag: args.tag.as_deref(), status: args.status };
         // Seconds for millions of queued jobs: said on a terminal meanwhile.
         let finding = format!("finding the waiting and running jobs of {}", matching.describe());
         let found = ctx.out.spinning(&finding, || cancel::matching(&mut client, &matching))?;

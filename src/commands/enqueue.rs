@@ -74,7 +74,7 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
     Ok(Exit::Ok)
 }
 
-/// The longest line of a batch file: an input, with its newline.
+/// The longest line of a batch file, its newline aside.
 const MAX_LINE_BYTES: u64 = 64 << 20;
 
 /// `wf enqueue --batch FILE`: one job per input line of a JSON Lines file (blank lines skipped), in
@@ -111,7 +111,8 @@ fn enqueue_file(ctx: &Ctx, target: &str, request: &Request<'_>, path: &Path) -> 
             if bytes == 0 {
                 break;
             }
-            if bytes as u64 > MAX_LINE_BYTES {
+            // Cut short with no newline: more than the longest line's bytes before it.
+            if bytes as u64 > MAX_LINE_BYTES && !text.ends_with('\n') {
                 bail!(
                     "{} line {}: longer than {} MiB, the most a line of a batch may hold (nothing was enqueued)",
                     path.display(),
@@ -123,8 +124,11 @@ fn enqueue_file(ctx: &Ctx, target: &str, request: &Request<'_>, path: &Path) -> 
             if text.trim().is_empty() {
                 continue;
             }
-            let value: Value = serde_json::from_str(&text)
-                .with_context(|| format!("{} line {line}: not valid JSON (nothing was enqueued)", path.display()))?;
+            let value: Value = serde_json::from_str(&text).map_err(|error| {
+                let why = super::args::why_not_json(&error);
+                anyhow::Error::new(error)
+                    .context(format!("{} line {line}: {why} (nothing was enqueued)", path.display()))
+            })?;
             if !value.is_object() {
                 bail!("{} line {line}: each line must be a JSON object (nothing was enqueued)", path.display());
             }

@@ -21,10 +21,11 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
     if args.watch && ctx.out.json {
         return Err(CommandError::usage("--watch lists jobs as a table again and again: it does not go with --json"));
     }
+    let (app, action) = super::args::app_action(args.app.as_deref(), args.action.as_deref())?;
     let filter = Filter {
         status: args.status,
-        app: args.app.as_deref(),
-        action: args.action.as_deref(),
+        app,
+        action,
         tag: args.tag.as_deref(),
         schedule: args.schedule.as_deref(),
         since: args.since,

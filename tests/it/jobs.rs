@@ -91,11 +91,14 @@ fn bad_input_is_refused_and_changes_nothing() {
     std::fs::write(&not_utf8, b"{\"n\": 1}\n{\"n\": \"\xff\"}\n").unwrap();
     let huge_tag = "x".repeat(8192);
     let too_deep = format!("{}{}", "[".repeat(128), "]".repeat(128));
+    let deep_batch = path(&env, "deep.jsonl");
+    std::fs::write(&deep_batch, format!("{{\"n\": {too_deep}}}\n")).unwrap();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["enqueue", "t/nope"], "unknown action t/nope"),
         (vec!["enqueue", "nope"], "not APP/ACTION"),
         (vec!["enqueue", "t/typed", "--input", "{not json"], "not valid JSON"),
         (vec!["enqueue", "t/echo", "--input", &too_deep], "nested more than 127 levels deep"),
+        (vec!["enqueue", "t/echo", "--batch", deep_batch.to_str().unwrap()], "line 1: nested more than 127 levels"),
         (vec!["enqueue", "t/typed", "--input", r#"{"n": "three"}"#], "/n"),
         (vec!["enqueue", "t/typed", "--input", r#"{}"#], "input does not match"),
         (vec!["enqueue", "t/typed", "--batch", batch.to_str().unwrap()], "line 3"),

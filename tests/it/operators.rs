@@ -521,3 +521,24 @@ fn show_cuts_a_long_value_in_its_table_and_json_keeps_it_whole() {
     let whole = env.wf(["show", &id, "--json"]).ok().json();
     assert_eq!(whole["input"]["text"], long.as_str());
 }
+
+/// `--action APP/ACTION` filters as `--app APP --action ACTION` does (an action's name holds no
+/// `/`: it matched nothing, silently, and a bulk cancel canceled nothing); with another `--app`, it
+/// is a usage error.
+#[test]
+fn an_action_filter_takes_app_slash_action() {
+    let env = TestEnv::new();
+    synced(&env);
+    for n in 0..2 {
+        env.wf(["enqueue", "t/echo", "--in", "1h", "--input", &json!({"n": n}).to_string()]).ok();
+    }
+    env.wf(["enqueue", "other/echo", "--in", "1h"]).ok();
+    let listed = env.wf(["jobs", "--action", "t/echo", "--json"]).ok().json();
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    let refused = env.wf(["jobs", "--app", "other", "--action", "t/echo"]).run();
+    assert!(refused.code == 2 && refused.stderr.contains("names an action of app"), "{refused:?}");
+    let canceled = env.wf(["cancel", "--action", "t/echo", "--yes", "--json"]).ok().json();
+    assert_eq!(canceled.as_array().unwrap().len(), 2, "{canceled}");
+    let left = env.wf(["jobs", "--status", "scheduled", "--json"]).ok().json();
+    assert_eq!(left.as_array().unwrap().len(), 1, "other/echo waits still: {left}");
+}
