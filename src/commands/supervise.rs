@@ -9,6 +9,7 @@ use crate::error::Exit;
 use crate::runner::supervisor::{self, Supervision};
 
 pub(super) fn run(args: &SuperviseArgs) -> CommandResult {
+    supervisor::not_dumpable()?;
     if args.protocol {
         println!("{}", supervisor::PROTOCOL);
         return Ok(Exit::Ok);

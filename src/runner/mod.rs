@@ -33,6 +33,10 @@ pub use scratch::{ScratchRoot, Sweep};
 /// `WF_SUPERVISION`): run the plan, return the supervisor's exit code (bun's, or 128 + a signal; 1
 /// when the plan is bad). `__supervise --protocol` prints `supervisor::PROTOCOL`.
 pub fn supervise_main(args: impl Iterator<Item = String>) -> i32 {
+    if let Err(error) = supervisor::not_dumpable() {
+        crate::diag::diag!("error: {error:#}");
+        return 1;
+    }
     let args: Vec<String> = args.collect();
     let plan = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["__supervise"] => supervisor::Supervision::from_env(),

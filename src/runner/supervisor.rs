@@ -129,15 +129,19 @@ enum Ending {
     InitDied(Option<libc::c_int>),
 }
 
+/// Exec made this process dumpable again: its plan (the host's paths of the attempt) and the job's
+/// token in its environment would be open to every process of its user. Called first thing by the
+/// supervisor's entry points: until then (its exec and loading, about a millisecond) they are.
+pub(crate) fn not_dumpable() -> Result<()> {
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .context("making the supervisor not dumpable")
+}
+
 /// Run the command under supervision until it ends or is stopped; every process of the attempt is
 /// dead and reaped when this returns (but one stuck in the kernel past KILL_PATIENCE, left to it).
 /// Returns the exit code for the supervisor: bun's code, or 128 + the signal that ended bun or
 /// stopped the job, or 127 when bun could not be started.
 pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
-    // Exec made this process dumpable again: its plan (the host's paths of the attempt) and the
-    // job's token in its environment would be open to every process of its user.
-    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-        .context("making the supervisor not dumpable")?;
     join_own_session_keyring().context("giving the attempt a session keyring of its own")?;
     if plan.requests {
         move_requests().context("moving the warm runner's requests off stdin")?;
