@@ -105,7 +105,9 @@ impl<E: Into<anyhow::Error>> From<E> for CommandError {
     fn from(error: E) -> CommandError {
         let error = error.into();
         let kind = if is_broken_pipe(&error) { ErrorKind::BrokenPipe } else { ErrorKind::Failed };
-        let hint = is_privilege_refused(&error).then(|| {
+        let privilege_refused =
+            crate::db::failure::sqlstate(&error) == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE);
+        let hint = privilege_refused.then(|| {
             "the database role wf connects as lacks a privilege wf needs (the README's Configuration says which)"
                 .to_string()
         });
@@ -124,16 +126,6 @@ impl fmt::Display for CommandError {
             None => Ok(()),
         }
     }
-}
-
-/// Whether the database refused a statement for a privilege the role lacks.
-fn is_privilege_refused(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<postgres::Error>()
-            .and_then(postgres::Error::code)
-            .is_some_and(|code| *code == postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
-    })
 }
 
 /// serde_json keeps the io error of a failed write to itself (its `source` skips it), so it is

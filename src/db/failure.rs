@@ -56,12 +56,12 @@ fn classify_code(code: &SqlState) -> Failure {
 /// `Other` there, and pass).
 pub(crate) fn is_refused_for_good(error: &anyhow::Error) -> bool {
     const FOR_GOOD: [&str; 5] = ["42501", "42P01", "42703", "42883", "3F000"];
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<postgres::Error>()
-            .and_then(postgres::Error::code)
-            .is_some_and(|code| FOR_GOOD.contains(&code.code()))
-    })
+    sqlstate(error).is_some_and(|code| FOR_GOOD.contains(&code.code()))
+}
+
+/// The SQLSTATE of the database's error somewhere in `error`'s chain.
+pub(crate) fn sqlstate(error: &anyhow::Error) -> Option<&SqlState> {
+    error.chain().find_map(|cause| cause.downcast_ref::<postgres::Error>().and_then(postgres::Error::code))
 }
 
 /// Whether the connection is gone (it must be made again), as opposed to a statement that failed

@@ -30,14 +30,7 @@ fn concurrent_migrations_apply_each_migration_once() {
 #[test]
 fn an_up_to_date_migrate_needs_no_right_to_create() {
     let env = TestEnv::new();
-    let role = format!("{}_app", env.dbname);
-    env.db()
-        .batch_execute(&format!(
-            "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role};
-             GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};"
-        ))
-        .unwrap();
-    let url = format!("{} user={role}", env.url);
+    let (role, url) = env.role("app", &["USAGE ON SCHEMA public", "SELECT ON ALL TABLES IN SCHEMA public"]);
     let run = env.wf(["db", "migrate", "--json"]).env("DATABASE_URL", &url).ok().json();
     assert_eq!(run["applied"], serde_json::json!([]), "{run}");
     let may_create: bool =

@@ -390,13 +390,8 @@ fn logs_of(env: &TestEnv, id: &str) -> (i64, i64, Vec<String>) {
         ),
         env.scalar_of("SELECT count(*) FROM job_logs WHERE job_id = $1::text::uuid AND stream <> 'wf'", &[&id]),
     );
-    let own = env
-        .db()
-        .query("SELECT line FROM job_logs WHERE job_id = $1::text::uuid AND stream = 'wf' ORDER BY id", &[&id])
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let own =
+        env.column_of("SELECT line FROM job_logs WHERE job_id = $1::text::uuid AND stream = 'wf' ORDER BY id", &[&id]);
     (kept.0, kept.1, own)
 }
 

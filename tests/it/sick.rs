@@ -283,13 +283,7 @@ fn output_the_database_refuses_at_a_release_is_dropped_and_the_job_goes_back_at_
     let status = crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker");
     let journal = std::fs::read_to_string(env.dir.path().join("w.log")).unwrap();
     assert!(status.success(), "{journal}");
-    let running: Vec<bool> = env
-        .db()
-        .query("SELECT running FROM job_queue WHERE job_id = $1::text::uuid", &[&job])
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let running: Vec<bool> = env.column_of("SELECT running FROM job_queue WHERE job_id = $1::text::uuid", &[&job]);
     assert_eq!(running, [false], "the job is back in the queue: {journal}");
     assert!(journal.contains("could not be stored"), "{journal}");
 }
@@ -578,16 +572,9 @@ fn a_command_gives_up_on_a_server_that_accepts_and_never_answers() {
 fn a_drain_whose_claims_are_refused_ends_with_the_error() {
     let env = TestEnv::new();
     synced(&env);
-    let role = format!("{}_reader", env.dbname);
-    env.db()
-        .batch_execute(&format!(
-            "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role};
-             GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};"
-        ))
-        .unwrap();
+    let (_, url) = env.role("reader", &["USAGE ON SCHEMA public", "SELECT ON ALL TABLES IN SCHEMA public"]);
     let job = enqueue(&env, "t/echo", json!({"n": 1}));
-    let mut drain =
-        env.wf(["work", "--drain", "--no-reap"]).env("DATABASE_URL", format!("{} user={role}", env.url)).start();
+    let mut drain = env.wf(["work", "--drain", "--no-reap"]).env("DATABASE_URL", &url).start();
     crate::support::checks::wait_exit(&mut drain, Duration::from_secs(60), "the drain");
     let run = drain.finish();
     assert_eq!(run.code, 1, "{run:?}");

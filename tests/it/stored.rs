@@ -90,14 +90,10 @@ fn a_worker_with_an_empty_store_writes_the_commit_from_the_database_and_runs_it(
 fn a_job_whose_commit_cannot_be_written_now_goes_back_for_a_while_then_runs() {
     let env = TestEnv::new();
     synced(&env);
-    let role = format!("{}_worker", env.dbname);
-    env.db()
-        .batch_execute(&format!(
-            "CREATE ROLE {role} LOGIN; GRANT ALL ON SCHEMA public TO {role};
-             GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}; GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role};"
-        ))
-        .unwrap();
-    let url = format!("{} user={role}", env.url);
+    let (role, url) = env.role(
+        "worker",
+        &["ALL ON SCHEMA public", "ALL ON ALL TABLES IN SCHEMA public", "ALL ON ALL SEQUENCES IN SCHEMA public"],
+    );
     let other = host(&env, "host2");
     let worker = env
         .wf(["work", "--name", "h2", "--isolation", "none", "--concurrency", "1"])

@@ -247,6 +247,25 @@ impl TestEnv {
         self.db().query(sql, &[]).unwrap().iter().map(|row| row.get(0)).collect()
     }
 
+    /// Run a query with bind parameters and return the first column of every row.
+    pub(crate) fn column_of<T: for<'a> postgres::types::FromSql<'a>>(
+        &self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Vec<T> {
+        self.db().query(sql, params).unwrap().iter().map(|row| row.get(0)).collect()
+    }
+
+    /// A login role of this test's own (`<database>_<suffix>`) granted each of `grants` (`ALL ON
+    /// SCHEMA public`, ...); the role and the connection string of this database as it.
+    pub(crate) fn role(&self, suffix: &str, grants: &[&str]) -> (String, String) {
+        let role = format!("{}_{suffix}", self.dbname);
+        let grants: String = grants.iter().map(|grant| format!("GRANT {grant} TO {role};")).collect();
+        self.db().batch_execute(&format!("CREATE ROLE {role} LOGIN; {grants}")).unwrap();
+        let url = format!("{} user={role}", self.url);
+        (role, url)
+    }
+
     /// Run a query with bind parameters and return the first column of the single row.
     pub(crate) fn scalar_of<T: for<'a> postgres::types::FromSql<'a>>(
         &self,
