@@ -261,7 +261,7 @@ pub(crate) struct WorkArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_jobs: Option<u64>,
     /// Heartbeat period (default WF_HEARTBEAT_S, 5s): at least 1s, at most a third of the zombie window.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_heartbeat)]
     pub heartbeat: Option<Duration>,
     /// On SIGINT/SIGTERM, let running jobs finish for this long before putting them back (a second
     /// signal: at once).
@@ -614,6 +614,16 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     within_bounds(text, duration)
 }
 
+/// A heartbeat period (`wf work --heartbeat`): each heartbeat is a statement given the period to
+/// answer in, and one shorter than a second had every one fail.
+fn parse_heartbeat(text: &str) -> Result<Duration, String> {
+    let period = parse_duration(text)?;
+    if period < Duration::from_secs(1) {
+        return Err(format!("{text:?} is shorter than 1 s, the shortest heartbeat period"));
+    }
+    Ok(period)
+}
+
 fn within_bounds(text: &str, duration: Duration) -> Result<Duration, String> {
     if duration > DURATION_MAX {
         return Err(format!("{text:?} is longer than 100 years"));
@@ -621,8 +631,6 @@ fn within_bounds(text: &str, duration: Duration) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// An idempotency key: not empty (an unset shell variable would otherwise make every enqueue after
-/// the first return that first job), and at most `KEY_MAX_BYTES` long.
 /// A worker's name: shown in tables and journals, so nothing that would drive a terminal.
 fn parse_worker_name(text: &str) -> Result<String, String> {
     if text.trim().is_empty() {
@@ -637,6 +645,8 @@ fn parse_worker_name(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// An idempotency key: not empty (an unset shell variable would otherwise make every enqueue after
+/// the first return that first job), and at most `KEY_MAX_BYTES` long.
 fn parse_key(text: &str) -> Result<String, String> {
     if text.trim().is_empty() {
         return Err("an idempotency key must not be empty".to_string());

@@ -1,8 +1,10 @@
 //! The worker's entry in the registry of workers (`wf workers`): written when it starts, refreshed
 //! every heartbeat period, marked stopped when it ends. A worker that dies stops refreshing it;
 //! once its zombie window has passed it is shown as gone, and an hour later the beat of any worker
-//! removes it.
+//! removes it. A worker whose signing key (WF_SECRET) is not that of another live worker warns,
+//! once per such worker: the WF_TOKENs each gives are refused where the other's key verifies them.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -13,6 +15,7 @@ use uuid::Uuid;
 
 use super::Shared;
 use super::connection::Connection;
+use crate::diag::diag;
 
 /// Refresh the entry until `done`, then mark it stopped. Failures are not reported: the slots
 /// already say when the database is away, and the next beat tries again.
@@ -20,11 +23,13 @@ pub(super) fn keep_fresh(shared: &Shared, done: &AtomicBool) {
     let options = &shared.options;
     let mut connection =
         Connection::new(&shared.database, &format!("wf work {} registry", options.name), options.heartbeat);
+    let key_id = crate::token::key_id(&shared.secret);
+    let mut warned = HashSet::new();
     let mut next = Instant::now();
     while !done.load(Ordering::SeqCst) {
         if Instant::now() >= next {
             next = Instant::now() + options.heartbeat;
-            if let Err(error) = beat(shared, &mut connection) {
+            if let Err(error) = beat(shared, &mut connection, &key_id, &mut warned) {
                 connection.reset_if_lost(&error);
             }
         }
@@ -38,14 +43,16 @@ pub(super) fn keep_fresh(shared: &Shared, done: &AtomicBool) {
     }
 }
 
-fn beat(shared: &Shared, connection: &mut Connection) -> Result<()> {
+/// Refresh this worker's entry; warn of live workers (not warned of yet, kept in `warned`) that
+/// sign with another key than `key_id`.
+fn beat(shared: &Shared, connection: &mut Connection, key_id: &str, warned: &mut HashSet<String>) -> Result<()> {
     let options = &shared.options;
     let session = connection.client()?;
     let slots = i32::try_from(options.concurrency).unwrap_or(i32::MAX);
     let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
     session.execute(
-        "INSERT INTO worker (id, name, host, pid, tags, slots, window_s)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
+        "INSERT INTO worker (id, name, host, pid, tags, slots, window_s, key_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (id) DO UPDATE SET last_seen = now()",
         &[
             &shared.worker_id,
@@ -55,9 +62,25 @@ fn beat(shared: &Shared, connection: &mut Connection) -> Result<()> {
             &options.tags,
             &slots,
             &options.zombie_timeout.as_secs_f64(),
+            &key_id,
         ],
     )?;
     session.execute("DELETE FROM worker WHERE last_seen < now() - interval '1 hour'", &[])?;
+    let others = session.query(
+        "SELECT id, name, host FROM worker
+          WHERE key_id <> $1 AND stopped_at IS NULL AND last_seen >= now() - make_interval(secs => window_s)",
+        &[&key_id],
+    )?;
+    for other in others {
+        if warned.insert(other.get("id")) {
+            let (name, host): (String, String) = (other.get("name"), other.get("host"));
+            diag!(
+                "warning: worker {}: worker {name} on host {host} signs its jobs' WF_TOKENs with another WF_SECRET: \
+                 `wf token verify` on either host refuses the other's tokens; give every host the same WF_SECRET",
+                options.name
+            );
+        }
+    }
     // A `wf db migrate` of a newer wf while this one runs: its statements are no longer the
     // schema's. Checked here, at every beat, as every command checks at its start; only a version
     // read stops the worker (a failed read is tried again at the next beat).

@@ -51,9 +51,12 @@ fn an_up_to_date_migrate_needs_no_right_to_create() {
 fn a_migration_waiting_for_its_tables_says_so_and_goes_on() {
     let env = TestEnv::new();
     let last = wf::db::migrate::latest_version();
-    // As if the last migration (an index on `job`) were still to apply.
+    // As if migration 17 (an index on `job`) and those after it were still to apply.
     env.db()
-        .batch_execute(&format!("DROP INDEX job_retry_of_idx; DELETE FROM wf_migration WHERE version = {last}"))
+        .batch_execute(
+            "DROP INDEX job_retry_of_idx; ALTER TABLE worker DROP COLUMN key_id;
+             DELETE FROM wf_migration WHERE version >= 17",
+        )
         .unwrap();
     let mut holder_connection = env.db();
     let mut holder = holder_connection.transaction().unwrap();
@@ -124,7 +127,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     assert_eq!(behind.code, 1, "{behind:?}");
     assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
-    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]));
+    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]));
     env.wf(["actions"]).ok();
     let indexes: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");

@@ -152,6 +152,50 @@ fn workers_are_listed_live_with_their_jobs_and_as_gone_once_stopped() {
     assert_eq!((&w1["state"], &w1["busy"]), (&json!("gone"), &json!(0)), "{listed}");
 }
 
+/// Workers that sign their jobs' WF_TOKENs with different keys (a host without WF_SECRET makes a
+/// key of its own) each warn of the other, once, naming it; a worker with the same key as another
+/// says nothing of it. Without the warning, only a `wf token verify` refusing tokens told.
+#[test]
+fn workers_signing_with_different_keys_warn_of_each_other() {
+    let env = TestEnv::new();
+    synced(&env);
+    let start = |name: &str, secret: &str| {
+        env.wf(["work", "--name", name, "--heartbeat", "1s", "--grace", "0s"])
+            .env("WF_SECRET", secret)
+            .spawn(&env.dir.path().join(format!("{name}.log")))
+    };
+    let journal = |name: &str| std::fs::read_to_string(env.dir.path().join(format!("{name}.log"))).unwrap_or_default();
+    let (one, other) = ("0123456789abcdef0123456789abcdef-one", "0123456789abcdef0123456789abcdef-other");
+    let first = start("first", one);
+    wait_for(Duration::from_secs(30), "the first worker in the registry", || {
+        (env.scalar::<i64>("SELECT count(*) FROM worker WHERE name = 'first' AND key_id IS NOT NULL") == 1)
+            .then_some(())
+    });
+    let same = start("same", one);
+    let stranger = start("stranger", other);
+    let host: String = env.scalar("SELECT host FROM worker WHERE name = 'first'");
+    let warning =
+        |about: &str| format!("worker {about} on host {host} signs its jobs' WF_TOKENs with another WF_SECRET");
+    for (name, about) in [("stranger", "first"), ("stranger", "same"), ("first", "stranger"), ("same", "stranger")] {
+        wait_for(Duration::from_secs(30), &format!("{name} to warn of {about}"), || {
+            journal(name).contains(&warning(about)).then_some(())
+        });
+    }
+    // More beats pass: each warning was said once, and no worker warned of one that shares its key.
+    std::thread::sleep(Duration::from_secs(3));
+    for process in [&first, &same, &stranger] {
+        signal(process, libc::SIGTERM);
+    }
+    for mut process in [first, same, stranger] {
+        assert!(process.wait().unwrap().success());
+    }
+    for (name, about, times) in
+        [("first", "stranger", 1), ("first", "same", 0), ("same", "first", 0), ("stranger", "first", 1)]
+    {
+        assert_eq!(journal(name).matches(&warning(about)).count(), times, "{name} of {about}: {}", journal(name));
+    }
+}
+
 /// Job ids begin with their creation time, and a batch's follow each other: a table shows of each
 /// the shortest beginning no other id has, which names that job alone.
 #[test]

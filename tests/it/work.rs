@@ -471,8 +471,12 @@ fn timings_a_worker_cannot_keep_are_refused_before_it_starts() {
     let env = TestEnv::new();
     synced(&env);
     let job = enqueue(&env, "t/echo", json!({"n": 1}));
-    let run = env.wf(["work", "--drain", "--heartbeat", "1ns"]).run();
+    let run = env.wf(["work", "--drain"]).env("WF_HEARTBEAT_S", "0").run();
     assert!(run.code == 1 && run.stderr.contains("must be at least 1 s"), "{run:?}");
+    for period in ["1ns", "0s", "999ms"] {
+        let run = env.wf(["work", "--drain", "--heartbeat", period]).run();
+        assert!(run.code == 2 && run.stderr.contains("shorter than 1 s"), "{period}: {run:?}");
+    }
     let run = env.wf(["work", "--drain"]).env("WF_ZOMBIE_TIMEOUT_S", "8640000").run();
     assert!(run.code == 1 && run.stderr.contains("the reaper's window is from 1 to 604800 seconds"), "{run:?}");
     for args in [&["work", "--max-jobs", "0"][..], &["bench", "--jobs", "0"], &["bench", "--workers", "65"]] {
