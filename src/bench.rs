@@ -324,10 +324,16 @@ pub(crate) fn run(database: &Database, plan: &Plan, progress: &dyn Progress) -> 
     let interrupt = Interrupt::install()?;
     let namespace = Namespace::create(database, plan.bun.as_ref().map(|local| local.store.as_path()))?;
     let report = measure(&namespace, plan, progress, &interrupt);
-    let removed = namespace.remove();
-    let report = report?;
-    removed?;
-    Ok(report)
+    let left_behind = namespace.left_behind();
+    match (report, namespace.remove()) {
+        (Ok(report), Ok(())) => Ok(report),
+        (Ok(_), Err(cleanup)) => Err(cleanup.context(format!("left behind: {left_behind}"))),
+        (Err(error), Ok(())) => Err(error),
+        (Err(error), Err(cleanup)) => {
+            diag!("warning: wf bench could not clean up after itself: {cleanup:#}; left behind: {left_behind}");
+            Err(error)
+        }
+    }
 }
 
 fn measure(namespace: &Namespace, plan: &Plan, progress: &dyn Progress, interrupt: &Interrupt) -> Result<Report> {
@@ -469,10 +475,21 @@ impl Processors {
     }
 }
 
+/// The URL of a bench's source: it marks the source as a bench's, with the name's pattern.
+const SYNTHETIC_URL: &str = "wf-bench://synthetic-removed-when-the-bench-ends";
+
+/// The class of a running bench's advisory lock, `(BENCH_LOCK, hashtext(tag))`, which its guard
+/// connection holds for as long as the bench runs: a bench whose lock is free is gone.
+const BENCH_LOCK: i32 = 0x7766_6265; // "wfbe"
+
 /// The bench's catalog rows, jobs and store tree. Removed by `remove`, or when dropped (a
-/// measurement failed, or the run was interrupted).
+/// measurement failed, or the run was interrupted); what a bench killed, or stopped by a second
+/// signal, left behind is removed by the next bench on the database (`sweep_leftovers`).
 struct Namespace {
     database: Database,
+    /// Holds the bench's advisory lock until the namespace is removed (in a mutex: the namespace is
+    /// shared by the measurements' threads, a connection cannot be).
+    _guard: std::sync::Mutex<Client>,
     /// The tag of every bench job; also the name of the bench's source and app.
     tag: String,
     git_source_id: Uuid,
@@ -488,12 +505,20 @@ impl Namespace {
     fn create(database: &Database, bun_store: Option<&Path>) -> Result<Namespace> {
         let tag = format!("wf-bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
         let commit_sha = format!("{}{}", Uuid::new_v4().simple(), &Uuid::new_v4().simple().to_string()[..8]);
-        let mut namespace =
-            Namespace { database: database.clone(), tag, git_source_id: Uuid::nil(), store_dir: None, removed: false };
+        let mut guard = database.connect_as(&format!("{tag} guard"))?;
+        guard.execute("SELECT pg_advisory_lock($1, hashtext($2))", &[&BENCH_LOCK, &tag])?;
+        sweep_leftovers(database, &mut guard, bun_store)?;
+        let mut namespace = Namespace {
+            database: database.clone(),
+            _guard: std::sync::Mutex::new(guard),
+            tag,
+            git_source_id: Uuid::nil(),
+            store_dir: None,
+            removed: false,
+        };
         let mut client = database.connect_as(&format!("{} setup", namespace.tag))?;
         let mut tx = client.transaction()?;
-        let source =
-            git_source::add(&mut tx, &namespace.tag, "wf-bench://synthetic-removed-when-the-bench-ends", None)?;
+        let source = git_source::add(&mut tx, &namespace.tag, SYNTHETIC_URL, None)?;
         namespace.git_source_id = source.id;
         if let Some(store) = bun_store {
             namespace.store_dir = Some(store.join(source.id.to_string()));
@@ -541,33 +566,84 @@ impl Namespace {
     }
 
     fn remove_all(&self) -> Result<()> {
-        let rows = self.database.connect_as(&format!("{} cleanup", self.tag)).and_then(|mut client| {
-            let mut tx = client.transaction()?;
-            prune::delete_tag(&mut tx, &self.tag)?;
-            tx.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.floor_schema()))?;
-            git_source::delete(&mut tx, self.git_source_id)?;
-            // The registry rows of the `--bun` rounds' workers, named after the tag.
-            tx.execute("DELETE FROM worker WHERE name = $1", &[&self.tag])?;
-            tx.commit()?;
-            Ok(())
-        });
-        let tree = match &self.store_dir {
-            Some(dir) if dir.exists() => fs::remove_dir_all(dir)
-                .with_context(|| format!("removing {}", dir.display()))
-                // The action's contents, linked from no tree now.
-                .and_then(|()| {
-                    let Some(store) = dir.parent() else { return Ok((0, 0)) };
-                    match store::lock(store)? {
-                        Some(lock) => store::remove_trees(store, &lock, &[], false),
-                        None => Ok((0, 0)),
-                    }
-                })
-                .map(|_| ()),
-            _ => Ok(()),
-        };
-        rows.with_context(|| format!("removing the bench's jobs and catalog rows (tag and source {})", self.tag))?;
-        tree
+        remove_namespace(&self.database, &self.tag, Some(self.git_source_id), self.store_dir.as_deref())
     }
+
+    /// What is left behind when the namespace cannot be removed.
+    fn left_behind(&self) -> String {
+        format!(
+            "jobs tagged {tag}, source {tag}{}; the next `wf bench` on this database removes them",
+            self.store_dir.as_ref().map_or(String::new(), |dir| format!(", {}", dir.display())),
+            tag = self.tag,
+        )
+    }
+}
+
+/// Remove a bench's jobs, floor schema, source (when it has one) and workers' registry rows, and
+/// its store folder `store_dir`; the first failure is returned after trying the rest.
+fn remove_namespace(database: &Database, tag: &str, source: Option<Uuid>, store_dir: Option<&Path>) -> Result<()> {
+    let rows = database.connect_as(&format!("{tag} cleanup")).and_then(|mut client| {
+        let mut tx = client.transaction()?;
+        prune::delete_tag(&mut tx, tag)?;
+        tx.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", floor_schema(tag)))?;
+        if let Some(source) = source {
+            git_source::delete(&mut tx, source)?;
+        }
+        // The registry rows of the `--bun` rounds' workers, named after the tag.
+        tx.execute("DELETE FROM worker WHERE name = $1", &[&tag])?;
+        tx.commit()?;
+        Ok(())
+    });
+    let tree = match store_dir {
+        Some(dir) if dir.exists() => fs::remove_dir_all(dir)
+            .with_context(|| format!("removing {}", dir.display()))
+            // The action's contents, linked from no tree now.
+            .and_then(|()| {
+                let Some(store) = dir.parent() else { return Ok((0, 0)) };
+                match store::lock(store)? {
+                    Some(lock) => store::remove_trees(store, &lock, &[], false),
+                    None => Ok((0, 0)),
+                }
+            })
+            .map(|_| ()),
+        _ => Ok(()),
+    };
+    rows.with_context(|| format!("removing the bench's jobs and catalog rows (tag and source {tag})"))?;
+    tree
+}
+
+/// Remove what benches that are gone left behind (killed, stopped by a second signal, or cut off
+/// from the database before they could clean up): the source, jobs and floor schema of every bench
+/// whose advisory lock no one holds, and with a `store` their folders in it. Each is locked by
+/// `guard` while it is removed, so two benches never remove one together.
+fn sweep_leftovers(database: &Database, guard: &mut Client, store: Option<&Path>) -> Result<()> {
+    let leftovers = guard.query(
+        "SELECT t.tag, s.id
+           FROM (SELECT name AS tag FROM git_source WHERE name ~ '^wf-bench-[0-9a-f]{8}$' AND url = $1
+                 UNION
+                 SELECT 'wf-bench-' || substr(nspname, 16) FROM pg_namespace
+                  WHERE nspname ~ '^wf_bench_floor_[0-9a-f]{8}$') t
+           LEFT JOIN git_source s ON s.name = t.tag AND s.url = $1",
+        &[&SYNTHETIC_URL],
+    )?;
+    for leftover in leftovers {
+        let (tag, source): (String, Option<Uuid>) = (leftover.get(0), leftover.get(1));
+        let gone: bool = guard.query_one("SELECT pg_try_advisory_lock($1, hashtext($2))", &[&BENCH_LOCK, &tag])?.get(0);
+        if !gone {
+            continue;
+        }
+        let store_dir = store.zip(source).map(|(store, source)| store.join(source.to_string()));
+        let removed = remove_namespace(database, &tag, source, store_dir.as_deref());
+        guard.execute("SELECT pg_advisory_unlock($1, hashtext($2))", &[&BENCH_LOCK, &tag])?;
+        removed.with_context(|| format!("removing what the bench {tag}, which did not finish, left behind"))?;
+        diag!("wf bench: removed the jobs and catalog rows that the bench {tag}, which did not finish, left behind");
+    }
+    Ok(())
+}
+
+/// The floor's scratch schema of the bench of `tag`.
+fn floor_schema(tag: &str) -> String {
+    format!("wf_bench_floor_{}", tag.trim_start_matches("wf-bench-"))
 }
 
 impl Drop for Namespace {
@@ -576,12 +652,7 @@ impl Drop for Namespace {
             return;
         }
         if let Err(error) = self.remove_all() {
-            diag!(
-                "warning: wf bench could not clean up after itself: {error:#}; left behind: jobs tagged {tag}, \
-                 source {tag} (`wf source rm {tag}`){}",
-                self.store_dir.as_ref().map_or(String::new(), |dir| format!(", {}", dir.display())),
-                tag = self.tag,
-            );
+            diag!("warning: wf bench could not clean up after itself: {error:#}; left behind: {}", self.left_behind());
         }
     }
 }
@@ -601,7 +672,7 @@ impl store::BlobSource for NoopBlob {
 impl Namespace {
     /// The scratch schema of the floor measurement.
     fn floor_schema(&self) -> String {
-        format!("wf_bench_floor_{}", self.tag.trim_start_matches("wf-bench-"))
+        floor_schema(&self.tag)
     }
 }
 
@@ -1170,18 +1241,32 @@ fn expect_succeeded(client: &mut Client, tag: &str, jobs: u32, measurement: &str
 }
 
 /// SIGINT/SIGTERM during a bench: stop measuring and clean up. A second signal ends the process
-/// at once. The handlers stay for the rest of the process, which ends with the bench.
+/// at once, saying what it leaves. The handlers stay for the rest of the process, which ends with
+/// the bench.
 struct Interrupt {
     flag: Arc<AtomicBool>,
 }
+
+/// Said by a second signal, which ends the bench without cleaning up.
+const SECOND_SIGNAL: &str = "wf bench: a second signal: stopped at once, leaving its jobs and catalog rows; \
+                             the next `wf bench` on this database removes them\n";
 
 impl Interrupt {
     fn install() -> Result<Interrupt> {
         let flag = Arc::new(AtomicBool::new(false));
         for (signal, code) in [(SIGINT, 130), (SIGTERM, 143)] {
-            // The shutdown goes first: it sees the flag as the previous signal left it.
-            signal_hook::flag::register_conditional_shutdown(signal, code, Arc::clone(&flag))
-                .context("installing signal handlers")?;
+            let seen = Arc::clone(&flag);
+            // The second signal's action goes first: it sees the flag as the previous signal left it.
+            // SAFETY: the action reads an atomic, writes to stderr and exits: all async-signal-safe.
+            unsafe {
+                signal_hook::low_level::register(signal, move || {
+                    if seen.load(Ordering::SeqCst) {
+                        libc::write(libc::STDERR_FILENO, SECOND_SIGNAL.as_ptr().cast(), SECOND_SIGNAL.len());
+                        signal_hook::low_level::exit(code);
+                    }
+                })
+            }
+            .context("installing signal handlers")?;
             signal_hook::flag::register(signal, Arc::clone(&flag)).context("installing signal handlers")?;
         }
         Ok(Interrupt { flag })

@@ -98,6 +98,9 @@ pub(crate) enum Command {
     Prune(PruneArgs),
     /// Measure the spine on the configured database (in a tag of its own, cleaned up after).
     ///
+    /// What a bench could not clean up (killed, stopped by a second Ctrl-C, cut off from its
+    /// database) is removed by the next `wf bench` on the database.
+    ///
     /// Each rate is printed with the processor time it took; and the share of this machine's
     /// processor time that its hypervisor gave to other guests during the run (steal, from
     /// /proc/stat), with which the rates of a virtual machine move.

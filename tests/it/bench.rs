@@ -206,3 +206,115 @@ fn interrupted_bench_cleans_up() {
     assert!(stderr.contains("interrupted"), "{stderr}");
     assert_nothing_left(&env);
 }
+
+/// A second Ctrl-C ends the bench at once (130), without cleaning up: it used to say nothing of
+/// what it left; it says so, and the next bench removes it.
+#[test]
+fn a_second_signal_says_what_the_bench_leaves() {
+    let env = TestEnv::new();
+    let log = path(&env, "bench.log");
+    let mut bench = env.wf(["bench", "--jobs", "1000000"]).spawn(&log);
+    wait_for(Duration::from_secs(60), "the bench to enqueue", || {
+        (env.scalar::<i64>("SELECT count(*) FROM job") > 0).then_some(())
+    });
+    signal(&bench, libc::SIGINT);
+    signal(&bench, libc::SIGINT);
+    let status = bench.wait().unwrap();
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(130), "{said}");
+    assert!(said.contains("a second signal: stopped at once, leaving its jobs and catalog rows"), "{said}");
+    let tag: String = env.scalar("SELECT name FROM git_source");
+    let next = env.wf(["bench", "--jobs", "3", "--workers", "1"]).ok();
+    assert!(next.stderr.contains(&format!("the bench {tag}, which did not finish")), "{}", next.stderr);
+    assert_nothing_left(&env);
+}
+
+/// What a bench killed (SIGKILL, or a second Ctrl-C) left behind: its source, jobs, floor schema,
+/// workers' rows and store folder stayed for good, and real workers' reapers kept its jobs queued in
+/// a tag no one serves. The next bench removes them and says so; a bench still running keeps its
+/// own, and a source of the user's named like a bench's is not touched.
+#[test]
+fn a_bench_removes_what_a_killed_bench_left_behind_and_leaves_a_running_one_alone() {
+    let env = TestEnv::new();
+    env.wf(["source", "add", "wf-bench-0123abcd", "https://example.com/not-a-bench.git"]).ok();
+    let benches = |condition: &str| -> Vec<String> {
+        let query = format!("SELECT name FROM git_source WHERE url LIKE 'wf-bench:%' AND {condition} ORDER BY name");
+        env.db().query(&query, &[]).unwrap().iter().map(|row| row.get(0)).collect()
+    };
+    let floors = || env.scalar::<i64>("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'wf_bench_floor_%'");
+    let folders = || {
+        let entries = std::fs::read_dir(env.store()).map(|entries| entries.map(|entry| entry.unwrap().file_name()));
+        entries.map_or(0, |entries| entries.filter(|name| !name.to_string_lossy().starts_with('.')).count())
+    };
+    // A bench that runs all along.
+    let log = path(&env, "running.log");
+    let mut running = env.wf(["bench", "--jobs", "1000000"]).spawn(&log);
+    let running_tag = wait_for(Duration::from_secs(60), "the running bench", || benches("true").pop());
+    let others = format!("name <> '{running_tag}'");
+
+    // Killed in its floor phase; then one killed running a worker for its bun phase, which removed
+    // what the first left.
+    let floor = "EXISTS (SELECT FROM pg_namespace WHERE nspname = 'wf_bench_floor_' || substr(name, 10))";
+    let bun = "EXISTS (SELECT FROM worker w WHERE w.name = git_source.name)";
+    let mut killed = Vec::new();
+    for (args, phase) in [(&["--floor", "--jobs", "20000"][..], floor), (&["--bun", "--jobs", "200"], bun)] {
+        let mut all = vec!["bench", "--workers", "1"];
+        all.extend_from_slice(args);
+        let said = path(&env, &format!("killed-{}.log", killed.len()));
+        let mut bench = env.wf(all).spawn(&said);
+        let tag = wait_for(Duration::from_secs(120), "the bench to reach its phase", || benches(phase).pop());
+        signal(&bench, libc::SIGKILL);
+        bench.wait().unwrap();
+        if let Some(earlier) = killed.last() {
+            let said = std::fs::read_to_string(&said).unwrap();
+            assert!(said.contains(&format!("the bench {earlier}, which did not finish")), "{said}");
+        }
+        assert_eq!(benches(&others), std::slice::from_ref(&tag));
+        killed.push(tag);
+    }
+    assert_eq!(floors(), 0, "the first bench's floor schema was removed by the second");
+    let left = format!("SELECT count(*) FROM job WHERE tag = '{}'", killed[1]);
+    assert!(env.scalar::<i64>(&left) > 0, "the killed bench left jobs");
+    assert_eq!(env.scalar::<i64>("SELECT count(*) FROM worker"), 1, "the killed bench left its worker's row");
+    assert_eq!(folders(), 1, "the killed bench's store folder");
+
+    let sweep = env.wf(["bench", "--bun", "--jobs", "3", "--workers", "1", "--json"]).ok();
+    assert!(sweep.stderr.contains(&format!("the bench {}, which did not finish", killed[1])), "{}", sweep.stderr);
+    assert!(!sweep.stderr.contains(&running_tag), "{}", sweep.stderr);
+    assert_eq!(benches("true"), [running_tag], "only the running bench's source is left");
+    assert_eq!((env.scalar::<i64>(&left), folders()), (0, 0));
+    assert_eq!(env.scalar::<i64>("SELECT count(*) FROM git_source WHERE name = 'wf-bench-0123abcd'"), 1);
+    signal(&running, libc::SIGINT);
+    assert_eq!(running.wait().unwrap().code(), Some(1), "{}", std::fs::read_to_string(&log).unwrap());
+    env.wf(["source", "rm", "wf-bench-0123abcd", "--yes"]).ok();
+    assert_nothing_left(&env);
+}
+
+/// A bench whose database goes away mid-run cannot clean up: it said only the measurement's error,
+/// and what it left stayed unsaid. It now says what it left; the next bench removes it.
+#[test]
+fn a_bench_cut_off_from_its_database_says_what_it_left_and_the_next_removes_it() {
+    let env = TestEnv::new();
+    let log = path(&env, "bench.log");
+    let mut bench = env.wf(["bench", "--jobs", "1000000"]).spawn(&log);
+    wait_for(Duration::from_secs(60), "the bench to enqueue", || {
+        (env.scalar::<i64>("SELECT count(*) FROM job") > 0).then_some(())
+    });
+    let tag: String = env.scalar("SELECT name FROM git_source");
+    let mut admin = postgres::Client::connect(&TestEnv::cluster_url("postgres"), postgres::NoTls).unwrap();
+    admin.batch_execute(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false", env.dbname)).unwrap();
+    admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", &[&env.dbname]).unwrap();
+    let status = bench.wait().unwrap();
+    admin.batch_execute(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true", env.dbname)).unwrap();
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(said.lines().last().unwrap().starts_with("error: "), "the measurement's error last: {said}");
+    let warning = "warning: wf bench could not clean up after itself";
+    assert!(said.contains(warning) && said.contains(&format!("jobs tagged {tag}")), "{said}");
+    assert!(said.contains("the next `wf bench` on this database removes them"), "{said}");
+    assert!(env.scalar::<i64>("SELECT count(*) FROM job") > 0, "left behind");
+
+    let next = env.wf(["bench", "--jobs", "3", "--workers", "1"]).ok();
+    assert!(next.stderr.contains(&format!("the bench {tag}, which did not finish")), "{}", next.stderr);
+    assert_nothing_left(&env);
+}
