@@ -1,8 +1,10 @@
 //! Scratch space: one root per worker process under `$WF_HOME/scratch/`, one directory per attempt
 //! inside it. A root is alive while its lock file is flocked by its worker; a worker that died (even
 //! by SIGKILL) released the lock with its last file descriptor, so the next worker to start removes
-//! what it left behind. A finished attempt's directory is removed by the root's sweeper thread, off
-//! the path from one job to the next.
+//! what it left behind, and so does every live worker's sweeper once every `STALE_ROOTS_PERIOD`
+//! (a host whose workers never restart kept a crashed worker's attempts, of any size, for good). A
+//! finished attempt's directory is removed by the root's sweeper thread, off the path from one job
+//! to the next.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -12,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use rustix::fs::{FileType, Mode, OFlags};
@@ -22,6 +24,10 @@ const LOCK_SUFFIX: &str = ".lock";
 
 /// How long a root being dropped waits for its sweeper to remove what it was handed.
 const SWEEP_PATIENCE: Duration = Duration::from_secs(10);
+
+/// How often a root's sweeper removes the roots of workers that are gone (one listing of the
+/// scratch folder and a lock tried per root: nothing next to a job's cost).
+pub const STALE_ROOTS_PERIOD: Duration = Duration::from_secs(30);
 
 /// `$WF_HOME/scratch/<pid>-<random>/`, locked through `<pid>-<random>.lock` beside it for as long
 /// as this value lives; removed on drop.
@@ -57,7 +63,8 @@ impl Sweep {
     }
 }
 
-/// The thread that removes finished attempts' directories, one after the other.
+/// The thread that removes finished attempts' directories, one after the other, and the roots of
+/// workers that are gone every `STALE_ROOTS_PERIOD`.
 #[derive(Debug)]
 struct Sweeper {
     paths: Sender<PathBuf>,
@@ -68,15 +75,27 @@ struct Sweeper {
 }
 
 impl Sweeper {
-    fn start() -> Result<Sweeper> {
+    /// Start the sweeper of root `own` in the scratch folder `parent`.
+    fn start(parent: PathBuf, own: String) -> Result<Sweeper> {
         let (sender, paths) = mpsc::channel::<PathBuf>();
         let (finished, done) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("wf-scratch-sweeper".to_string())
             .spawn(move || {
                 let _finished = finished;
-                for path in paths {
-                    let _ = remove_tree(&path);
+                let mut next_stale = Instant::now() + STALE_ROOTS_PERIOD;
+                loop {
+                    match paths.recv_timeout(next_stale.saturating_duration_since(Instant::now())) {
+                        Ok(path) => {
+                            let _ = remove_tree(&path);
+                        }
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                    if Instant::now() >= next_stale {
+                        remove_stale_roots(&parent, &own);
+                        next_stale = Instant::now() + STALE_ROOTS_PERIOD;
+                    }
                 }
             })
             .context("starting the scratch sweeper thread")?;
@@ -104,7 +123,8 @@ impl ScratchRoot {
             .create(&dir)
             .with_context(|| format!("creating the scratch directory {}", dir.display()))?;
         remove_stale_roots(&parent, &name);
-        Ok(ScratchRoot { dir, lock_path, _lock: lock, wrapper, transpiled: None, sweeper: Some(Sweeper::start()?) })
+        let sweeper = Sweeper::start(parent, name)?;
+        Ok(ScratchRoot { dir, lock_path, _lock: lock, wrapper, transpiled: None, sweeper: Some(sweeper) })
     }
 
     /// A handle to this root's sweeper: a directory sent to it is removed in the background.
@@ -203,7 +223,7 @@ fn lock_new(path: &Path) -> Result<Option<File>> {
 
 /// Remove every sibling root whose lock is not held: its worker is gone. A directory without a lock
 /// file is debris too: a live root's lock file is created before its directory and removed after it.
-/// Best effort: a root that cannot be removed now is tried again by the next worker.
+/// Best effort: a root that cannot be removed now is tried again later.
 fn remove_stale_roots(parent: &Path, own: &str) {
     let Ok(entries) = fs::read_dir(parent) else { return };
     let mut names: Vec<String> = entries

@@ -489,3 +489,40 @@ fn timings_a_worker_cannot_keep_are_refused_before_it_starts() {
         env.scalar_of("SELECT count(*) FROM job_queue WHERE job_id = $1::text::uuid AND NOT running", &[&job]);
     assert_eq!(waiting, 1, "nothing claimed");
 }
+
+/// A worker killed mid-job leaves its scratch root (the attempt's folder, of any size): it was
+/// removed only when a worker next started on the host, so a host whose workers run for weeks kept
+/// every crashed worker's attempts. A live worker's sweeper now removes it within its period.
+#[test]
+fn a_live_worker_removes_the_scratch_of_a_worker_killed_beside_it() {
+    let env = TestEnv::new();
+    synced(&env);
+    let mut live = worker(&env, "live", &["--tag", "elsewhere", "--grace", "0s"]);
+    wait_for(Duration::from_secs(30), "the live worker's root", || {
+        let entries = std::fs::read_dir(env.home().join("scratch")).ok()?;
+        entries
+            .flatten()
+            .any(|entry| entry.file_name().to_string_lossy().starts_with(&format!("{}-", live.id())))
+            .then_some(())
+    });
+    let job = enqueue(&env, "t/sleep", json!({"ms": 60000}));
+    let mut killed = worker(&env, "killed", &[]);
+    let root = wait_for(Duration::from_secs(30), "the killed worker's attempt", || {
+        let entries = std::fs::read_dir(env.home().join("scratch")).ok()?;
+        let prefix = format!("{}-", killed.id());
+        let root = entries
+            .flatten()
+            .map(|entry| entry.path())
+            .find(|path| path.is_dir() && path.file_name().unwrap().to_string_lossy().starts_with(&prefix))?;
+        let attempt =
+            std::fs::read_dir(&root).ok()?.flatten().any(|entry| entry.file_name().to_string_lossy().starts_with(&job));
+        attempt.then_some(root)
+    });
+    signal(&killed, libc::SIGKILL);
+    killed.wait().unwrap();
+    let patience = wf::runner::STALE_ROOTS_PERIOD + Duration::from_secs(30);
+    wait_for(patience, "the live worker to remove the killed worker's root", || (!root.exists()).then_some(()));
+    assert!(live.try_wait().unwrap().is_none(), "the live worker runs on");
+    signal(&live, libc::SIGTERM);
+    assert!(live.wait().unwrap().success());
+}
