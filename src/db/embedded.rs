@@ -38,6 +38,11 @@ const ROOT_CLUSTERS: &str = "/var/lib/windforce";
 /// How long a start waits for the processes of a killed server to let go of its shared memory.
 const START_RETRY: Duration = Duration::from_secs(20);
 
+/// The server's log grows for as long as the cluster lives (a few lines at each start and
+/// checkpoint, every error): past this size it is set aside as `postgres.log.1`, replacing the one
+/// set aside before, when the server is started.
+const LOG_KEPT_BYTES: u64 = 10 * 1024 * 1024;
+
 #[derive(Debug, Clone)]
 pub struct Cluster {
     /// `$WF_HOME`.
@@ -126,6 +131,17 @@ impl Cluster {
 
     fn log_file(&self) -> PathBuf {
         self.dir.join("postgres.log")
+    }
+
+    /// Set the server's log aside once it is longer than `LOG_KEPT_BYTES`.
+    fn set_long_log_aside(&self) -> Result<()> {
+        let log = self.log_file();
+        if fs::metadata(&log).is_ok_and(|meta| meta.len() > LOG_KEPT_BYTES) {
+            let aside = self.dir.join("postgres.log.1");
+            fs::rename(&log, &aside)
+                .with_context(|| format!("setting {} aside as {}", log.display(), aside.display()))?;
+        }
+        Ok(())
     }
 
     fn initialized(&self) -> bool {
@@ -343,6 +359,7 @@ impl Cluster {
     }
 
     fn start(&self) -> Result<()> {
+        self.set_long_log_aside()?;
         let deadline = Instant::now() + START_RETRY;
         loop {
             let log_before = fs::metadata(self.log_file()).map_or(0, |meta| meta.len() as usize);

@@ -3,6 +3,7 @@
 //! and as a normal user, and starts it again after a crash.
 
 use std::fs;
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -232,6 +233,29 @@ fn db_up_starts_the_cluster_again_after_its_server_was_killed() {
     embedded.assert_running_and_migrated();
     let new_pid: i32 = embedded.postmaster_pid_file().unwrap()[0].parse().unwrap();
     assert_ne!(new_pid, pid);
+}
+
+/// The server's log grew for as long as the cluster lived (no rotation); past 10 MiB it is set
+/// aside as `postgres.log.1` when the server starts, and the new log holds that start.
+#[test]
+fn a_long_server_log_is_set_aside_when_the_server_starts() {
+    let embedded = EmbeddedHome::new();
+    embedded.wf(["db", "up"]).ok();
+    embedded.wf(["db", "down"]).ok();
+    let log = fs::canonicalize(embedded.pg()).unwrap().join("postgres.log");
+    let long = vec![b'x'; 10 * 1024 * 1024 + 1];
+    fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(&long).unwrap();
+    let before = fs::metadata(&log).unwrap().len();
+    embedded.wf(["db", "up"]).ok();
+    embedded.assert_running_and_migrated();
+    let aside = log.with_file_name("postgres.log.1");
+    assert_eq!(fs::metadata(&aside).map(|meta| meta.len()).ok(), Some(before), "the long log set aside whole");
+    let new = fs::read_to_string(&log).unwrap();
+    assert!(new.len() < 1024 * 1024 && new.contains("database system is ready"), "{new}");
+    // A short log is kept as it is.
+    embedded.wf(["db", "down"]).ok();
+    embedded.wf(["db", "up"]).ok();
+    assert!(fs::read_to_string(&log).unwrap().starts_with(&new), "the short log was kept and appended to");
 }
 
 /// A cluster that lost its PG_VERSION (by hand here) is not a cluster wf made and left
