@@ -262,14 +262,18 @@ impl Draft {
     pub(crate) fn start(store: &Path, git_source_id: Uuid) -> Result<Draft> {
         let source_dir = store.join(git_source_id.to_string());
         let blobs_dir = store.join(BLOBS);
-        for folder in [store, &source_dir, &blobs_dir] {
+        let made = |folder: &Path| {
             fs::create_dir_all(folder)
-                .with_context(|| format!("creating {} (is WF_STORE a writable directory?)", folder.display()))?;
-        }
+                .with_context(|| format!("creating {} (is WF_STORE a writable directory?)", folder.display()))
+        };
+        made(store)?;
+        made(&blobs_dir)?;
         let temp = source_dir.join(format!("{TEMPORARY_PREFIX}{}", Uuid::new_v4().simple()));
-        // Made and locked under the store's lock: no cleaning can take it for debris in between.
+        // Made and locked under the store's lock: no cleaning can take it for debris in between,
+        // nor remove the source's folder as empty.
         let hold = {
             let _lock = StoreLock::take(store)?;
+            made(&source_dir)?;
             remove_temporary_trees(&source_dir)?;
             remove_temporary_trees(&blobs_dir)?;
             fs::create_dir(&temp).with_context(|| format!("creating {}", temp.display()))?;
@@ -567,6 +571,10 @@ pub(crate) fn remove_trees(
         } else {
             let _ = fs::remove_file(dir.join(MARKER));
             fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+            // The source's folder once it holds no tree (a new draft makes it under the lock).
+            if let Some(source_dir) = dir.parent() {
+                let _ = fs::remove_dir(source_dir);
+            }
         }
     }
     for entry in read_dir_or_none(&store.join(BLOBS))? {

@@ -348,6 +348,13 @@ fn prune_sources_removes_the_commits_no_job_pins_in_the_database_and_in_the_stor
     let other = host(&env, "host2");
     ends_well(&env, worker_of(&env, &other, "h2", &["--drain"]), "h2");
     assert_eq!(status_of(&env, &there), "success");
+
+    // A source removed, its jobs pruned: its commits leave the store, and so does its folder (an
+    // empty folder per removed source was left for good).
+    env.wf(["source", "rm", "tests", "--yes"]).ok();
+    env.wf(["prune", "--older-than", "0s", "--yes"]).ok();
+    env.wf(["prune", "--sources", "--yes"]).ok();
+    assert!(!env.store().join(&id).exists(), "the removed source's folder is left");
 }
 
 #[test]
