@@ -217,9 +217,22 @@ fn a_second_signal_says_what_the_bench_leaves() {
     wait_for(Duration::from_secs(60), "the bench to enqueue", || {
         (env.scalar::<i64>("SELECT count(*) FROM job") > 0).then_some(())
     });
+    // The second signal comes while the first one's cleanup waits for a lock the test holds (two
+    // signals sent back to back may reach the process as one).
+    let mut holder_connection = env.db();
+    let mut holder = holder_connection.transaction().unwrap();
+    holder.batch_execute("LOCK TABLE worker IN SHARE MODE").unwrap();
     signal(&bench, libc::SIGINT);
+    wait_for(Duration::from_secs(60), "the cleanup to wait for the lock", || {
+        let waiting: i64 = env.scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'wf-bench-% cleanup'
+                AND wait_event_type = 'Lock'",
+        );
+        (waiting > 0).then_some(())
+    });
     signal(&bench, libc::SIGINT);
     let status = bench.wait().unwrap();
+    holder.rollback().unwrap();
     let said = std::fs::read_to_string(&log).unwrap();
     assert_eq!(status.code(), Some(130), "{said}");
     assert!(said.contains("a second signal: stopped at once, leaving its jobs and catalog rows"), "{said}");
