@@ -29,6 +29,16 @@ fn assert_nothing_left(env: &TestEnv) {
     assert!(left.is_empty(), "wf bench left {left:?} in the store");
 }
 
+/// Wait until the server has no connection left of the bench of `tag`: a bench that died may leave
+/// a statement running a moment, and the next bench keeps what a connection is still named after.
+fn disconnected(env: &TestEnv, tag: &str) {
+    wait_for(Duration::from_secs(30), "the dead bench's connections to end", || {
+        let left: i64 =
+            env.scalar_of("SELECT count(*) FROM pg_stat_activity WHERE strpos(application_name, $1) > 0", &[&tag]);
+        (left == 0).then_some(())
+    });
+}
+
 fn rate(report: &Value, key: &str) -> f64 {
     let rate = report[key].as_f64().unwrap_or_else(|| panic!("{key} is not a number: {report}"));
     assert!(rate > 0.0, "{key} is {rate}: {report}");
@@ -237,6 +247,7 @@ fn a_second_signal_says_what_the_bench_leaves() {
     assert_eq!(status.code(), Some(130), "{said}");
     assert!(said.contains("a second signal: stopped at once, leaving its jobs and catalog rows"), "{said}");
     let tag: String = env.scalar("SELECT name FROM git_source");
+    disconnected(&env, &tag);
     let next = env.wf(["bench", "--jobs", "3", "--workers", "1"]).ok();
     assert!(next.stderr.contains(&format!("the bench {tag}, which did not finish")), "{}", next.stderr);
     assert_nothing_left(&env);
@@ -278,6 +289,7 @@ fn a_bench_removes_what_a_killed_bench_left_behind_and_leaves_a_running_one_alon
         let tag = wait_for(Duration::from_secs(120), "the bench to reach its phase", || benches(phase).pop());
         signal(&bench, libc::SIGKILL);
         bench.wait().unwrap();
+        disconnected(&env, &tag);
         if let Some(earlier) = killed.last() {
             let said = std::fs::read_to_string(&said).unwrap();
             assert!(said.contains(&format!("the bench {earlier}, which did not finish")), "{said}");
@@ -291,6 +303,14 @@ fn a_bench_removes_what_a_killed_bench_left_behind_and_leaves_a_running_one_alon
     assert_eq!(env.scalar::<i64>("SELECT count(*) FROM worker"), 1, "the killed bench left its worker's row");
     assert_eq!(folders(), 1, "the killed bench's store folder");
 
+    // Its guard connection lost (as in a restart of the server): its lock is free, its other
+    // connections still say it runs.
+    let guard = format!("{running_tag} guard");
+    let ended: bool = env.scalar_of(
+        "SELECT bool_and(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+        &[&guard],
+    );
+    assert!(ended, "the running bench's guard connection");
     let sweep = env.wf(["bench", "--bun", "--jobs", "3", "--workers", "1", "--json"]).ok();
     assert!(sweep.stderr.contains(&format!("the bench {}, which did not finish", killed[1])), "{}", sweep.stderr);
     assert!(!sweep.stderr.contains(&running_tag), "{}", sweep.stderr);
