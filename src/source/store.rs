@@ -532,12 +532,19 @@ pub(crate) fn trees(store: &Path) -> Result<Vec<(Uuid, String)>> {
         for commit in read_dir_or_none(&source.path())? {
             let name = commit.file_name();
             let Some(sha) = name.to_str() else { continue };
-            if !sha.starts_with('.') && commit.file_type()?.is_dir() {
+            if is_commit_name(sha) && commit.file_type()?.is_dir() {
                 trees.push((id, sha.to_string()));
             }
         }
     }
     Ok(trees)
+}
+
+/// Whether a folder of a source's is named as a commit's tree is (its id in hex, SHA-1 or SHA-256):
+/// anything else there (debris set aside, `wf bench`'s bare loop beside its tree) is no commit for
+/// `wf prune --sources` to remove.
+fn is_commit_name(name: &str) -> bool {
+    matches!(name.len(), 40 | 64) && name.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The store's lock, for a caller that takes it before other locks (see `remove_trees`); none when
@@ -836,7 +843,25 @@ fn sync_dir(dir: &Path) -> Result<()> {
 mod tests {
     use std::fs::{self, File};
 
-    use super::{TEMPORARY_PREFIX, remove_temporary_trees};
+    use super::{TEMPORARY_PREFIX, remove_temporary_trees, trees};
+
+    /// Only commits' trees are trees: `wf bench`'s bare loop beside its tree was taken for an
+    /// unpinned commit, and removed by a `wf prune --sources` in the middle of the bench.
+    #[test]
+    fn the_trees_of_a_store_are_the_folders_named_as_commits() {
+        let store = tempfile::tempdir().unwrap();
+        let source = uuid::Uuid::new_v4();
+        let (sha1, sha256) = ("0123456789abcdef0123456789abcdef01234567", "ab".repeat(32));
+        for name in [sha1, &sha256, "bare-loop", ".tmp-replaced-1", "0123456789ABCDEF0123456789ABCDEF01234567"] {
+            fs::create_dir_all(store.path().join(source.to_string()).join(name)).unwrap();
+        }
+        fs::create_dir_all(store.path().join(".blobs")).unwrap();
+        let mut found = trees(store.path()).unwrap();
+        found.sort();
+        let mut expected = vec![(source, sha1.to_string()), (source, sha256)];
+        expected.sort();
+        assert_eq!(found, expected);
+    }
 
     /// The debris of dead processes goes, a draft in use (its tree locked) stays.
     #[test]
