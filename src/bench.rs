@@ -686,13 +686,6 @@ impl store::BlobSource for NoopBlob {
     }
 }
 
-impl Namespace {
-    /// The scratch schema of the floor measurement.
-    fn floor_schema(&self) -> String {
-        floor_schema(&self.tag)
-    }
-}
-
 /// The floor: the seed's claim for one tag (`tag = $1`: with `tag = ANY($1)` PostgreSQL 15 cannot
 /// walk the index in order and sorts the queue at every claim) and a one-statement completion,
 /// prepared once per connection, on tables with just the columns they touch, in a schema of their
@@ -709,7 +702,7 @@ struct Floor {
 impl Floor {
     /// The scratch schema with `jobs` due jobs, and the connections.
     fn create(namespace: &Namespace, jobs: u32, workers: u32) -> Result<Floor> {
-        let schema = namespace.floor_schema();
+        let schema = floor_schema(&namespace.tag);
         let mut client = namespace.database.connect_as(&format!("{} floor setup", namespace.tag))?;
         client.batch_execute(&format!(
             "CREATE SCHEMA {schema};

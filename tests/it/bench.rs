@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::fixtures::{path, signal};
-use crate::support::harness::{TestEnv, wait_for};
+use crate::support::harness::{Process, TestEnv, wait_for};
 
 /// The bench's jobs, catalog rows, workers and store tree are gone (the test database starts empty).
 fn assert_nothing_left(env: &TestEnv) {
@@ -37,6 +37,21 @@ fn disconnected(env: &TestEnv, tag: &str) {
             env.scalar_of("SELECT count(*) FROM pg_stat_activity WHERE strpos(application_name, $1) > 0", &[&tag]);
         (left == 0).then_some(())
     });
+}
+
+/// A bench of a million jobs, its output in `log`, once it has enqueued some (the test database
+/// holds no other job).
+fn enqueuing_bench(env: &TestEnv, log: &std::path::Path) -> Process {
+    let bench = env.wf(["bench", "--jobs", "1000000"]).spawn(log);
+    wait_for(Duration::from_secs(60), "the bench to enqueue", || {
+        (env.scalar::<i64>("SELECT count(*) FROM job") > 0).then_some(())
+    });
+    bench
+}
+
+/// Whether a bench's output says it removed what the bench of `tag` left.
+fn says_removed(said: &str, tag: &str) -> bool {
+    said.contains(&format!("the bench {tag}, which did not finish"))
 }
 
 fn rate(report: &Value, key: &str) -> f64 {
@@ -205,10 +220,7 @@ fn bench_that_fails_midway_still_cleans_up() {
 fn interrupted_bench_cleans_up() {
     let env = TestEnv::new();
     let log = path(&env, "bench.log");
-    let mut bench = env.wf(["bench", "--jobs", "1000000"]).spawn(&log);
-    wait_for(Duration::from_secs(60), "the bench to enqueue", || {
-        (env.scalar::<i64>("SELECT count(*) FROM job") > 0).then_some(())
-    });
+    let mut bench = enqueuing_bench(&env, &log);
     signal(&bench, libc::SIGINT);
     let status = bench.wait().unwrap();
     let stderr = std::fs::read_to_string(&log).unwrap();
@@ -223,10 +235,7 @@ fn interrupted_bench_cleans_up() {
 fn a_second_signal_says_what_the_bench_leaves() {
     let env = TestEnv::new();
     let log = path(&env, "bench.log");
-    let mut bench = env.wf(["bench", "--jobs", "1000000"]).spawn(&log);
-    wait_for(Duration::from_secs(60), "the bench to enqueue", || {
-        (env.scalar::<i64>("SELECT count(*) FROM job") > 0).then_some(())
-    });
+    let mut bench = enqueuing_bench(&env, &log);
     // The second signal comes while the first one's cleanup waits for a lock the test holds (two
     // signals sent back to back may reach the process as one).
     let mut holder_connection = env.db();
@@ -249,7 +258,7 @@ fn a_second_signal_says_what_the_bench_leaves() {
     let tag: String = env.scalar("SELECT name FROM git_source");
     disconnected(&env, &tag);
     let next = env.wf(["bench", "--jobs", "3", "--workers", "1"]).ok();
-    assert!(next.stderr.contains(&format!("the bench {tag}, which did not finish")), "{}", next.stderr);
+    assert!(says_removed(&next.stderr, &tag), "{}", next.stderr);
     assert_nothing_left(&env);
 }
 
@@ -280,7 +289,7 @@ fn a_bench_removes_what_a_killed_bench_left_behind_and_leaves_a_running_one_alon
     // what the first left.
     let floor = "EXISTS (SELECT FROM pg_namespace WHERE nspname = 'wf_bench_floor_' || substr(name, 10))";
     let bun = "EXISTS (SELECT FROM worker w WHERE w.name = git_source.name)";
-    let mut killed = Vec::new();
+    let mut killed: Vec<String> = Vec::new();
     for (args, phase) in [(&["--floor", "--jobs", "20000"][..], floor), (&["--bun", "--jobs", "200"], bun)] {
         let mut all = vec!["bench", "--workers", "1"];
         all.extend_from_slice(args);
@@ -292,7 +301,7 @@ fn a_bench_removes_what_a_killed_bench_left_behind_and_leaves_a_running_one_alon
         disconnected(&env, &tag);
         if let Some(earlier) = killed.last() {
             let said = std::fs::read_to_string(&said).unwrap();
-            assert!(said.contains(&format!("the bench {earlier}, which did not finish")), "{said}");
+            assert!(says_removed(&said, earlier), "{said}");
         }
         assert_eq!(benches(&others), std::slice::from_ref(&tag));
         killed.push(tag);
@@ -312,7 +321,7 @@ fn a_bench_removes_what_a_killed_bench_left_behind_and_leaves_a_running_one_alon
     );
     assert!(ended, "the running bench's guard connection");
     let sweep = env.wf(["bench", "--bun", "--jobs", "3", "--workers", "1", "--json"]).ok();
-    assert!(sweep.stderr.contains(&format!("the bench {}, which did not finish", killed[1])), "{}", sweep.stderr);
+    assert!(says_removed(&sweep.stderr, &killed[1]), "{}", sweep.stderr);
     assert!(!sweep.stderr.contains(&running_tag), "{}", sweep.stderr);
     assert_eq!(benches("true"), [running_tag], "only the running bench's source is left");
     assert_eq!((env.scalar::<i64>(&left), folders()), (0, 0));
@@ -329,10 +338,7 @@ fn a_bench_removes_what_a_killed_bench_left_behind_and_leaves_a_running_one_alon
 fn a_bench_cut_off_from_its_database_says_what_it_left_and_the_next_removes_it() {
     let env = TestEnv::new();
     let log = path(&env, "bench.log");
-    let mut bench = env.wf(["bench", "--jobs", "1000000"]).spawn(&log);
-    wait_for(Duration::from_secs(60), "the bench to enqueue", || {
-        (env.scalar::<i64>("SELECT count(*) FROM job") > 0).then_some(())
-    });
+    let mut bench = enqueuing_bench(&env, &log);
     let tag: String = env.scalar("SELECT name FROM git_source");
     let mut admin = postgres::Client::connect(&TestEnv::cluster_url("postgres"), postgres::NoTls).unwrap();
     admin.batch_execute(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false", env.dbname)).unwrap();
@@ -348,6 +354,6 @@ fn a_bench_cut_off_from_its_database_says_what_it_left_and_the_next_removes_it()
     assert!(env.scalar::<i64>("SELECT count(*) FROM job") > 0, "left behind");
 
     let next = env.wf(["bench", "--jobs", "3", "--workers", "1"]).ok();
-    assert!(next.stderr.contains(&format!("the bench {tag}, which did not finish")), "{}", next.stderr);
+    assert!(says_removed(&next.stderr, &tag), "{}", next.stderr);
     assert_nothing_left(&env);
 }

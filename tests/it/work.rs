@@ -497,23 +497,21 @@ fn timings_a_worker_cannot_keep_are_refused_before_it_starts() {
 fn a_live_worker_removes_the_scratch_of_a_worker_killed_beside_it() {
     let env = TestEnv::new();
     synced(&env);
-    let mut live = worker(&env, "live", &["--tag", "elsewhere", "--grace", "0s"]);
-    wait_for(Duration::from_secs(30), "the live worker's root", || {
+    // The scratch root of the worker process `pid`, once it is there.
+    let root_of = |pid: u32| {
         let entries = std::fs::read_dir(env.home().join("scratch")).ok()?;
+        let prefix = format!("{pid}-");
         entries
             .flatten()
-            .any(|entry| entry.file_name().to_string_lossy().starts_with(&format!("{}-", live.id())))
-            .then_some(())
-    });
+            .map(|entry| entry.path())
+            .find(|path| path.is_dir() && path.file_name().unwrap().to_string_lossy().starts_with(&prefix))
+    };
+    let mut live = worker(&env, "live", &["--tag", "elsewhere", "--grace", "0s"]);
+    wait_for(Duration::from_secs(30), "the live worker's root", || root_of(live.id()));
     let job = enqueue(&env, "t/sleep", json!({"ms": 60000}));
     let mut killed = worker(&env, "killed", &[]);
     let root = wait_for(Duration::from_secs(30), "the killed worker's attempt", || {
-        let entries = std::fs::read_dir(env.home().join("scratch")).ok()?;
-        let prefix = format!("{}-", killed.id());
-        let root = entries
-            .flatten()
-            .map(|entry| entry.path())
-            .find(|path| path.is_dir() && path.file_name().unwrap().to_string_lossy().starts_with(&prefix))?;
+        let root = root_of(killed.id())?;
         let attempt =
             std::fs::read_dir(&root).ok()?.flatten().any(|entry| entry.file_name().to_string_lossy().starts_with(&job));
         attempt.then_some(root)
