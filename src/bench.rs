@@ -79,6 +79,9 @@ pub(crate) struct Plan {
     pub workers: u32,
     /// Also measure end to end with a trivial bun action, run by a worker of this host.
     pub bun: Option<Local>,
+    /// This host's store: where the `--bun` action's tree goes, and where a bench that did not
+    /// finish may have left one.
+    pub store: Option<PathBuf>,
     /// Also measure the floor: the seed's minimal statements, prepared, on a scratch schema.
     pub floor: bool,
     /// Jobs each claimer claims, and completes, per statement (a worker claims as many as it has
@@ -322,7 +325,7 @@ pub(crate) trait Progress: Sync {
 /// Run every measurement of `plan` in a new namespace, and remove the namespace.
 pub(crate) fn run(database: &Database, plan: &Plan, progress: &dyn Progress) -> Result<Report> {
     let interrupt = Interrupt::install()?;
-    let namespace = Namespace::create(database, plan.bun.as_ref().map(|local| local.store.as_path()))?;
+    let namespace = Namespace::create(database, plan.store.as_deref(), plan.bun.is_some())?;
     let report = measure(&namespace, plan, progress, &interrupt);
     let left_behind = namespace.left_behind();
     match (report, namespace.remove()) {
@@ -500,16 +503,17 @@ struct Namespace {
 
 impl Namespace {
     /// The catalog rows the enqueue path needs (a source, an app and an action, written by the
-    /// library's own catalog), and with a `bun_store` the action's tree, marker last and before the
-    /// catalog, as `wf sync` does.
-    fn create(database: &Database, bun_store: Option<&Path>) -> Result<Namespace> {
+    /// library's own catalog), and with `bun` the action's tree in `store`, marker last and before
+    /// the catalog, as `wf sync` does. First removes what benches that did not finish left, their
+    /// folders in `store` too.
+    fn create(database: &Database, store: Option<&Path>, bun: bool) -> Result<Namespace> {
         let tag = format!("wf-bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
         let commit_sha = format!("{}{}", Uuid::new_v4().simple(), &Uuid::new_v4().simple().to_string()[..8]);
         let mut guard = database.connect_as(&format!("{tag} guard"))?;
         // Idle for the whole run: a server that ends idle sessions would free the lock under it.
         guard.batch_execute("SET idle_session_timeout = 0")?;
         guard.execute("SELECT pg_advisory_lock($1, hashtext($2))", &[&BENCH_LOCK, &tag])?;
-        sweep_leftovers(database, &mut guard, bun_store)?;
+        sweep_leftovers(database, &mut guard, store)?;
         let mut namespace = Namespace {
             database: database.clone(),
             _guard: std::sync::Mutex::new(guard),
@@ -522,7 +526,8 @@ impl Namespace {
         let mut tx = client.transaction()?;
         let source = git_source::add(&mut tx, &namespace.tag, SYNTHETIC_URL, None)?;
         namespace.git_source_id = source.id;
-        if let Some(store) = bun_store {
+        if bun {
+            let store = store.context("the store of this host, for the bench's action")?;
             namespace.store_dir = Some(store.join(source.id.to_string()));
             let files = [store::TreeFile {
                 path: ENTRYPOINT.into(),
@@ -621,12 +626,12 @@ fn remove_namespace(database: &Database, tag: &str, source: Option<Uuid>, store_
 fn sweep_leftovers(database: &Database, guard: &mut Client, store: Option<&Path>) -> Result<()> {
     let leftovers = guard.query(
         "SELECT t.tag, s.id
-           FROM (SELECT name AS tag FROM git_source WHERE name ~ '^wf-bench-[0-9a-f]{8}$' AND url = $1
+           FROM (SELECT name AS tag FROM git_source WHERE name ~ $2 AND url = $1
                  UNION
                  SELECT 'wf-bench-' || substr(nspname, 16) FROM pg_namespace
                   WHERE nspname ~ '^wf_bench_floor_[0-9a-f]{8}$') t
            LEFT JOIN git_source s ON s.name = t.tag AND s.url = $1",
-        &[&SYNTHETIC_URL],
+        &[&SYNTHETIC_URL, &NAME_PATTERN],
     )?;
     for leftover in leftovers {
         let (tag, source): (String, Option<Uuid>) = (leftover.get(0), leftover.get(1));
@@ -656,6 +661,15 @@ fn sweep_leftovers(database: &Database, guard: &mut Client, store: Option<&Path>
         }
     }
     Ok(())
+}
+
+/// The names of benches (their source, app, tag and workers), as a regular expression of SQL.
+pub(crate) const NAME_PATTERN: &str = "^wf-bench-[0-9a-f]{8}$";
+
+/// A bench's name: `wf-bench-` and 8 hexadecimal digits, as `NAME_PATTERN` matches.
+pub(crate) fn is_bench_name(name: &str) -> bool {
+    name.strip_prefix("wf-bench-")
+        .is_some_and(|id| id.len() == 8 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 /// The floor's scratch schema of the bench of `tag`.
@@ -1292,7 +1306,17 @@ impl Interrupt {
 
 #[cfg(test)]
 mod tests {
-    use super::Processors;
+    use super::{Processors, is_bench_name};
+
+    #[test]
+    fn a_bench_name_is_wf_bench_and_eight_lowercase_hex_digits() {
+        assert!(is_bench_name("wf-bench-0123abcd"));
+        for other in
+            ["wf-bench-0123ABCD", "wf-bench-0123abc", "wf-bench-0123abcde", "wf-bench-0123abcg", "wf-bench-", "first"]
+        {
+            assert!(!is_bench_name(other), "{other}");
+        }
+    }
 
     #[test]
     fn steal_is_the_share_of_all_processor_time_between_two_readings() {

@@ -26,6 +26,8 @@ pub(super) fn run(ctx: &Ctx, args: BenchArgs) -> CommandResult {
         jobs: args.jobs,
         workers: args.workers,
         bun: if args.bun { Some(ctx.local()?) } else { None },
+        // Without a home of its own (no WF_HOME, no HOME) a bench leaves the folders alone.
+        store: ctx.config.store().ok(),
         floor: args.floor,
         batch: args.batch,
     };

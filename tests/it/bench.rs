@@ -320,7 +320,8 @@ fn a_bench_removes_what_a_killed_bench_left_behind_and_leaves_a_running_one_alon
         &[&guard],
     );
     assert!(ended, "the running bench's guard connection");
-    let sweep = env.wf(["bench", "--bun", "--jobs", "3", "--workers", "1", "--json"]).ok();
+    // A bench without `--bun` removes the killed one's store folder too.
+    let sweep = env.wf(["bench", "--jobs", "3", "--workers", "1", "--json"]).ok();
     assert!(says_removed(&sweep.stderr, &killed[1]), "{}", sweep.stderr);
     assert!(!sweep.stderr.contains(&running_tag), "{}", sweep.stderr);
     assert_eq!(benches("true"), [running_tag], "only the running bench's source is left");

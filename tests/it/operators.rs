@@ -196,6 +196,39 @@ fn workers_signing_with_different_keys_warn_of_each_other() {
     }
 }
 
+/// A `wf bench --bun` round's worker serves only the bench's jobs, whose tokens no one verifies: a
+/// real worker signing with another key does not warn of it (each round warned anew), nor the bench
+/// of the real worker.
+#[test]
+fn a_bench_and_a_worker_with_another_key_do_not_warn_of_each_other() {
+    let env = TestEnv::new();
+    let (one, other) = ("0123456789abcdef0123456789abcdef-one", "0123456789abcdef0123456789abcdef-other");
+    let log = env.dir.path().join("first.log");
+    let first =
+        env.wf(["work", "--name", "first", "--heartbeat", "1s", "--grace", "0s"]).env("WF_SECRET", one).spawn(&log);
+    wait_for(Duration::from_secs(30), "the worker in the registry", || {
+        (env.scalar::<i64>("SELECT count(*) FROM worker WHERE name = 'first'") == 1).then_some(())
+    });
+    let bench = env.wf(["bench", "--bun", "--jobs", "4", "--workers", "1"]).env("WF_SECRET", other).ok();
+    assert!(!bench.stderr.contains("WF_SECRET"), "the bench warned of the worker: {}", bench.stderr);
+    // A bench's worker row (its rounds' are too short-lived to be seen for sure), and a stranger's.
+    env.db()
+        .batch_execute(
+            "INSERT INTO worker (id, name, host, pid, tags, slots, window_s, key_id)
+             VALUES ('wf-bench-0123abcd#1', 'wf-bench-0123abcd', 'elsewhere', 1, '{wf-bench-0123abcd}', 1, 3600, 'bench'),
+                    ('stranger#1', 'stranger', 'elsewhere', 1, '{default}', 1, 3600, 'stranger')",
+        )
+        .unwrap();
+    let journal = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_for(Duration::from_secs(30), "the worker to warn of the stranger", || {
+        journal().contains("worker stranger on host elsewhere signs").then_some(())
+    });
+    signal(&first, libc::SIGTERM);
+    let mut first = first;
+    assert!(first.wait().unwrap().success());
+    assert!(!journal().contains("wf-bench-"), "{}", journal());
+}
+
 /// Job ids begin with their creation time, and a batch's follow each other: a table shows of each
 /// the shortest beginning no other id has, which names that job alone.
 #[test]
