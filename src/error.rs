@@ -115,15 +115,31 @@ impl<E: Into<anyhow::Error>> From<E> for CommandError {
     }
 }
 
+/// The most characters of an error's causes said: a cause may quote a value given to wf, which
+/// may be megabytes (a database error quotes the text it could not take).
+const ERROR_CHARS: usize = 10_000;
+
 /// The whole cause chain on one line, then the hint: one line whatever the causes say (a database
 /// error, for one, puts its DETAIL and HINT on lines of their own).
 impl fmt::Display for CommandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let text = format!("{:#}", self.error);
-        f.write_str(&text.split('\n').map(str::trim_end).collect::<Vec<_>>().join(" "))?;
+        let text = text.split('\n').map(str::trim_end).collect::<Vec<_>>().join(" ");
+        f.write_str(&shortened(&text, ERROR_CHARS))?;
         match &self.hint {
             Some(hint) => write!(f, "; {hint}"),
             None => Ok(()),
+        }
+    }
+}
+
+/// `text`, or its first `most` characters and how many more there were.
+pub(crate) fn shortened(text: &str, most: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(most) {
+        None => text.into(),
+        Some((end, _)) => {
+            let more = text[end..].chars().count();
+            format!("{}... ({more} more character{})", &text[..end], if more == 1 { "" } else { "s" }).into()
         }
     }
 }
@@ -139,4 +155,16 @@ pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
         };
         kind == Some(std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shortened;
+
+    #[test]
+    fn a_long_text_is_shortened_to_its_beginning_and_how_much_more_there_was() {
+        assert_eq!(shortened("abc", 3), "abc");
+        assert_eq!(shortened("abcdé", 3), "abc... (2 more characters)");
+        assert_eq!(shortened("ééééé", 4), "éééé... (1 more character)");
+    }
 }

@@ -148,8 +148,9 @@ pub(crate) const KEY_MAX_BYTES: usize = 1000;
 /// 1.2 GB for a million.
 pub(crate) const ENQUEUE_CHUNK: usize = 5_000;
 
-/// The most problems of inputs that do not match the input schema an error lists.
-const PROBLEMS_SHOWN: usize = 20;
+/// The most problems an error lists of inputs that do not match the input schema, or of a result
+/// that does not match the output schema.
+pub(crate) const PROBLEMS_SHOWN: usize = 20;
 
 /// The jobs of one request, enqueued chunk by chunk in one transaction: the pins are read once,
 /// so every chunk pins the same commit and settings. `enqueue` pushes the request's inputs;
@@ -390,6 +391,17 @@ fn compile(schema: &Value) -> Result<jsonschema::Validator> {
     jsonschema::validator_for(schema).context("the action's input schema is invalid")
 }
 
+/// The most characters of one problem a schema finds: its words quote the value refused, which
+/// may be megabytes.
+const PROBLEM_CHARS: usize = 300;
+
+/// One problem a schema found: where in the value, and what, cut to `PROBLEM_CHARS`.
+pub(crate) fn schema_problem(error: &jsonschema::ValidationError<'_>) -> String {
+    let path = error.instance_path().to_string();
+    let path = if path.is_empty() { "/" } else { &path };
+    crate::error::shortened(&format!("at {path}: {error}"), PROBLEM_CHARS).into_owned()
+}
+
 /// Refuse `inputs` unless each matches `validator`; the error lists the first `PROBLEMS_SHOWN`
 /// problems, each with its input's line (`lines[n]` for `inputs[n]`, when given) and JSON path.
 fn check(validator: &jsonschema::Validator, inputs: &[Value], lines: &[usize]) -> Result<()> {
@@ -399,10 +411,8 @@ fn check(validator: &jsonschema::Validator, inputs: &[Value], lines: &[usize]) -
         for error in validator.iter_errors(input) {
             count += 1;
             if problems.len() < PROBLEMS_SHOWN {
-                let path = error.instance_path().to_string();
-                let path = if path.is_empty() { "/".to_string() } else { path };
                 let which = lines.get(n).map(|line| format!("line {line}: ")).unwrap_or_default();
-                problems.push(format!("{which}input at {path}: {error}"));
+                problems.push(format!("{which}input {}", schema_problem(&error)));
             }
         }
     }

@@ -819,13 +819,17 @@ fn check_result(value: &Value, output_schema: Option<&Value>) -> Result<(), JobE
     let Some(schema) = output_schema else { return Ok(()) };
     let validator = jsonschema::validator_for(schema)
         .map_err(|error| JobError::new("OutputSchemaError", format!("the output schema is invalid: {error}")))?;
-    let problems: Vec<String> = validator
-        .iter_errors(value)
-        .map(|error| {
-            let path = error.instance_path().to_string();
-            format!("at {}: {error}", if path.is_empty() { "/" } else { &path })
-        })
-        .collect();
+    let (mut problems, mut more) = (Vec::new(), 0);
+    for error in validator.iter_errors(value) {
+        if problems.len() < crate::queue::enqueue::PROBLEMS_SHOWN {
+            problems.push(crate::queue::enqueue::schema_problem(&error));
+        } else {
+            more += 1;
+        }
+    }
+    if more > 0 {
+        problems.push(format!("and {more} more"));
+    }
     if problems.is_empty() {
         Ok(())
     } else {
@@ -1110,5 +1114,28 @@ fn release(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::check_result;
+
+    #[test]
+    fn a_result_against_its_output_schema_is_told_in_few_words() {
+        let schema = json!({"type": "array", "items": {"type": "integer"}});
+        let result = json!(vec!["x".repeat(20_000); 30]);
+        let error = check_result(&result, Some(&schema)).unwrap_err();
+        assert_eq!(error.name, "OutputSchemaError");
+        assert!(
+            error.message.starts_with("the result does not match the output schema: at /0: \"xxx"),
+            "{}",
+            error.message
+        );
+        assert!(error.message.ends_with("; and 10 more"), "{}", error.message);
+        assert!(error.message.len() < 20 * 400, "{}", error.message.len());
+        assert!(check_result(&json!([1, 2]), Some(&schema)).is_ok());
     }
 }

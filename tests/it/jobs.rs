@@ -90,6 +90,7 @@ fn bad_input_is_refused_and_changes_nothing() {
     let not_utf8 = path(&env, "notutf8.jsonl");
     std::fs::write(&not_utf8, b"{\"n\": 1}\n{\"n\": \"\xff\"}\n").unwrap();
     let huge_tag = "x".repeat(8192);
+    let huge_n = format!(r#"{{"n": "{}"}}"#, "x".repeat(100_000));
     let too_deep = format!("{}{}", "[".repeat(128), "]".repeat(128));
     let deep_batch = path(&env, "deep.jsonl");
     std::fs::write(&deep_batch, format!("{{\"n\": {too_deep}}}\n")).unwrap();
@@ -101,6 +102,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         (vec!["enqueue", "t/echo", "--batch", deep_batch.to_str().unwrap()], "line 1: nested more than 127 levels"),
         (vec!["enqueue", "t/typed", "--input", r#"{"n": "three"}"#], "/n"),
         (vec!["enqueue", "t/typed", "--input", r#"{}"#], "input does not match"),
+        // The schema's words quote the value refused: they are cut.
+        (vec!["enqueue", "t/typed", "--input", &huge_n], "input at /n: \"xxx"),
         (vec!["enqueue", "t/typed", "--batch", batch.to_str().unwrap()], "line 3"),
         (vec!["enqueue", "t/typed", "--batch", not_json.to_str().unwrap()], "line 2"),
         (vec!["enqueue", "t/typed", "--batch", not_utf8.to_str().unwrap()], "line 2"),
@@ -118,6 +121,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         assert_eq!(run.code, 1, "{args:?} should fail: {run:?}");
         assert!(run.stderr.contains(needle), "{args:?}: error should mention {needle:?}: {}", run.stderr);
         assert!(run.stderr.starts_with("error: ") && run.stderr.lines().count() == 1, "one line: {}", run.stderr);
+        assert!(run.stderr.len() < 1_000, "{args:?}: a short error: {}", run.stderr);
         assert_eq!(job_count(&env), 0, "{args:?} must not create a job");
         let queued: i64 = env.scalar("SELECT count(*) FROM job_queue");
         assert_eq!(queued, 0);
