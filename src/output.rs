@@ -127,6 +127,18 @@ impl Output {
         let color = !self.no_color;
         table.load_style(presets::UTF8_FULL_CONDENSED);
         table.set_content_arrangement(ContentArrangement::Dynamic);
+        // A terminal that reports no width (0 columns: a serial console, `docker exec -t`) would
+        // have every column one character wide: COLUMNS then, else no limit.
+        if table.width().is_none_or(|width| width == 0) {
+            match std::env::var("COLUMNS").ok().and_then(|columns| columns.parse::<u16>().ok()).filter(|&c| c > 0) {
+                Some(columns) => {
+                    table.set_width(columns);
+                }
+                None => {
+                    table.set_content_arrangement(ContentArrangement::Disabled);
+                }
+            }
+        }
         table.set_header(header.to_vec());
         // The first column (an id, a name: what an operator copies) is never wrapped; on a narrow
         // terminal the others give way.

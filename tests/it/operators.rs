@@ -425,6 +425,26 @@ fn colours_only_on_a_terminal_and_never_with_no_color_and_the_layout_is_the_same
     assert!(!piped.contains('\x1b') && !piped.contains('│'), "plain columns without a terminal: {piped:?}");
 }
 
+/// A terminal that reports no width (0 columns: a serial console, `docker exec -t`) had every
+/// column of a table one character wide, each word down a column of its own: it now takes
+/// COLUMNS, or no limit.
+#[test]
+fn a_table_on_a_terminal_of_no_width_keeps_its_words_whole() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/echo", json!({}));
+    let (code, screen) = env.wf(["jobs"]).env_remove("COLUMNS").in_terminal_of(0).finish();
+    assert_eq!(code, 0, "{screen}");
+    let table = plain(&screen);
+    let header = table.lines().find(|line| line.contains("status")).unwrap_or_else(|| panic!("{table}"));
+    assert!(header.contains("action") && table.contains(&id[..8]), "{table}");
+    let (code, screen) = env.wf(["jobs"]).env("COLUMNS", "50").in_terminal_of(0).finish();
+    assert_eq!(code, 0, "{screen}");
+    let table = plain(&screen);
+    assert!(table.contains('│') && table.contains(&id[..8]), "{table}");
+    assert!(table.lines().all(|line| line.chars().count() <= 50), "{table}");
+}
+
 /// An id is what an operator copies from a table: on an 80-column terminal it is never wrapped,
 /// whatever else the page holds (a batch's long short ids, a long action, a long tag, `scheduled`);
 /// the other columns give way.

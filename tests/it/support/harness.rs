@@ -399,7 +399,12 @@ impl Wf {
 
     /// Start in a terminal of its own (`support::terminal`).
     pub(crate) fn in_terminal(self) -> crate::support::terminal::Terminal {
-        crate::support::terminal::Terminal::start(self.command)
+        self.in_terminal_of(80)
+    }
+
+    /// In a terminal of `columns` columns (0: one that reports no width).
+    pub(crate) fn in_terminal_of(self, columns: u16) -> crate::support::terminal::Terminal {
+        crate::support::terminal::Terminal::start(self.command, columns)
     }
 
     /// The command, for a test that runs wf inside another program (`unshare`, `runuser`).

@@ -1,5 +1,5 @@
 //! A real terminal for the tests of what wf does on one (tables, colours, prompts): `wf` runs with
-//! a pseudo-terminal of 80 columns as its controlling terminal, stdin, stdout and stderr; the test
+//! a pseudo-terminal (of 80 columns, unless a test says otherwise) as its controlling terminal, stdin, stdout and stderr; the test
 //! types into it and reads everything it drew.
 
 use std::fs::File;
@@ -19,10 +19,10 @@ pub(crate) struct Terminal {
 }
 
 impl Terminal {
-    /// Start `command` in a fresh terminal of 80 columns and 24 rows.
-    pub(crate) fn start(mut command: Command) -> Terminal {
+    /// Start `command` in a fresh terminal of `columns` columns and 24 rows.
+    pub(crate) fn start(mut command: Command, columns: u16) -> Terminal {
         let (master, slave) = open_pty();
-        let size = libc::winsize { ws_row: 24, ws_col: 80, ws_xpixel: 0, ws_ypixel: 0 };
+        let size = libc::winsize { ws_row: 24, ws_col: columns, ws_xpixel: 0, ws_ypixel: 0 };
         // SAFETY: TIOCSWINSZ with a valid winsize on the pty's master.
         assert_eq!(unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &size) }, 0);
         let stdio = || Stdio::from(slave.try_clone().unwrap());
