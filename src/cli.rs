@@ -526,9 +526,10 @@ pub(crate) struct ScheduleTickArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["older_than", "sources"])))]
 pub(crate) struct PruneArgs {
     /// Delete jobs that completed before now minus this (e.g. 30d).
-    #[arg(long, value_parser = parse_duration, required_unless_present = "sources")]
+    #[arg(long, value_parser = parse_duration)]
     pub older_than: Option<Duration>,
     /// Delete the synced commits no job pins any more (queued, running, or completed and not
     /// pruned) and the catalog is not on, from the database and from this host's store, and the

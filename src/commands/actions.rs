@@ -10,9 +10,7 @@ use crate::source::{git_source, short_sha};
 
 pub(super) fn run(ctx: &Ctx, args: ActionsArgs) -> CommandResult {
     let mut client = ctx.connect()?;
-    if let Some(name) = &args.source {
-        git_source::find(&mut client, name)?;
-    }
+    let source = args.source.as_deref().map(|name| git_source::find(&mut client, name)).transpose()?;
     let actions = catalog::list(&mut client, args.source.as_deref())?;
     if ctx.out.json {
         ctx.out.json(&actions.iter().map(ActionDocument::from).collect::<Vec<_>>())?;
@@ -31,8 +29,13 @@ pub(super) fn run(ctx: &Ctx, args: ActionsArgs) -> CommandResult {
             })
             .collect();
         ctx.out.table(&["app", "action", "tag", "timeout", "commit", "source"], rows)?;
-        if actions.is_empty() {
-            ctx.out.info("the catalog is empty; add a source with `wf source add` and run `wf sync`");
+        match source {
+            _ if !actions.is_empty() => {}
+            None => ctx.out.info("the catalog is empty; add a source with `wf source add` and run `wf sync`"),
+            Some(source) if source.commit_sha.is_none() => {
+                ctx.out.info(&format!("source {} has no actions: it was never synced (`wf sync {0}`)", source.name))
+            }
+            Some(source) => ctx.out.info(&format!("source {} has no actions: its manifest names none", source.name)),
         }
     }
     Ok(Exit::Ok)

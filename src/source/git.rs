@@ -91,11 +91,16 @@ pub(crate) fn fetch(
         _ => (ALL_REFSPECS.map(str::to_string).to_vec(), format!("the heads and tags of {url}")),
     };
     let failed = |error: anyhow::Error| {
-        let hint = if format!("{error:#}").contains("find remote ref") {
-            "the repository has no such ref: an empty repository, or a HEAD naming a branch never pushed \
-             (give the source a branch with `wf source add --branch`, or sync with --ref)"
-        } else {
-            "check that the URL is reachable and is a git repository"
+        let hint = match branch {
+            _ if !format!("{error:#}").contains("find remote ref") => {
+                "check that the URL is reachable and is a git repository".to_string()
+            }
+            Some(branch) if matches!(target, Target::Default) => {
+                format!("the repository has no branch {branch}: push it, or sync another ref with --ref")
+            }
+            _ => "the repository has no such ref: an empty repository, or a HEAD naming a branch never pushed \
+                  (give the source a branch with `wf source add --branch`, or sync with --ref)"
+                .to_string(),
         };
         error.context(format!("fetching {what}; {hint}"))
     };
@@ -126,7 +131,7 @@ pub(crate) fn fetch(
     let mut options = FetchOptions::new();
     options.remote_callbacks(callbacks).prune(FetchPrune::On).download_tags(AutotagOption::None);
     let mut remote = repo.remote_anonymous(url).with_context(|| format!("preparing to fetch {url}"))?;
-    remote.fetch(&refspecs, Some(&mut options), Some("wf sync")).map_err(|error| failed(error.into()))?;
+    remote.fetch(&refspecs, Some(&mut options), Some("wf sync")).map_err(|error| failed(said(error)))?;
     Ok(dropped)
 }
 
@@ -299,9 +304,12 @@ pub(crate) fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) 
             // An object id only: a branch or tag named like the id is not what --commit means.
             let object = repo
                 .find_object_by_prefix(sha, None)
+                .map_err(said)
                 .with_context(|| format!("commit {sha} is not in the fetched heads and tags; is it pushed?"))?;
-            let commit =
-                object.peel_to_commit().with_context(|| format!("{sha} names a {}, not a commit", kind_of(&object)))?;
+            let commit = object
+                .peel_to_commit()
+                .map_err(said)
+                .with_context(|| format!("{sha} names a {}, not a commit", kind_of(&object)))?;
             return Ok(commit.id());
         }
         Target::Ref(name) => match target.remote_head() {
@@ -321,10 +329,19 @@ pub(crate) fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) 
     };
     let object = repo
         .revparse_single(&spec)
+        .map_err(said)
         .with_context(|| format!("{what} is not in the fetched heads and tags; is it pushed?"))?;
-    let commit =
-        object.peel_to_commit().with_context(|| format!("{what} names a {}, not a commit", kind_of(&object)))?;
+    let commit = object
+        .peel_to_commit()
+        .map_err(said)
+        .with_context(|| format!("{what} names a {}, not a commit", kind_of(&object)))?;
     Ok(commit.id())
+}
+
+/// What libgit2 says of an error, without its class and code ("; class=Reference (4); code=NotFound
+/// (-3)"), which tell an operator nothing.
+fn said(error: git2::Error) -> anyhow::Error {
+    anyhow::anyhow!("{}", error.message())
 }
 
 /// What an object that is not a commit is, a tag seen through: "tree", "blob", ...

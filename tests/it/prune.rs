@@ -54,6 +54,9 @@ fn prune_deletes_only_old_completed_jobs_with_their_logs() {
     // --status chooses jobs only: with --sources alone it would change nothing it says.
     let status_alone = env.wf(["prune", "--sources", "--status", "failure", "--yes"]).run().expect_code(2);
     assert!(status_alone.stderr.contains("--older-than"), "{}", status_alone.stderr);
+    // Nothing to prune given: either is named (`--older-than` alone was said to be required).
+    let nothing = env.wf(["prune", "--yes"]).run().expect_code(2);
+    assert!(nothing.stderr.contains("<--older-than <OLDER_THAN>|--sources>"), "{}", nothing.stderr);
     let dry = env.wf(["prune", "--older-than", "30d", "--dry-run", "--json"]).ok().json();
     assert_eq!(dry["would_delete"], 2501);
     assert_eq!(dry["deleted"], 0);

@@ -455,6 +455,15 @@ fn refs_and_commits_name_what_the_remote_means() {
     repo.file("billing/newer.ts", "export function main() { return {}; }\n");
     let c3 = repo.commit("third on main");
     assert_eq!(sync_json(&env, &["by-id", "--ref", "main"])["commit_sha"], c3.as_str(), "the lock is stale");
+    // What is not there is said without libgit2's class and code.
+    for (args, said) in [
+        (["--ref", "nosuchbranch"], "ref nosuchbranch is not in the fetched heads and tags; is it pushed?"),
+        (["--commit", "deadbeef"], "commit deadbeef is not in the fetched heads and tags; is it pushed?"),
+    ] {
+        let run = env.wf(["sync", "by-id"].iter().chain(&args)).run();
+        assert_eq!(run.code, 1, "{run:?}");
+        assert!(run.stderr.contains(said) && !run.stderr.contains("class="), "{run:?}");
+    }
     env.wf(["source", "rm", "by-id", "--yes"]).ok();
 
     // A bare repository whose HEAD names master, where only main was pushed; and an empty one.
@@ -475,6 +484,16 @@ fn refs_and_commits_name_what_the_remote_means() {
     let run = env.wf(["sync", "empty"]).run();
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("an empty repository"), "{run:?}");
+    // A source's branch that is not there: said so, not that the source needs a branch.
+    env.wf(["source", "add", "develop", pushed.to_str().unwrap(), "--branch", "develop"]).ok();
+    let run = env.wf(["sync", "develop"]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("the repository has no branch develop: push it"), "{run:?}");
+    assert!(!run.stderr.contains("wf source add --branch"), "{run:?}");
+    // Its actions, while the catalog has others': none, since it was never synced.
+    let listed = env.wf(["actions", "--source", "develop"]).ok();
+    assert!(listed.stderr.contains("source develop has no actions: it was never synced"), "{listed:?}");
+    assert!(!env.wf(["actions", "--source", "pushed"]).ok().stdout.is_empty());
 }
 
 #[test]
