@@ -208,15 +208,15 @@ json\t''"
 complete -c wf -n "__fish_wf_using_subcommand reap" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand reap" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand reap" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand jobs" -l status -r -f -a "queued\t''
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l status -d 'Only jobs in this state' -r -f -a "queued\t''
 scheduled\t''
 running\t''
 success\t''
 failure\t''
 canceled\t''"
-complete -c wf -n "__fish_wf_using_subcommand jobs" -l app -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l app -d 'Only jobs of this app' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l action -d 'Only jobs of this action (NAME, or APP/ACTION)' -r
-complete -c wf -n "__fish_wf_using_subcommand jobs" -l tag -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l tag -d 'Only jobs of this tag' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l schedule -d 'Only jobs enqueued by this schedule' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l since -d 'Only jobs created since this time (RFC 3339) or this long ago (30s, 5m, 2h, 30d)' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l until -d 'Only jobs created before this time (RFC 3339) or this long ago' -r

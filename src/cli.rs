@@ -349,13 +349,16 @@ pub(crate) struct ReapArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct JobsArgs {
+    /// Only jobs in this state.
     #[arg(long, value_enum)]
     pub status: Option<JobStatus>,
+    /// Only jobs of this app.
     #[arg(long)]
     pub app: Option<String>,
     /// Only jobs of this action (NAME, or APP/ACTION).
     #[arg(long)]
     pub action: Option<String>,
+    /// Only jobs of this tag.
     #[arg(long)]
     pub tag: Option<String>,
     /// Only jobs enqueued by this schedule.

@@ -24,7 +24,9 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         let finding = format!("finding the waiting and running jobs of {}", matching.describe());
         let found = ctx.out.spinning(&finding, || cancel::matching(&mut client, &matching))?;
         if found.is_empty() {
-            ctx.out.info(&format!("no waiting or running job of {}", matching.describe()));
+            let unknown = crate::source::catalog::not_in_catalog(&mut client, app, action)?;
+            let unknown = unknown.map(|unknown| format!("; {unknown}")).unwrap_or_default();
+            ctx.out.info(&format!("no waiting or running job of {}{unknown}", matching.describe()));
         } else {
             confirm(&format!("cancel {} job(s) of {}", found.len(), matching.describe()), args.yes)?;
         }

@@ -11,6 +11,7 @@ use crate::error::{CommandError, Exit};
 use crate::output::{ago, fit};
 use crate::queue::inspect::{self, Filter, JobView};
 use crate::queue::job::JobStatus;
+use crate::source::catalog;
 
 const WATCH_PERIOD: Duration = Duration::from_secs(2);
 /// The action column's width beside ids of 8 digits, and the least it gives up to longer ones.
@@ -58,8 +59,13 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
         let short = inspect::unique_prefixes(&mut client, &ids)?;
         table(ctx, &jobs, &short, now)?;
         let first = offset + 1;
-        if jobs.is_empty() {
-            ctx.out.info(if args.page > 1 { "no jobs on this page" } else { "no jobs" });
+        if jobs.is_empty() && args.page > 1 {
+            ctx.out.info("no jobs on this page");
+        } else if jobs.is_empty() {
+            match catalog::not_in_catalog(&mut client, app, action)? {
+                Some(unknown) => ctx.out.info(&format!("no jobs; {unknown}")),
+                None => ctx.out.info("no jobs"),
+            }
         } else if more {
             let last = offset + jobs.len() as i64;
             ctx.out.info(&format!("jobs {first}-{last}, newest first; older ones: --page {}", args.page + 1));

@@ -160,21 +160,47 @@ pub(crate) fn unknown_action(client: &mut impl GenericClient, app: &str, action:
     let wanted = format!("{app}/{action}");
     let names: Vec<String> =
         client.query("SELECT app_key || '/' || action_key FROM action", &[])?.iter().map(|row| row.get(0)).collect();
+    Ok(format!("unknown action {wanted}{}: `wf actions` lists the catalog", closest(&wanted, names)))
+}
+
+/// For a filter of jobs by app and action that matched none: what to say when the catalog has no
+/// such app or action either (a typo, most likely: jobs of an app no longer in the catalog are
+/// found all the same), with the closest names.
+pub(crate) fn not_in_catalog(
+    client: &mut impl GenericClient,
+    app: Option<&str>,
+    action: Option<&str>,
+) -> Result<Option<String>> {
+    let (what, wanted, names) = match (app, action) {
+        (Some(app), Some(action)) => ("action", format!("{app}/{action}"), "app_key || '/' || action_key"),
+        (Some(app), None) => ("app", app.to_string(), "app_key"),
+        (None, Some(action)) => ("action", action.to_string(), "action_key"),
+        (None, None) => return Ok(None),
+    };
+    let names: Vec<String> =
+        client.query(&format!("SELECT DISTINCT {names} FROM action"), &[])?.iter().map(|row| row.get(0)).collect();
+    if names.contains(&wanted) {
+        return Ok(None);
+    }
+    Ok(Some(format!("the catalog has no {what} {wanted}{}", closest(&wanted, names))))
+}
+
+/// " (did you mean NAME?)" for the names close to `wanted` (at most 3), or nothing.
+fn closest(wanted: &str, names: Vec<String>) -> String {
     let mut close: Vec<(usize, String)> = names
         .into_iter()
-        .map(|name| (distance(&wanted, &name), name))
+        .map(|name| (distance(wanted, &name), name))
         .filter(|(d, name)| *d <= (name.chars().count() / 3).max(2))
         .collect();
     close.sort();
-    let suggestion = match close.as_slice() {
+    match close.as_slice() {
         [] => String::new(),
         [(_, one)] => format!(" (did you mean {one}?)"),
         more => {
             let names: Vec<&str> = more.iter().take(3).map(|(_, name)| name.as_str()).collect();
             format!(" (did you mean one of {}?)", names.join(", "))
         }
-    };
-    Ok(format!("unknown action {wanted}{suggestion}: `wf actions` lists the catalog"))
+    }
 }
 
 /// Edits (insertions, deletions, substitutions) from `a` to `b`.

@@ -944,3 +944,25 @@ fn jobs_finds_a_rare_status_by_index_and_pages_a_batch_in_order() {
         assert_eq!(got, expected, "wf jobs --page {page}");
     }
 }
+
+/// A filter naming an app or action the catalog does not have (a typo, most likely) matched nothing
+/// silently, where `wf enqueue` suggests the closest names: listing and bulk cancel now say so.
+#[test]
+fn a_filter_of_no_such_app_or_action_says_so_with_the_closest_names() {
+    let env = TestEnv::new();
+    synced(&env);
+    for (args, said) in [
+        (&["jobs", "--app", "otherr"][..], "no jobs; the catalog has no app otherr (did you mean other?)"),
+        (&["jobs", "--action", "t/ecoh"], "no jobs; the catalog has no action t/ecoh (did you mean t/echo?)"),
+        (&["jobs", "--action", "ecoh"], "no jobs; the catalog has no action ecoh (did you mean echo?)"),
+        (&["jobs", "--app", "zzzzzzzz"], "no jobs; the catalog has no app zzzzzzzz\n"),
+        (
+            &["cancel", "--action", "t/ecoh", "--yes"],
+            "no waiting or running job of app t, action ecoh; the catalog has no action t/ecoh (did you mean t/echo?)",
+        ),
+        (&["jobs", "--app", "t"], "no jobs\n"),
+    ] {
+        let run = env.wf(args).ok();
+        assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
+    }
+}
