@@ -11,7 +11,7 @@ const REFUSED: u8 = 3;
 const JOB_FAILED: u8 = 4;
 
 /// Every exit status of `wf` and what it means, for the manual.
-pub(crate) const EXIT_STATUS: [(u8, &str); 5] = [
+pub(crate) const EXIT_STATUS: [(u8, &str); 6] = [
     (OK, "ok"),
     (ERROR, "error: wf could not do what was asked (bad input, not found, database error)"),
     (USAGE, "usage: the command line is wrong"),
@@ -21,6 +21,12 @@ pub(crate) const EXIT_STATUS: [(u8, &str); 5] = [
          wf result of a job still queued or running, a --wait that timed out",
     ),
     (JOB_FAILED, "the job itself ended failure or canceled (wf result, wf enqueue --wait)"),
+    (
+        130,
+        "interrupted: a command stopped by a signal ends as the signal ends a process, 128 + its number \
+         (130 for Ctrl-C, 143 for SIGTERM); wf work stops cleanly on the first signal and ends 0, \
+         wf bench cleans up and ends 1",
+    ),
 ];
 
 /// How a command that did what was asked ended.
