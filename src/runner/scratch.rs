@@ -318,7 +318,12 @@ pub(super) fn empty_folder(folder: &OwnedFd) -> io::Result<()> {
                 Err(error) => return Err(error.into()),
             };
             open_up(&child);
-            for (entry, _) in entries(&child)? {
+            for (entry, is_folder) in entries(&child)? {
+                // A folder moves to another parent only with write permission on itself (its `..`
+                // changes): one the action left without it gets it back first.
+                if is_folder && let Ok(moving) = rustix::fs::openat(&child, &entry, FOLDER, Mode::empty()) {
+                    open_up(&moving);
+                }
                 loop {
                     spend()?;
                     let to = format!(".wf-removing-{fresh}");

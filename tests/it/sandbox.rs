@@ -36,6 +36,7 @@ fn attack_repo() -> GitRepo {
                     "links": {"entrypoint": "a/links.ts"},
                     "terminal": {"entrypoint": "a/terminal.ts"},
                     "burrow": {"entrypoint": "a/burrow.ts"},
+                    "locked": {"entrypoint": "a/locked.ts"},
                     "keys": {"entrypoint": "a/keys.ts"},
                     "shm": {"entrypoint": "a/shm.ts", "memory_mb": 128},
                     "nap": {"entrypoint": "a/nap.ts"},
@@ -206,6 +207,19 @@ export function main(input: any) {
   mkdirSync("d");
   for (let i = 1; i < input.depth; i++) { mkdirSync("up"); renameSync("d", "up/d"); renameSync("up", "d"); }
   return "burrowed";
+}
+"#,
+    );
+    // Folders of the working directory that their owner may not even list or change.
+    repo.file(
+        "a/locked.ts",
+        r#"
+import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
+export function main() {
+  mkdirSync("locked/inner/deeper", { recursive: true });
+  writeFileSync("locked/inner/deeper/file", "x");
+  for (const folder of ["locked/inner/deeper", "locked/inner", "locked"]) chmodSync(folder, 0);
+  return "locked";
 }
 "#,
     );
@@ -677,6 +691,22 @@ fn a_working_directory_deeper_than_a_stack_does_not_end_its_worker() {
     assert_eq!(result(&env, &hello), "hello");
     let scratch = std::fs::read_dir(env.home().join("scratch")).unwrap();
     let left: Vec<_> = scratch.flatten().map(|entry| entry.path()).collect();
+    assert!(left.is_empty(), "left in the scratch folder: {left:?}");
+}
+
+/// A worker that is not root removes folders its action left without permissions, its own user's:
+/// a folder moves to another parent only with write permission on itself (before, such a working
+/// directory stayed in the scratch folder for good, and each later sweep gave up on it).
+#[test]
+fn a_worker_that_is_not_root_removes_folders_its_action_locked() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let locked = enqueue(&env, "a/locked", json!({}));
+    let output = worker_as_nobody(&env, "--drain").output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(result(&env, &locked), "locked");
+    let scratch = env.dir.path().join("nobody-home").join("scratch");
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().flatten().map(|entry| entry.path()).collect();
     assert!(left.is_empty(), "left in the scratch folder: {left:?}");
 }
 
