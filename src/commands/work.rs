@@ -47,6 +47,9 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> CommandResult {
         local: ctx.local()?,
     };
     options.check()?;
+    if matches!(options.isolation, Isolation::Sandbox { .. }) {
+        warn_of_supplementary_groups(ctx);
+    }
     let summary = worker::run(ctx.database()?, options)?;
     if ctx.out.json {
         ctx.out.json(&SummaryDocument {
@@ -63,6 +66,34 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> CommandResult {
         ));
     }
     Ok(Exit::Ok)
+}
+
+/// A worker that is not root runs its actions as its own user, in a user namespace, which cannot
+/// drop the supplementary groups of that user: the kernel still grants them, so an action reads
+/// what those groups may read of the files its sandbox shows (the system folders, the store,
+/// `--allow-write` folders). Said at start: it is the operator's to give workers a user of their own.
+fn warn_of_supplementary_groups(ctx: &Ctx) {
+    if rustix::process::geteuid().is_root() {
+        return;
+    }
+    let own = nix::unistd::getegid();
+    let others: Vec<String> = nix::unistd::getgroups()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|&group| group != own)
+        .map(|group| match nix::unistd::Group::from_gid(group) {
+            Ok(Some(named)) => named.name,
+            _ => group.to_string(),
+        })
+        .collect();
+    if !others.is_empty() {
+        ctx.out.warn(&format!(
+            "this worker's user is in the groups {}: its actions keep them (a user namespace cannot \
+             drop them) and read what those groups may read in their sandbox; run workers as a user \
+             of their own, in no other group",
+            others.join(", ")
+        ));
+    }
 }
 
 /// `--allow-write` folders: existing directories, by their real path (a sandbox binds what the

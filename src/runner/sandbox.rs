@@ -89,7 +89,9 @@ const ETC: [&str; 17] = [
     "services",
 ];
 const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
-const SSL: &str = "ssl";
+/// Of `/etc/ssl`, the certificates and OpenSSL's settings, in this order (the folder makes
+/// `etc/ssl`): never `private/`, the host's keys, which a worker in their group could read.
+const SSL: [&str; 2] = ["ssl/certs", "ssl/openssl.cnf"];
 
 /// How often init looks at the sandbox's memory and processes.
 const LIMITS_PERIOD: Duration = Duration::from_millis(100);
@@ -422,7 +424,7 @@ fn build_root(plan: &Plan, private: &Private) -> Result<()> {
         }
     }
     mkdir(&at("etc"))?;
-    for name in ETC.into_iter().chain([SSL]) {
+    for name in ETC.into_iter().chain(SSL) {
         let host = Path::new("/etc").join(name);
         if fs::metadata(&host).is_ok() {
             bind(&host, &at(&format!("etc/{name}")), ro, true)?;

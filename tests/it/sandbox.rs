@@ -37,6 +37,7 @@ fn attack_repo() -> GitRepo {
                     "terminal": {"entrypoint": "a/terminal.ts"},
                     "burrow": {"entrypoint": "a/burrow.ts"},
                     "locked": {"entrypoint": "a/locked.ts"},
+                    "peek": {"entrypoint": "a/peek.ts"},
                     "keys": {"entrypoint": "a/keys.ts"},
                     "shm": {"entrypoint": "a/shm.ts", "memory_mb": 128},
                     "nap": {"entrypoint": "a/nap.ts"},
@@ -207,6 +208,20 @@ export function main(input: any) {
   mkdirSync("d");
   for (let i = 1; i < input.depth; i++) { mkdirSync("up"); renameSync("d", "up/d"); renameSync("up", "d"); }
   return "burrowed";
+}
+"#,
+    );
+    // What is in the folders given, or why not.
+    repo.file(
+        "a/peek.ts",
+        r#"
+import { readdirSync } from "node:fs";
+export function main(input: any) {
+  const seen: Record<string, unknown> = {};
+  for (const path of input.paths) {
+    try { seen[path] = readdirSync(path).sort(); } catch (e: any) { seen[path] = e.code; }
+  }
+  return seen;
 }
 "#,
     );
@@ -607,6 +622,11 @@ fn a_worker_refuses_to_start_where_the_sandbox_is_refused() {
 /// `wf work UNTIL` run as nobody (a worker that is not root), with a home of its own and this
 /// test's store, which it can read, as it can reach the database's socket.
 fn worker_as_nobody(env: &TestEnv, until: &str) -> std::process::Command {
+    worker_as_nobody_in(env, until, None)
+}
+
+/// `worker_as_nobody`, in the supplementary group `group` too when given.
+fn worker_as_nobody_in(env: &TestEnv, until: &str, group: Option<u32>) -> std::process::Command {
     let home = env.dir.path().join("nobody-home");
     std::fs::create_dir(&home).unwrap();
     std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
@@ -614,8 +634,19 @@ fn worker_as_nobody(env: &TestEnv, until: &str) -> std::process::Command {
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }
     let wf = env.wf(["work", until]).env("WF_HOME", &home).env("WF_STORE", env.store());
-    let mut command = std::process::Command::new("runuser");
-    command.args(["-u", "nobody", "--"]).arg(wf.command().get_program()).args(wf.command().get_args());
+    let mut command = match group {
+        Some(group) => {
+            let mut setpriv = std::process::Command::new("setpriv");
+            setpriv.args(["--reuid=65534", "--regid=65534", &format!("--groups={group}"), "--"]);
+            setpriv
+        }
+        None => {
+            let mut runuser = std::process::Command::new("runuser");
+            runuser.args(["-u", "nobody", "--"]);
+            runuser
+        }
+    };
+    command.arg(wf.command().get_program()).args(wf.command().get_args());
     command.env_clear().envs(wf.command().get_envs().filter_map(|(key, value)| value.map(|value| (key, value))));
     command
 }
@@ -629,7 +660,9 @@ fn a_worker_that_is_not_root_runs_sandboxed_actions() {
     let id = enqueue(&env, "a/secrets", json!({"secret": SECRET, "home": "/nowhere", "store": env.store()}));
     let hello = enqueue(&env, "a/hello", json!({}));
     let output = worker_as_nobody(&env, "--drain").output().unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("warning"), "in no other group, nothing to warn of: {stderr}");
     let found = result(&env, &id);
     assert_eq!(found["hits"], json!([]), "{found}");
     assert_eq!(found["store"], "ENOENT", "{found}");
@@ -692,6 +725,29 @@ fn a_working_directory_deeper_than_a_stack_does_not_end_its_worker() {
     let scratch = std::fs::read_dir(env.home().join("scratch")).unwrap();
     let left: Vec<_> = scratch.flatten().map(|entry| entry.path()).collect();
     assert!(left.is_empty(), "left in the scratch folder: {left:?}");
+}
+
+/// Of `/etc/ssl` the sandbox shows the certificates, never the host's private keys (a worker in
+/// their group read them). A worker that is not root and is in other groups than its own is told
+/// that its actions keep them (a user namespace cannot drop them).
+#[test]
+fn an_action_sees_no_private_keys_and_a_worker_in_other_groups_is_warned() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let paths = json!({"paths": ["/etc/ssl", "/etc/ssl/private"]});
+    let as_root = enqueue(&env, "a/peek", paths.clone());
+    env.wf(["work", "--drain"]).ok();
+    let seen = result(&env, &as_root);
+    assert_eq!(seen["/etc/ssl/private"], "ENOENT", "{seen}");
+    let ssl: Vec<&str> = seen["/etc/ssl"].as_array().unwrap().iter().map(|name| name.as_str().unwrap()).collect();
+    assert!(ssl.contains(&"certs") && ssl.iter().all(|name| ["certs", "openssl.cnf"].contains(name)), "{seen}");
+
+    let in_group = enqueue(&env, "a/peek", paths);
+    let output = worker_as_nobody_in(&env, "--drain", Some(4242)).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("warning: this worker's user is in the groups 4242: its actions keep them"), "{stderr}");
+    assert_eq!(result(&env, &in_group), seen);
 }
 
 /// A worker that is not root removes folders its action left without permissions, its own user's:
