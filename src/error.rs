@@ -39,6 +39,9 @@ pub(crate) enum Exit {
     JobFailed,
     /// The exit code of the process wf stands in for: `wf __supervise` passes on bun's.
     PassedOn(u8),
+    /// Stopped by this signal, after ending its output cleanly: 128 + the signal's number, as a
+    /// process the signal ended.
+    Interrupted(i32),
 }
 
 impl From<Exit> for ExitCode {
@@ -48,6 +51,7 @@ impl From<Exit> for ExitCode {
             Exit::NotFinished => REFUSED,
             Exit::JobFailed => JOB_FAILED,
             Exit::PassedOn(code) => code,
+            Exit::Interrupted(signal) => u8::try_from(128 + signal).unwrap_or(u8::MAX),
         })
     }
 }

@@ -3,16 +3,20 @@
 
 use std::cell::{Cell, RefCell};
 use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::SeqCst;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use chrono::{DateTime, Local, SecondsFormat, Utc};
 use serde::Serialize;
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use super::{CommandResult, Ctx};
 use crate::cli::LogsArgs;
 use crate::error::Exit;
 use crate::output::{escape_controls, rfc3339};
-use crate::queue::inspect::{self, LogEntry};
+use crate::queue::inspect::{self, Followed, LogEntry};
 
 pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
     let database = ctx.database()?;
@@ -62,7 +66,30 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
             None if args.tail.is_some() || args.since.is_some() => inspect::last_log_id(&mut client, id)?,
             None => 0,
         };
-        inspect::follow_logs(&mut client, &|| database.connect(), id, after, &mut show)?;
+        // Stopped with --json, the array is ended at the next look (within half a second): what was
+        // written stays one JSON document. A second signal ends the process at once (a look may
+        // be waiting for a database that is away).
+        let signaled = Arc::new(AtomicUsize::new(0));
+        if json.borrow().is_some() {
+            for signal in [SIGINT, SIGTERM] {
+                let signaled = Arc::clone(&signaled);
+                let handler = move || {
+                    if signaled.swap(signal as usize, SeqCst) != 0 {
+                        signal_hook::low_level::exit(128 + signal);
+                    }
+                };
+                // SAFETY: the handler swaps an atomic and may call _exit: both async-signal-safe.
+                unsafe { signal_hook::low_level::register(signal, handler) }.context("installing signal handlers")?;
+            }
+        }
+        let stopped = || signaled.load(SeqCst) != 0;
+        let followed = inspect::follow_logs(&mut client, &|| database.connect(), id, after, &mut show, &stopped)?;
+        if followed == Followed::Stopped {
+            if let Some(array) = json.into_inner() {
+                array.finish()?;
+            }
+            return Ok(Exit::Interrupted(signaled.load(SeqCst) as i32));
+        }
         // How it ended, which the lines alone do not say (a cancel writes none), and where a retry
         // goes on.
         let ended = inspect::show_existing(&mut client, id)?.status;

@@ -466,25 +466,41 @@ pub(crate) fn follow_logs(
     id: Uuid,
     mut after: i64,
     show: &mut ShowLog<'_>,
-) -> Result<()> {
+    stopped: &dyn Fn() -> bool,
+) -> Result<Followed> {
     let id_text = id.to_string();
     // Without a deadline, only the look's break ends the wait.
-    let _: ControlFlow<()> = Listener::reconnecting(client, CHANNEL_COMPLETED, again)?.look_until(
+    let followed = Listener::reconnecting(client, CHANNEL_COMPLETED, again)?.look_until(
         None,
         FOLLOW_POLL,
         |notification| notification.payload() == id_text,
         |client| {
+            if stopped() {
+                return Ok(ControlFlow::Break(Followed::Stopped));
+            }
             awaiting(client, id)?;
             loop {
                 let finished = show_existing(client, id)?.status.is_finished();
                 let Some(last) = logs(client, id, after, show)? else {
-                    return Ok(if finished { ControlFlow::Break(()) } else { ControlFlow::Continue(()) });
+                    return Ok(if finished { ControlFlow::Break(Followed::Ended) } else { ControlFlow::Continue(()) });
                 };
                 after = last;
             }
         },
     )?;
-    Ok(())
+    Ok(match followed {
+        ControlFlow::Break(followed) => followed,
+        ControlFlow::Continue(()) => Followed::Stopped,
+    })
+}
+
+/// How following a job's lines ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Followed {
+    /// The job finished and every line of it was shown.
+    Ended,
+    /// The caller stopped it.
+    Stopped,
 }
 
 /// The queue's state for one tag.

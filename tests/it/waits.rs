@@ -252,3 +252,38 @@ fn a_wait_and_a_follow_go_on_through_a_restart_of_the_database() {
     assert_eq!(followed.code, 0, "{followed:?}");
     assert!(followed.stderr.contains(&format!("job {id} ended: canceled")), "{}", followed.stderr);
 }
+
+/// `wf logs --follow --json` stopped by a signal (Ctrl-C, SIGTERM) ends its array: what it printed
+/// is one JSON document (it was cut after the last line), and it ends as the signal would have
+/// ended it (130, 143).
+#[test]
+fn a_json_follower_stopped_by_a_signal_ends_its_document() {
+    let env = TestEnv::new();
+    synced(&env);
+    let id = enqueue(&env, "t/echo", json!({}));
+    let job: uuid::Uuid = id.parse().unwrap();
+    env.db()
+        .execute("INSERT INTO job_logs (job_id, attempt, stream, line) VALUES ($1, 1, 'stdout', 'first')", &[&job])
+        .unwrap();
+    for (signal, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let mut follower = env.wf(["logs", &id, "--follow", "--json"]).start();
+        let (lines, printed) = mpsc::channel();
+        let stdout = follower.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let _ = lines.send(line.unwrap());
+            }
+        });
+        let mut document = String::new();
+        while !document.contains(r#""line": "first""#) {
+            document.push_str(&printed.recv_timeout(Duration::from_secs(30)).expect("the line already written"));
+        }
+        crate::support::fixtures::signal(&follower, signal);
+        let status = wait_for(Duration::from_secs(30), "the follower to stop", || follower.try_wait().unwrap());
+        assert_eq!(status.code(), Some(code), "{status:?}");
+        reader.join().unwrap();
+        document.extend(printed.try_iter());
+        let lines: Vec<Value> = serde_json::from_str(&document).unwrap_or_else(|error| panic!("{error}: {document}"));
+        assert_eq!(lines.len(), 1, "{document}");
+    }
+}
