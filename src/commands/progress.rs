@@ -2,6 +2,7 @@
 //! `--quiet`): what a sync or a source's removal tells while it works.
 
 use std::cell::RefCell;
+use std::io::IsTerminal;
 
 use indicatif::ProgressBar;
 
@@ -33,7 +34,12 @@ impl SourceBars {
 
 impl source::Progress for SourceBars {
     fn waiting_for_lock(&self, source: &str) {
-        self.show(|| self.out.spinner(&format!("waiting for another sync of {source} to finish")), |_| {});
+        let waiting = format!("waiting for another sync of {source} to finish");
+        // Off a terminal no spinner is drawn: a line says why nothing happens meanwhile.
+        if !std::io::stderr().is_terminal() {
+            self.out.info(&waiting);
+        }
+        self.show(|| self.out.spinner(&waiting), |_| {});
     }
 
     fn lock_taken(&self) {

@@ -5,10 +5,11 @@
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::harness::{GitRepo, TestEnv};
+use crate::support::harness::{GitRepo, TestEnv, wait_for};
 
 const MARKER: &str = ".windforce_clone_complete";
 
@@ -562,6 +563,29 @@ fn concurrent_syncs_of_one_source_end_complete_on_the_newest_commit() {
             assert_tree_is_complete(&repo.repo, &tree, &dir);
         }
     }
+}
+
+/// A sync that waits for another sync of its source says so off a terminal too (a spinner on one):
+/// it waited without a word.
+#[test]
+fn a_sync_waiting_for_another_says_so() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let id: uuid::Uuid = add_source(&env, "acme", &repo).parse().unwrap();
+    // The other sync: the source's lock (class "wfsy", the id folded to 32 bits) held here.
+    let bits = id.as_u128();
+    let key = (bits ^ (bits >> 32) ^ (bits >> 64) ^ (bits >> 96)) as u32 as i32;
+    let mut other = env.db();
+    other.execute("SELECT pg_advisory_lock($1, $2)", &[&0x7766_7379_i32, &key]).unwrap();
+    let log = env.dir.path().join("sync.log");
+    let mut sync = env.wf(["sync", "acme"]).spawn(&log);
+    wait_for(Duration::from_secs(30), "the sync to say it waits", || {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        said.contains("waiting for another sync of acme to finish").then_some(())
+    });
+    other.execute("SELECT pg_advisory_unlock($1, $2)", &[&0x7766_7379_i32, &key]).unwrap();
+    assert!(sync.wait().unwrap().success(), "{}", std::fs::read_to_string(&log).unwrap());
+    assert!(source_commit(&env, "acme").is_some());
 }
 
 /// Every regular file of `tree` is in `dir` with the same content.
