@@ -1047,6 +1047,14 @@ fn source_add_list_rm_and_actions_print_their_documents() {
     let relative = repo.path().file_name().unwrap().to_str().unwrap();
     let wf = env.wf(["source", "add", "rel", relative, "--json"]).current_dir(parent);
     assert_eq!(wf.ok().json()["url"], repo.path().canonicalize().unwrap().to_str().unwrap());
+    // A folder that is no repository, or a folder inside one, is refused when added, not at sync.
+    let plain = tempfile::tempdir().unwrap();
+    let inside = repo.path().join("billing");
+    for folder in [plain.path(), inside.as_path()] {
+        let refused = env.wf(["source", "add", "notgit", folder.to_str().unwrap()]).run();
+        assert_eq!(refused.code, 1, "{refused:?}");
+        assert!(refused.stderr.contains("is not a git repository"), "{refused:?}");
+    }
 
     let sha = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();
     // A remote that cannot be fetched fails the sync, naming the URL, and changes nothing.
