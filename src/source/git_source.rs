@@ -147,7 +147,10 @@ fn normalize_url(url: &str) -> Result<String> {
     // As a fetch finds it: that folder itself (or its `.git`), never a repository above it.
     let flags = git2::RepositoryOpenFlags::NO_SEARCH;
     if git2::Repository::open_ext(&absolute, flags, std::iter::empty::<&std::ffi::OsStr>()).is_err() {
-        bail!("{} is not a git repository (nor its .git); give the path of a git repository, or a URL", absolute.display());
+        bail!(
+            "{} is not a git repository (nor its .git); give the path of a git repository, or a URL",
+            absolute.display()
+        );
     }
     absolute.to_str().map(str::to_string).with_context(|| format!("the path {} is not valid UTF-8", absolute.display()))
 }

@@ -211,6 +211,11 @@ fn read_manifest(client: &mut Client, repo: &Repository, source: &GitSource, com
     let taken = catalog::apps_of_other_sources(client, source.id)?;
     let tree = repo.find_commit(commit)?.tree()?;
     manifest::read(repo, &tree, &taken).with_context(|| {
-        format!("commit {} has an invalid {}; nothing was changed", short_sha(&commit.to_string()), manifest::MANIFEST)
+        // Not only the file's own mistakes: an app another source owns is refused here too.
+        format!(
+            "the {} of commit {} cannot be synced; nothing was changed",
+            manifest::MANIFEST,
+            short_sha(&commit.to_string())
+        )
     })
 }

@@ -874,7 +874,7 @@ const BROKEN: &[Broken] = &[
     Broken {
         name: "app owned by another source",
         change: |repo| set_manifest(repo, |m| m["apps"]["shared"] = json!({"actions": {}})),
-        expect: &["windforce.json", "apps.shared", "belongs to source other"],
+        expect: &["the windforce.json of commit", "cannot be synced", "apps.shared", "belongs to source other"],
     },
 ];
 
