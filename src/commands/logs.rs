@@ -22,7 +22,7 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
     let database = ctx.database()?;
     let mut client = database.connect()?;
     let id = inspect::resolve_id(&mut client, &args.id)?;
-    inspect::show_existing(&mut client, id)?;
+    let job = inspect::show_existing(&mut client, id)?;
     // Each line is written as it is read: a job may have millions. A follower's lines leave the
     // buffer as they come (the plain lines: stdout is line-buffered).
     let json = RefCell::new(ctx.out.json.then(|| ctx.out.json_array_writer()));
@@ -55,6 +55,9 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
         }
     };
     let last = inspect::last_logs(&mut client, id, args.tail, args.since, &mut show)?;
+    if last.is_none() && !args.follow && args.tail.is_none() && args.since.is_none() {
+        ctx.out.info(&format!("job {id} has printed nothing ({})", job.status));
+    }
     if args.follow {
         if let Some(array) = json.borrow_mut().as_mut() {
             array.flush()?;

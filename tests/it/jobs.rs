@@ -358,6 +358,13 @@ fn logs_keep_each_line_of_each_stream() {
     assert!(lines.iter().all(|l| l["attempt"] == 1));
     let text = env.wf(["logs", &id]).ok();
     assert!(text.stdout.contains("out 299\n"), "{}", text.stdout);
+    assert!(!text.stderr.contains("printed nothing"), "{}", text.stderr);
+    // A job that printed nothing (yet) is said to, with its state: an empty output said nothing.
+    let waiting = enqueue(&env, "t/chatty", json!({"lines": 1}));
+    let silent = env.wf(["logs", &waiting]).ok();
+    assert_eq!(silent.stdout, "");
+    assert!(silent.stderr.contains(&format!("job {waiting} has printed nothing (queued)")), "{}", silent.stderr);
+    assert_eq!(env.wf(["logs", &waiting, "--json"]).ok().json(), json!([]));
 }
 
 #[test]
