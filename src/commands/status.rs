@@ -1,11 +1,10 @@
 //! `wf status`: the queue per tag.
 
-use std::time::Duration;
-
 use serde::Serialize;
 
 use super::{CommandResult, Ctx};
 use crate::error::Exit;
+use crate::output::span;
 use crate::queue::inspect;
 
 pub(super) fn run(ctx: &Ctx) -> CommandResult {
@@ -35,8 +34,8 @@ pub(super) fn run(ctx: &Ctx) -> CommandResult {
                 t.scheduled.to_string(),
                 t.running.to_string(),
                 t.zombies.to_string(),
-                t.oldest_wait_s
-                    .map_or("-".to_string(), |s| humantime::format_duration(Duration::from_secs(s as u64)).to_string()),
+                // In its largest unit, as every age wf shows (`wf jobs`, `wf workers`).
+                t.oldest_wait_s.map_or("-".to_string(), |s| span(s as i64)),
             ]
         })
         .collect();

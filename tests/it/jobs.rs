@@ -689,6 +689,12 @@ fn status_counts_each_tag_and_jobs_filters() {
     assert!(status[0]["oldest_wait_s"].as_f64().unwrap() >= 0.0);
     let table = env.wf(["status"]).ok().stdout;
     assert!(table.contains("other"), "{table}");
+    // A wait in its largest unit, as every age wf shows ("6years 11months 3days 5h 58m 44s" before).
+    env.wf(["enqueue", "t/echo", "--at", "2020-01-01T00:00:00Z", "--tag", "past"]).ok();
+    let table = env.wf(["status"]).ok().stdout;
+    let past = table.lines().find(|line| line.trim_start().starts_with("past")).unwrap_or_else(|| panic!("{table}"));
+    let wait = past.split_whitespace().last().unwrap();
+    assert!(wait.ends_with('d') && wait[..wait.len() - 1].parse::<u32>().unwrap() > 2000, "{table}");
 
     let other = env.wf(["jobs", "--tag", "other", "--json"]).ok().json();
     assert_eq!(other.as_array().unwrap().len(), 2);
