@@ -45,6 +45,7 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
             commit_sha: &report.commit_sha,
             changed: report.changed,
             actions: &actions,
+            removed: &report.removed,
         })?;
         return Ok(Exit::Ok);
     }
@@ -75,6 +76,9 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
         (Some(previous), true) => format!("catalog moved from {}", short_sha(previous)),
         (None, true) => "catalog created".to_string(),
     };
+    if !report.removed.is_empty() {
+        ctx.out.info(&format!("removed from the catalog: {}", report.removed.join(", ")));
+    }
     ctx.out.info(&format!(
         "synced {} at {}: {} action(s), {moved}; {stored}; {in_database}",
         report.source,
@@ -84,7 +88,7 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
     Ok(Exit::Ok)
 }
 
-/// What a sync did (SPEC: `{"source","commit_sha","changed","actions"}`).
+/// What a sync did (SPEC: `{"source","commit_sha","changed","actions"}`, and `removed`).
 #[derive(Serialize)]
 struct SyncDocument<'a> {
     source: &'a str,
@@ -92,6 +96,8 @@ struct SyncDocument<'a> {
     /// The catalog moved to another commit.
     changed: bool,
     actions: &'a [SyncedAction<'a>],
+    /// The source's actions the commit no longer has, gone from the catalog (APP/ACTION).
+    removed: &'a [String],
 }
 
 /// An action of the synced commit.

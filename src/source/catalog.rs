@@ -41,14 +41,15 @@ pub(crate) fn apps_of_other_sources(
 /// Replace `source`'s part of the catalog with `manifest` at `commit_sha`, in one transaction:
 /// upsert its apps and actions, delete the ones the manifest no longer has, and move the source's
 /// commit. `expected` is the commit the caller checked the no-going-back rule against; the
-/// transaction refuses to proceed if the source moved meanwhile.
+/// transaction refuses to proceed if the source moved meanwhile. Returns the actions deleted, as
+/// APP/ACTION, in order.
 pub(crate) fn replace(
     tx: &mut Transaction<'_>,
     source: &GitSource,
     expected: Option<&str>,
     commit_sha: &str,
     manifest: &Manifest,
-) -> Result<()> {
+) -> Result<Vec<String>> {
     let current = tx
         .query_opt("SELECT commit_sha FROM git_source WHERE id = $1 FOR UPDATE", &[&source.id])?
         .with_context(|| format!("source {} was removed while it was syncing", source.name))?;
@@ -118,14 +119,17 @@ pub(crate) fn replace(
             action_keys.push(action.key.clone());
         }
     }
-    tx.execute(
+    let deleted = tx.query(
         "DELETE FROM action WHERE git_source_id = $1
-           AND (app_key, action_key) NOT IN (SELECT * FROM unnest($2::text[], $3::text[]))",
+           AND (app_key, action_key) NOT IN (SELECT * FROM unnest($2::text[], $3::text[]))
+         RETURNING app_key || '/' || action_key",
         &[&source.id, &action_apps, &action_keys],
     )?;
     tx.execute("DELETE FROM app WHERE git_source_id = $1 AND app_key <> ALL($2)", &[&source.id, &app_keys])?;
     tx.execute("UPDATE git_source SET commit_sha = $2, synced_at = now() WHERE id = $1", &[&source.id, &commit_sha])?;
-    Ok(())
+    let mut deleted: Vec<String> = deleted.iter().map(|row| row.get(0)).collect();
+    deleted.sort();
+    Ok(deleted)
 }
 
 /// The catalog, by app and action; only `source`'s actions when given.

@@ -43,6 +43,8 @@ pub(crate) struct Report {
     pub materialized: Materialized,
     pub stored: Stored,
     pub manifest: Manifest,
+    /// The source's actions the commit no longer has, gone from the catalog, as APP/ACTION.
+    pub removed: Vec<String>,
 }
 
 /// Where a sync keeps things and what fetches: `home` holds the mirrors, `store` the materialized
@@ -193,7 +195,7 @@ fn sync_locked(
             .with_context(|| format!("materializing commit {sha} into the store; the catalog was not changed"))?;
 
         // 4. only then the catalog, in the transaction that stored the tree.
-        catalog::replace(&mut tx, source, source.commit_sha.as_deref(), &sha, &manifest)?;
+        let removed = catalog::replace(&mut tx, source, source.commit_sha.as_deref(), &sha, &manifest)?;
         tx.commit().context("committing the catalog")?;
         Ok(Report {
             source: source.name.clone(),
@@ -203,6 +205,7 @@ fn sync_locked(
             materialized,
             stored,
             manifest,
+            removed,
         })
     })
 }

@@ -127,6 +127,7 @@ fn sync() {
   ],
   "changed": true,
   "commit_sha": "<sha>",
+  "removed": [],
   "source": "s"
 }"#,
     );

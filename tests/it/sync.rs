@@ -242,6 +242,7 @@ fn resync_changes_adds_and_removes_actions_and_keeps_the_old_tree() {
     let doc = sync_json(&env, &["acme"]);
     assert_eq!(doc["commit_sha"], c2.as_str());
     assert_eq!(doc["changed"], true);
+    assert_eq!(doc["removed"], json!(["billing/refund", "tools/ping"]), "the actions gone are named");
     assert_eq!(action_keys(&env), ["billing/charge", "billing/invoice"]);
     let charge = action_row(&env, "billing", "charge").unwrap();
     assert_eq!(charge["commit_sha"], c2.as_str());
@@ -260,6 +261,13 @@ fn resync_changes_adds_and_removes_actions_and_keeps_the_old_tree() {
     let again = sync_json(&env, &["acme"]);
     assert_eq!(again["changed"], false, "the same commit again changes nothing");
     assert_eq!(again["commit_sha"], c2.as_str());
+    assert_eq!(again["removed"], json!([]));
+
+    manifest["apps"]["billing"]["actions"].as_object_mut().unwrap().remove("invoice");
+    repo.manifest(&manifest);
+    repo.commit("remove invoice");
+    let run = env.wf(["sync", "acme"]).ok();
+    assert!(run.stderr.contains("removed from the catalog: billing/invoice\n"), "{}", run.stderr);
 }
 
 /// A sync links the files of the commit it synced last into its draft while git fetches, then
