@@ -49,6 +49,12 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> CommandResult {
     options.check()?;
     if matches!(options.isolation, Isolation::Sandbox { .. }) {
         warn_of_supplementary_groups(ctx);
+        if !crate::runner::sandbox::landlock_scopes_sockets() {
+            ctx.out.warn(
+                "this kernel's Landlock cannot scope abstract Unix sockets (Linux 6.12 and later can): \
+                 actions with the network on can connect to the host's",
+            );
+        }
     }
     let summary = worker::run(ctx.database()?, options)?;
     if ctx.out.json {

@@ -32,6 +32,9 @@
 //!   EAGAIN fails with its own error rather than `ProcessLimit`. `/tmp` and `/dev/shm` are capped at `memory_mb` each, and the sandbox's
 //!   oom_score_adj is 1000, so the kernel's OOM killer picks an action before its worker. The
 //!   action cannot make a user namespace (where it could mount a tmpfs of no size limit).
+//! - **Landlock.** bun and what it starts cannot connect to an abstract Unix socket made outside
+//!   the sandbox (with the network on, the host's are in reach otherwise), where the kernel has
+//!   Landlock ABI 6 (Linux 6.12 and later).
 
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File};
@@ -579,6 +582,9 @@ fn exec_bun(command: &[CString], env: &[CString], nproc: u64, requests: bool) ->
     if let Err(error) = prepared {
         return error.into();
     }
+    if let Err(error) = scope_abstract_sockets() {
+        return error;
+    }
     // bun gets no blocked signal, and no descriptor beyond stdio and the requests: one the worker
     // inherited without close-on-exec would otherwise reach the action.
     if let Err(error) = SigSet::empty().thread_set_mask() {
@@ -593,6 +599,58 @@ fn exec_bun(command: &[CString], env: &[CString], nproc: u64, requests: bool) ->
         Err(error) => error.into(),
         Ok(never) => match never {},
     }
+}
+
+/// `struct landlock_ruleset_attr`.
+#[repr(C)]
+struct RulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+/// Whether this kernel's Landlock can scope abstract Unix sockets (ABI 6, Linux 6.12).
+pub(crate) fn landlock_scopes_sockets() -> bool {
+    const CREATE_RULESET_VERSION: libc::c_uint = 1;
+    const FIRST_ABI_WITH_SCOPES: libc::c_long = 6;
+    // SAFETY: the version query takes no structure.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<RulesetAttr>(),
+            0usize,
+            CREATE_RULESET_VERSION,
+        )
+    };
+    abi >= FIRST_ABI_WITH_SCOPES
+}
+
+/// A Landlock domain for bun and everything it starts, scoped so that none of them connects to an
+/// abstract Unix socket made outside it: with the network on, the sandbox shares the host's network
+/// namespace, whose abstract sockets (a desktop's bus, X11, another attempt's) would otherwise
+/// take the action's connection as one of the worker's user. Landlock ABI 6 (Linux 6.12) and
+/// later; on an older kernel, or one without Landlock, nothing is scoped. Raw system calls, as
+/// `mount_setattr`: one structure and two calls, no crate's compatibility layer needed.
+fn scope_abstract_sockets() -> io::Result<()> {
+    const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1;
+    if !landlock_scopes_sockets() {
+        return Ok(());
+    }
+    let attr = RulesetAttr { handled_access_fs: 0, handled_access_net: 0, scoped: SCOPE_ABSTRACT_UNIX_SOCKET };
+    // SAFETY: a ruleset attribute that outlives the call, with its true size.
+    let ruleset = unsafe {
+        libc::syscall(libc::SYS_landlock_create_ruleset, &attr as *const RulesetAttr, size_of::<RulesetAttr>(), 0u32)
+    };
+    if ruleset < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor, owned by nothing else.
+    let ruleset = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(ruleset as i32) };
+    // SAFETY: a ruleset descriptor and no flags; no_new_privs is set.
+    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Reap until bun ends or a limit is exceeded. Init wakes up for each SIGCHLD (blocked, inherited

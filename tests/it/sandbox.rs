@@ -38,6 +38,7 @@ fn attack_repo() -> GitRepo {
                     "burrow": {"entrypoint": "a/burrow.ts"},
                     "locked": {"entrypoint": "a/locked.ts"},
                     "peek": {"entrypoint": "a/peek.ts"},
+                    "abstract": {"entrypoint": "a/abstract.ts", "network": true},
                     "keys": {"entrypoint": "a/keys.ts"},
                     "shm": {"entrypoint": "a/shm.ts", "memory_mb": 128},
                     "nap": {"entrypoint": "a/nap.ts"},
@@ -208,6 +209,20 @@ export function main(input: any) {
   mkdirSync("d");
   for (let i = 1; i < input.depth; i++) { mkdirSync("up"); renameSync("d", "up/d"); renameSync("up", "d"); }
   return "burrowed";
+}
+"#,
+    );
+    // A connection to the host's abstract Unix socket named in the input.
+    repo.file(
+        "a/abstract.ts",
+        r#"
+import { connect } from "node:net";
+export function main(input: any) {
+  return new Promise((resolve) => {
+    const socket = connect({ path: "\0" + input.name });
+    socket.on("connect", () => { socket.destroy(); resolve("connected"); });
+    socket.on("error", (e: any) => resolve(e.code ?? String(e)));
+  });
 }
 "#,
     );
@@ -748,6 +763,27 @@ fn an_action_sees_no_private_keys_and_a_worker_in_other_groups_is_warned() {
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("warning: this worker's user is in the groups 4242: its actions keep them"), "{stderr}");
     assert_eq!(result(&env, &in_group), seen);
+}
+
+/// With the network on, the sandbox shares the host's network namespace, and with it the host's
+/// abstract Unix sockets, whose servers took the action for the worker's user (before, it
+/// connected): a Landlock scope refuses them. Without the sandbox the same action connects, so the
+/// socket is there to be reached.
+#[test]
+fn an_action_cannot_connect_to_the_hosts_abstract_sockets() {
+    use std::os::linux::net::SocketAddrExt;
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let name = format!("wf-test-{}", uuid::Uuid::new_v4().simple());
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
+    let sandboxed = enqueue(&env, "a/abstract", json!({"name": name}));
+    env.wf(["work", "--drain"]).ok();
+    let refused = result(&env, &sandboxed);
+    assert_ne!(refused, "connected", "{refused}");
+    let bare = enqueue(&env, "a/abstract", json!({"name": name}));
+    env.wf(["work", "--drain", "--isolation", "none"]).ok();
+    assert_eq!(result(&env, &bare), "connected");
 }
 
 /// A worker that is not root removes folders its action left without permissions, its own user's:
