@@ -9,6 +9,8 @@ const ERROR: u8 = 1;
 const USAGE: u8 = 2;
 const REFUSED: u8 = 3;
 const JOB_FAILED: u8 = 4;
+/// 128 + SIGINT, as a shell reads a process Ctrl-C ended.
+const INTERRUPTED: u8 = 130;
 
 /// Every exit status of `wf` and what it means, for the manual.
 pub(crate) const EXIT_STATUS: [(u8, &str); 6] = [
@@ -22,10 +24,11 @@ pub(crate) const EXIT_STATUS: [(u8, &str); 6] = [
     ),
     (JOB_FAILED, "the job itself ended failure or canceled (wf result, wf enqueue --wait)"),
     (
-        130,
-        "interrupted: a command stopped by a signal ends as the signal ends a process, 128 + its number \
-         (130 for Ctrl-C, 143 for SIGTERM); wf work stops cleanly on the first signal and ends 0, \
-         wf bench cleans up and ends 1",
+        INTERRUPTED,
+        "Ctrl-C (143: SIGTERM): most commands end as the signal ends any process, which a shell reads \
+         as 128 + its number; wf logs --follow --json ends its array first and exits so itself; a \
+         confirmation prompt declined by Ctrl-C exits 3; wf work stops cleanly and exits 0, wf bench \
+         cleans up and exits 1",
     ),
 ];
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::SeqCst;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Local, SecondsFormat, Utc};
 use serde::Serialize;
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -27,11 +27,21 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
     // buffer as they come (the plain lines: stdout is line-buffered).
     let json = RefCell::new(ctx.out.json.then(|| ctx.out.json_array_writer()));
     let following = Cell::new(false);
+    // A follower with --json stopped by a signal ends its array (at the next line, or the next look
+    // within half a second): what was written stays one JSON document.
+    let signaled = Arc::new(AtomicUsize::new(0));
+    if args.follow && ctx.out.json {
+        stop_on_signals(&signaled)?;
+    }
+    let stopped = || signaled.load(SeqCst) != 0;
     // On a terminal the action's control characters are shown, not acted on; into a pipe or a
     // file, each line is written as the action wrote it.
     let terminal = std::io::stdout().is_terminal();
     let mut attempt = 0;
     let mut show = |entry: LogEntry| -> Result<()> {
+        if stopped() {
+            bail!("stopped by a signal");
+        }
         if let Some(array) = json.borrow_mut().as_mut() {
             let document =
                 LogDocument { attempt: entry.attempt, stream: entry.stream, line: entry.line, time: entry.created_at };
@@ -54,7 +64,11 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
             stream => ctx.out.line(&format!("{time}[{stream}] {line}")),
         }
     };
-    let last = inspect::last_logs(&mut client, id, args.tail, args.since, &mut show)?;
+    let last = inspect::last_logs(&mut client, id, args.tail, args.since, &mut show);
+    if stopped() {
+        return interrupted(json.into_inner(), &signaled);
+    }
+    let last = last?;
     if last.is_none() && !args.follow && args.tail.is_none() && args.since.is_none() {
         ctx.out.info(&format!("job {id} has printed nothing ({})", job.status));
     }
@@ -69,29 +83,9 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
             None if args.tail.is_some() || args.since.is_some() => inspect::last_log_id(&mut client, id)?,
             None => 0,
         };
-        // Stopped with --json, the array is ended at the next look (within half a second): what was
-        // written stays one JSON document. A second signal ends the process at once (a look may
-        // be waiting for a database that is away).
-        let signaled = Arc::new(AtomicUsize::new(0));
-        if json.borrow().is_some() {
-            for signal in [SIGINT, SIGTERM] {
-                let signaled = Arc::clone(&signaled);
-                let handler = move || {
-                    if signaled.swap(signal as usize, SeqCst) != 0 {
-                        signal_hook::low_level::exit(128 + signal);
-                    }
-                };
-                // SAFETY: the handler swaps an atomic and may call _exit: both async-signal-safe.
-                unsafe { signal_hook::low_level::register(signal, handler) }.context("installing signal handlers")?;
-            }
-        }
-        let stopped = || signaled.load(SeqCst) != 0;
         let followed = inspect::follow_logs(&mut client, &|| database.connect(), id, after, &mut show, &stopped)?;
         if followed == Followed::Stopped {
-            if let Some(array) = json.into_inner() {
-                array.finish()?;
-            }
-            return Ok(Exit::Interrupted(signaled.load(SeqCst) as i32));
+            return interrupted(json.into_inner(), &signaled);
         }
         // How it ended, which the lines alone do not say (a cancel writes none), and where a retry
         // goes on.
@@ -104,6 +98,39 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
         array.finish()?;
     }
     Ok(Exit::Ok)
+}
+
+/// Have SIGINT and SIGTERM set `signaled` to their number, unless the signal was ignored when wf
+/// started (a follower in the background of a script); a second one ends the process at once (a
+/// look may be waiting for a database that is away).
+fn stop_on_signals(signaled: &Arc<AtomicUsize>) -> Result<()> {
+    for signal in [SIGINT, SIGTERM] {
+        // SAFETY: sigaction only reads the disposition into a zeroed structure of its own.
+        let ignored = unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(signal, std::ptr::null(), &mut current) == 0 && current.sa_sigaction == libc::SIG_IGN
+        };
+        if ignored {
+            continue;
+        }
+        let signaled = Arc::clone(signaled);
+        let handler = move || {
+            if signaled.swap(signal as usize, SeqCst) != 0 {
+                signal_hook::low_level::exit(128 + signal);
+            }
+        };
+        // SAFETY: the handler swaps an atomic and may call _exit: both async-signal-safe.
+        unsafe { signal_hook::low_level::register(signal, handler) }.context("installing signal handlers")?;
+    }
+    Ok(())
+}
+
+/// End the array a signal cut short; exit as the signal would have ended wf.
+fn interrupted(array: Option<crate::output::JsonArray<impl std::io::Write>>, signaled: &AtomicUsize) -> CommandResult {
+    if let Some(array) = array {
+        array.finish()?;
+    }
+    Ok(Exit::Interrupted(signaled.load(SeqCst) as i32))
 }
 
 /// One log line (`wf logs --json` lists them in order).

@@ -488,10 +488,9 @@ pub(crate) fn follow_logs(
             }
         },
     )?;
-    Ok(match followed {
-        ControlFlow::Break(followed) => followed,
-        ControlFlow::Continue(()) => Followed::Stopped,
-    })
+    // Without a deadline the wait returns only a look's break.
+    let ControlFlow::Break(followed) = followed else { unreachable!("a look without a deadline ended") };
+    Ok(followed)
 }
 
 /// How following a job's lines ended.

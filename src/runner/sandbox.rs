@@ -92,8 +92,8 @@ const ETC: [&str; 17] = [
     "services",
 ];
 const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
-/// Of `/etc/ssl`, the certificates and OpenSSL's settings, in this order (the folder makes
-/// `etc/ssl`): never `private/`, the host's keys, which a worker in their group could read.
+/// Of `/etc/ssl`, the certificates and OpenSSL's settings: never `private/`, the host's keys,
+/// which a worker in their group could read.
 const SSL: [&str; 2] = ["ssl/certs", "ssl/openssl.cnf"];
 
 /// How often init looks at the sandbox's memory and processes.
@@ -500,10 +500,11 @@ fn mkdir(path: &Path) -> Result<()> {
 /// Bind `source` at `target` (created as an empty file or folder like the source), restricted
 /// with the given mount attributes.
 fn bind(source: &Path, target: &Path, attrs: u64, recursive: bool) -> Result<()> {
+    let folder = |path: &Path| fs::DirBuilder::new().recursive(true).mode(0o755).create(path);
     if fs::metadata(source).with_context(|| format!("reading {}", source.display()))?.is_dir() {
-        fs::DirBuilder::new().recursive(true).mode(0o755).create(target)
+        folder(target)
     } else {
-        File::create(target).map(drop)
+        target.parent().map_or(Ok(()), folder).and_then(|()| File::create(target).map(drop))
     }
     .with_context(|| format!("creating the mount point {}", target.display()))?;
     if recursive { mount::mount_bind_recursive(source, target) } else { mount::mount_bind(source, target) }

@@ -194,7 +194,10 @@ fn closest(wanted: &str, names: Vec<String>) -> String {
     let mut close: Vec<(usize, String)> = names
         .into_iter()
         .map(|name| (distance(wanted, &name), name))
-        .filter(|(d, name)| *d <= (name.chars().count() / 3).max(2))
+        // Not a name the edits would make up anew (`t` for `zz`).
+        .filter(|(d, name)| {
+            *d <= (name.chars().count() / 3).max(2) && *d < name.chars().count().min(wanted.chars().count())
+        })
         .collect();
     close.sort();
     match close.as_slice() {

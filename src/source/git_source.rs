@@ -146,11 +146,14 @@ fn normalize_url(url: &str) -> Result<String> {
     })?;
     // As a fetch finds it: that folder itself (or its `.git`), never a repository above it.
     let flags = git2::RepositoryOpenFlags::NO_SEARCH;
-    if git2::Repository::open_ext(&absolute, flags, std::iter::empty::<&std::ffi::OsStr>()).is_err() {
-        bail!(
+    match git2::Repository::open_ext(&absolute, flags, std::iter::empty::<&std::ffi::OsStr>()) {
+        Ok(_) => {}
+        Err(error) if error.code() == git2::ErrorCode::NotFound => bail!(
             "{} is not a git repository (nor its .git); give the path of a git repository, or a URL",
             absolute.display()
-        );
+        ),
+        // One there that cannot be opened (its owner, its permissions, damage): git's own words.
+        Err(error) => bail!("{} cannot be opened as a git repository: {}", absolute.display(), error.message()),
     }
     absolute.to_str().map(str::to_string).with_context(|| format!("the path {} is not valid UTF-8", absolute.display()))
 }

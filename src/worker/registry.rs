@@ -66,14 +66,14 @@ fn beat(shared: &Shared, connection: &mut Connection, key_id: &str, warned: &mut
         ],
     )?;
     session.execute("DELETE FROM worker WHERE last_seen < now() - interval '1 hour'", &[])?;
-    // A `wf bench --bun` round's worker serves only the bench's jobs, whose tokens no one verifies:
-    // neither warns of the other.
-    let others = if crate::bench::is_bench_name(&options.name) {
+    // A `wf bench --bun` round's worker (named after its tag, and serving that tag alone) serves
+    // only the bench's jobs, whose tokens no one verifies: neither warns of the other.
+    let others = if crate::bench::is_bench_name(&options.name) && options.tags == [options.name.as_str()] {
         Vec::new()
     } else {
         session.query(
             "SELECT id, name, host FROM worker
-              WHERE key_id <> $1 AND name !~ $2
+              WHERE key_id <> $1 AND NOT (name ~ $2 AND tags = ARRAY[name])
                 AND stopped_at IS NULL AND last_seen >= now() - make_interval(secs => window_s)",
             &[&key_id, &crate::bench::NAME_PATTERN],
         )?
