@@ -150,7 +150,7 @@ pub(crate) const ENQUEUE_CHUNK: usize = 5_000;
 
 /// The most problems an error lists of inputs that do not match the input schema, or of a result
 /// that does not match the output schema.
-pub(crate) const PROBLEMS_SHOWN: usize = 20;
+const PROBLEMS_SHOWN: usize = 20;
 
 /// The jobs of one request, enqueued chunk by chunk in one transaction: the pins are read once,
 /// so every chunk pins the same commit and settings. `enqueue` pushes the request's inputs;
@@ -395,30 +395,38 @@ fn compile(schema: &Value) -> Result<jsonschema::Validator> {
 /// may be megabytes.
 const PROBLEM_CHARS: usize = 300;
 
-/// One problem a schema found: where in the value, and what, cut to `PROBLEM_CHARS`.
-pub(crate) fn schema_problem(error: &jsonschema::ValidationError<'_>) -> String {
-    let path = error.instance_path().to_string();
-    let path = if path.is_empty() { "/" } else { &path };
-    crate::error::shortened(&format!("at {path}: {error}"), PROBLEM_CHARS).into_owned()
-}
-
-/// Refuse `inputs` unless each matches `validator`; the error lists the first `PROBLEMS_SHOWN`
-/// problems, each with its input's line (`lines[n]` for `inputs[n]`, when given) and JSON path.
-fn check(validator: &jsonschema::Validator, inputs: &[Value], lines: &[usize]) -> Result<()> {
-    let mut problems = Vec::new();
-    let mut count = 0;
-    for (n, input) in inputs.iter().enumerate() {
-        for error in validator.iter_errors(input) {
+/// What `validator` finds wrong with `values`: the first `PROBLEMS_SHOWN` problems, each after
+/// `label(n)` for `values[n]` (asked only for the problems listed), with its JSON path, cut to
+/// `PROBLEM_CHARS`; then how many more. Empty when every value matches.
+pub(crate) fn schema_problems(
+    validator: &jsonschema::Validator,
+    values: &[Value],
+    label: impl Fn(usize) -> String,
+) -> Vec<String> {
+    let (mut problems, mut count) = (Vec::new(), 0);
+    for (n, value) in values.iter().enumerate() {
+        for error in validator.iter_errors(value) {
             count += 1;
             if problems.len() < PROBLEMS_SHOWN {
-                let which = lines.get(n).map(|line| format!("line {line}: ")).unwrap_or_default();
-                problems.push(format!("{which}input {}", schema_problem(&error)));
+                let path = error.instance_path().to_string();
+                let path = if path.is_empty() { "/" } else { &path };
+                let problem = format!("{}at {path}: {error}", label(n));
+                problems.push(crate::error::shortened(&problem, PROBLEM_CHARS).into_owned());
             }
         }
     }
     if count > PROBLEMS_SHOWN {
         problems.push(format!("and {} more", count - PROBLEMS_SHOWN));
     }
+    problems
+}
+
+/// Refuse `inputs` unless each matches `validator`; the error lists the first `PROBLEMS_SHOWN`
+/// problems, each with its input's line (`lines[n]` for `inputs[n]`, when given) and JSON path.
+fn check(validator: &jsonschema::Validator, inputs: &[Value], lines: &[usize]) -> Result<()> {
+    let problems = schema_problems(validator, inputs, |n| {
+        lines.get(n).map_or_else(|| "input ".to_string(), |line| format!("line {line}: input "))
+    });
     if !problems.is_empty() {
         bail!("input does not match the action's input schema: {}", problems.join("; "));
     }

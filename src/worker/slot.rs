@@ -819,17 +819,7 @@ fn check_result(value: &Value, output_schema: Option<&Value>) -> Result<(), JobE
     let Some(schema) = output_schema else { return Ok(()) };
     let validator = jsonschema::validator_for(schema)
         .map_err(|error| JobError::new("OutputSchemaError", format!("the output schema is invalid: {error}")))?;
-    let (mut problems, mut more) = (Vec::new(), 0);
-    for error in validator.iter_errors(value) {
-        if problems.len() < crate::queue::enqueue::PROBLEMS_SHOWN {
-            problems.push(crate::queue::enqueue::schema_problem(&error));
-        } else {
-            more += 1;
-        }
-    }
-    if more > 0 {
-        problems.push(format!("and {more} more"));
-    }
+    let problems = crate::queue::enqueue::schema_problems(&validator, std::slice::from_ref(value), |_| String::new());
     if problems.is_empty() {
         Ok(())
     } else {

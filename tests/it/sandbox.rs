@@ -737,8 +737,12 @@ fn a_working_directory_deeper_than_a_stack_does_not_end_its_worker() {
     env.wf(["work", "--drain", "--concurrency", "1"]).ok();
     assert_eq!(result(&env, &burrow), "burrowed");
     assert_eq!(result(&env, &hello), "hello");
-    let scratch = std::fs::read_dir(env.home().join("scratch")).unwrap();
-    let left: Vec<_> = scratch.flatten().map(|entry| entry.path()).collect();
+    assert_emptied(&env.home().join("scratch"));
+}
+
+/// Nothing is left in the worker's scratch folder `scratch`.
+fn assert_emptied(scratch: &std::path::Path) {
+    let left: Vec<_> = std::fs::read_dir(scratch).unwrap().flatten().map(|entry| entry.path()).collect();
     assert!(left.is_empty(), "left in the scratch folder: {left:?}");
 }
 
@@ -805,9 +809,7 @@ fn a_worker_that_is_not_root_removes_folders_its_action_locked() {
     let output = worker_as_nobody(&env, "--drain").output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(result(&env, &locked), "locked");
-    let scratch = env.dir.path().join("nobody-home").join("scratch");
-    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().flatten().map(|entry| entry.path()).collect();
-    assert!(left.is_empty(), "left in the scratch folder: {left:?}");
+    assert_emptied(&env.dir.path().join("nobody-home").join("scratch"));
 }
 
 /// The supervisor is not dumpable: another process of the worker's user cannot read its

@@ -11,6 +11,18 @@ use serde_json::{Value, json};
 use crate::support::fixtures::{enqueue, path, synced};
 use crate::support::harness::{PrivateCluster, Process, TestEnv, wait_for};
 
+/// The lines `follower` prints, as they come.
+fn printed_by(follower: &mut Process) -> mpsc::Receiver<String> {
+    let (lines, printed) = mpsc::channel();
+    let stdout = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = lines.send(line.unwrap());
+        }
+    });
+    printed
+}
+
 /// Complete a queued job the way a worker's completion transaction does: final log lines, the
 /// completion record, the queue row gone, the notification.
 const COMPLETE: &str = "
@@ -74,16 +86,6 @@ fn logs_follow_prints_the_lines_written_by_the_completion() {
     db.execute("INSERT INTO job_logs (job_id, attempt, stream, line) VALUES ($1, 1, 'stdout', 'first')", &[&job])
         .unwrap();
 
-    let printed_by = |follower: &mut Process| {
-        let (lines, printed) = mpsc::channel();
-        let stdout = follower.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let _ = lines.send(line.unwrap());
-            }
-        });
-        printed
-    };
     let mut follower = env.wf(["logs", &id, "--follow"]).start();
     let printed = printed_by(&mut follower);
     assert_eq!(printed.recv_timeout(Duration::from_secs(30)).unwrap(), "first");
@@ -272,13 +274,7 @@ fn a_json_follower_stopped_by_a_signal_ends_its_document() {
         .unwrap();
     for (signal, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
         let mut follower = env.wf(["logs", &id, "--follow", "--json"]).start();
-        let (lines, printed) = mpsc::channel();
-        let stdout = follower.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let _ = lines.send(line.unwrap());
-            }
-        });
+        let printed = printed_by(&mut follower);
         let mut document = String::new();
         while !document.contains(r#""line": "first""#) {
             document.push_str(&printed.recv_timeout(Duration::from_secs(30)).expect("the line already written"));
@@ -286,8 +282,8 @@ fn a_json_follower_stopped_by_a_signal_ends_its_document() {
         crate::support::fixtures::signal(&follower, signal);
         let status = wait_for(Duration::from_secs(30), "the follower to stop", || follower.try_wait().unwrap());
         assert_eq!(status.code(), Some(code), "{status:?}");
-        reader.join().unwrap();
-        document.extend(printed.try_iter());
+        // Until the reader meets the end of the follower's stdout.
+        document.extend(printed.iter());
         let lines: Vec<Value> = serde_json::from_str(&document).unwrap_or_else(|error| panic!("{error}: {document}"));
         assert_eq!(lines[0]["line"], "first");
     }
