@@ -125,7 +125,8 @@ pub(crate) enum DbCommand {
     Up,
     /// Stop the embedded cluster (fast shutdown).
     ///
-    /// Workers using it lose their connections and reconnect when it is up again; a job whose
+    /// Workers using it lose their connections and reconnect when it is up again (they start a
+    /// server that died without a shutdown, never one stopped here); a job whose
     /// worker could not beat for a zombie window meanwhile is stopped (its worker fences itself)
     /// and left to the reaper. Creates nothing. --json: {"stopped"}.
     Down,

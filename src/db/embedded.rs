@@ -409,6 +409,11 @@ impl Cluster {
         Ok(())
     }
 
+    /// Whether the server is gone without a shutdown (a crash, a kill): its pid file is left.
+    pub fn crashed(&self) -> bool {
+        matches!(self.postmaster(), Ok(Postmaster::Stale))
+    }
+
     /// Whether the server of `postmaster.pid` is alive. `pg_ctl status` is not enough: it takes a
     /// zombie (a killed server whose parent is an init that never reaps, as in many containers)
     /// or a pid that a reboot gave to another program for a running server.

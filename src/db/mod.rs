@@ -31,7 +31,9 @@ pub struct Database {
     tls: Option<tls::Tls>,
     /// A human description for messages (never the password).
     pub describe: String,
-    pub embedded: bool,
+    /// The embedded cluster, when it is this database: a connection that finds its server gone
+    /// without a shutdown (killed, out of memory) starts it again.
+    cluster: Option<embedded::Cluster>,
 }
 
 impl Database {
@@ -55,20 +57,24 @@ impl Database {
         let tls = if tcp { options.connector()? } else { None };
         config.ssl_mode(if tcp { options.client_mode() } else { SslMode::Disable });
         let describe = describe(&config);
-        Ok(Database { config, tls, describe, embedded: false })
+        Ok(Database { config, tls, describe, cluster: None })
     }
 
     /// The embedded cluster (its caller started it: `Cluster::ensure_up`).
     pub fn embedded(cluster: &embedded::Cluster) -> Database {
         let describe = format!("embedded cluster at {}", cluster.home_pg().display());
-        Database { config: cluster.client_config(), tls: None, describe, embedded: true }
+        Database { config: cluster.client_config(), tls: None, describe, cluster: Some(cluster.clone()) }
+    }
+
+    pub fn is_embedded(&self) -> bool {
+        self.cluster.is_some()
     }
 
     /// Make the schema usable: the embedded cluster is migrated on demand (returns the migrations
     /// applied); an external one is checked to be at this wf's schema version.
     pub fn prepare(&self) -> Result<Vec<migrate::Applied>> {
         let mut client = self.connect()?;
-        if self.embedded {
+        if self.is_embedded() {
             migrate::apply(&mut client)
         } else {
             migrate::check_current(&mut client)?;
@@ -86,7 +92,27 @@ impl Database {
     /// Every wait is bounded: connecting, and over TCP a peer that stops answering (keepalives,
     /// and an unacknowledged send fails after TCP_USER_TIMEOUT) breaks the connection instead of
     /// blocking forever.
+    ///
+    /// The embedded cluster's server, found gone without a shutdown, is started again first: its
+    /// workers would otherwise wait for it until some other command did. One stopped by `wf db
+    /// down` stays stopped.
     pub fn connect_as(&self, application_name: &str) -> Result<Client> {
+        let error = match self.connect_once(application_name) {
+            Ok(client) => return Ok(client),
+            Err(error) => error,
+        };
+        let Some(cluster) = self.cluster.as_ref().filter(|cluster| cluster.crashed()) else {
+            return Err(error);
+        };
+        crate::diag::diag!(
+            "starting the embedded PostgreSQL cluster in {} again: its server stopped without a shutdown",
+            cluster.home_pg().display()
+        );
+        cluster.ensure_up().with_context(|| format!("{error:#}; starting the embedded cluster again"))?;
+        self.connect_once(application_name)
+    }
+
+    fn connect_once(&self, application_name: &str) -> Result<Client> {
         let mut config = self.config.clone();
         config.application_name(application_name);
         let patience = *config.get_connect_timeout().unwrap_or(&CONNECT_PATIENCE);

@@ -119,6 +119,26 @@ impl EmbeddedHome {
         assert!(marker.is_file(), "{marker:?}");
     }
 
+    /// The running server's pid.
+    fn server_pid(&self) -> i32 {
+        self.postmaster_pid_file().expect("postmaster.pid of the running server")[0].parse().unwrap()
+    }
+
+    /// SIGKILL the server and wait until it is gone; its pid.
+    fn kill_server(&self) -> i32 {
+        let pid = self.server_pid();
+        // SAFETY: kill sends a signal to the server's process.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        // The killed server stays a zombie when its parent (init, in a container) does not reap it.
+        wait_for(Duration::from_secs(10), "the killed server to die", || {
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let gone =
+                stat.is_empty() || stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            gone.then_some(())
+        });
+        pid
+    }
+
     fn assert_stopped(&self) {
         let status = self.status();
         assert_eq!(status["running"], false, "{status}");
@@ -216,15 +236,7 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
 fn db_up_starts_the_cluster_again_after_its_server_was_killed() {
     let embedded = EmbeddedHome::new();
     embedded.wf(["db", "up"]).ok();
-    let pid: i32 = embedded.postmaster_pid_file().expect("postmaster.pid of the running server")[0].parse().unwrap();
-    // SAFETY: kill sends a signal to the server's process.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    // The killed server stays a zombie when its parent (init, in a container) does not reap it.
-    wait_for(Duration::from_secs(10), "the killed server to die", || {
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let gone = stat.is_empty() || stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-        gone.then_some(())
-    });
+    let pid = embedded.kill_server();
     assert!(embedded.postmaster_pid_file().is_some(), "the crash leaves its pid file behind");
     embedded.assert_stopped();
 
@@ -233,6 +245,36 @@ fn db_up_starts_the_cluster_again_after_its_server_was_killed() {
     embedded.assert_running_and_migrated();
     let new_pid: i32 = embedded.postmaster_pid_file().unwrap()[0].parse().unwrap();
     assert_ne!(new_pid, pid);
+}
+
+/// A worker on the embedded cluster starts its server again when the server died without a
+/// shutdown, before any other command does, and goes on with its jobs; a server stopped by `wf db
+/// down` it leaves stopped.
+#[test]
+fn a_worker_starts_the_embedded_cluster_again_after_its_server_was_killed() {
+    let embedded = EmbeddedHome::new();
+    embedded.assert_sync_works();
+    let log = embedded.env.dir.path().join("worker.log");
+    let _worker = embedded.wf(["work", "--concurrency", "1"]).spawn(&log);
+    let first = embedded.wf(["enqueue", "hello/hi", "--wait"]).ok();
+    assert_eq!(first.stdout.trim(), "\"hi\"", "{first:?}");
+
+    let killed = embedded.kill_server();
+    let revived = wait_for(Duration::from_secs(60), "the worker to start the server again", || {
+        embedded.postmaster_pid_file().and_then(|lines| lines[0].parse::<i32>().ok()).filter(|pid| *pid != killed)
+    });
+    let said = fs::read_to_string(&log).unwrap();
+    assert!(said.contains("starting the embedded PostgreSQL cluster in") && said.contains("again"), "{said}");
+    let second = embedded.wf(["enqueue", "hello/hi", "--wait"]).ok();
+    assert_eq!(second.stdout.trim(), "\"hi\"", "{second:?}");
+    assert_eq!(embedded.server_pid(), revived, "the command after the revival found it running");
+
+    embedded.wf(["db", "down"]).ok();
+    // Longer than the worker's longest wait between two tries to reconnect (5 s).
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(embedded.postmaster_pid_file().is_none(), "a cluster stopped on purpose stays stopped");
+    let said = fs::read_to_string(&log).unwrap();
+    assert_eq!(said.matches("starting the embedded PostgreSQL cluster").count(), 1, "{said}");
 }
 
 /// The server's log grew for as long as the cluster lived (no rotation); past 10 MiB it is set
