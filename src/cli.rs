@@ -95,6 +95,9 @@ pub(crate) enum Command {
     #[command(subcommand)]
     Schedule(ScheduleCommand),
     /// Delete completed jobs (records, logs) older than a cutoff, in batches.
+    ///
+    /// Never a queued or running job, a job canceled ahead of its schedule's fire time before that
+    /// time, nor a failed job whose retry (or its retry's retry) is queued or running.
     Prune(PruneArgs),
     /// Measure the spine on the configured database (in a tag of its own, cleaned up after).
     ///
@@ -439,11 +442,13 @@ pub(crate) enum ScheduleCommand {
     /// List schedules: state, how far they are enqueued, their next fire time.
     List,
     /// Change a schedule's cron, time zone, input, priority or tag; the jobs it enqueued ahead are
-    /// withdrawn and enqueued again at once as it now says.
+    /// withdrawn and enqueued again at once as it now says (its runs' retries stay).
     Update(ScheduleUpdateArgs),
-    /// Remove a schedule; the jobs it enqueued ahead are withdrawn (canceled), the others stay.
+    /// Remove a schedule; the jobs it enqueued ahead and its runs' retries waiting are withdrawn
+    /// (canceled), the others stay; a run failing after it is not retried.
     Rm(ScheduleNameArgs),
-    /// Stop enqueueing for a schedule; the jobs it enqueued ahead are withdrawn (canceled).
+    /// Stop enqueueing for a schedule; the jobs it enqueued ahead and its runs' retries waiting are
+    /// withdrawn (canceled); a run failing while it is paused is not retried.
     Pause(ScheduleNameArgs),
     /// Enqueue again for a paused schedule: at once, as a tick would, its fire times up to now +
     /// horizon (those missed while paused are not replayed).

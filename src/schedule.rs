@@ -343,20 +343,31 @@ pub(crate) fn broken(client: &mut Client) -> Result<Vec<(String, String)>> {
     Ok(schedules.into_iter().zip(problems).filter_map(|(s, problem)| problem.map(|p| (s.name, p))).collect())
 }
 
-/// Cancel the jobs a schedule enqueued ahead (not due yet, not running), its runs' retries that
-/// wait for their backoff among them: a pause, a change or a removal must not leave them to run as
-/// the schedule was. Each lets go of its fire time, which may be enqueued again. Returns how many
-/// were withdrawn.
-fn withdraw(tx: &mut Transaction<'_>, name: &str, by: &str, why: &str) -> Result<u64> {
+/// What a withdrawal cancels of a schedule's jobs waiting in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Withdrawn {
+    /// Its fire times enqueued ahead: a change enqueues them again as the schedule now says, and
+    /// leaves its runs' retries to retry them.
+    FireTimes,
+    /// Those and its runs' retries that wait for their backoff: a pause or a removal leaves nothing
+    /// of the schedule to run.
+    FireTimesAndRetries,
+}
+
+/// Cancel the jobs a schedule enqueued ahead (not due yet, not running), and its runs' retries that
+/// wait for their backoff when `what` says so: a pause, a change or a removal must not leave them
+/// to run as the schedule was. Each lets go of its fire time, which may be enqueued again. Returns
+/// how many were withdrawn.
+fn withdraw(tx: &mut Transaction<'_>, name: &str, what: Withdrawn, by: &str, why: &str) -> Result<u64> {
     let ahead: Vec<uuid::Uuid> = tx
         .query(
             "SELECT q.job_id
                FROM job j JOIN job_queue q ON q.job_id = j.id
               WHERE j.schedule_name = $1 AND NOT q.running
-                AND (j.schedule_fire > now() OR (j.retry_of IS NOT NULL AND q.scheduled_for > now()))
+                AND (j.schedule_fire > now() OR ($2 AND j.retry_of IS NOT NULL AND q.scheduled_for > now()))
               ORDER BY q.job_id
                 FOR UPDATE OF q",
-            &[&name],
+            &[&name, &(what == Withdrawn::FireTimesAndRetries)],
         )?
         .iter()
         .map(|row| row.get(0))
@@ -373,7 +384,10 @@ pub(crate) fn remove(client: &mut Client, name: &str, by: &str) -> Result<u64> {
     if tx.execute("DELETE FROM schedule WHERE name = $1", &[&name])? == 0 {
         bail!("no such schedule: {name}");
     }
-    let withdrawn = withdraw(&mut tx, name, by, "was removed")?;
+    let withdrawn = withdraw(&mut tx, name, Withdrawn::FireTimesAndRetries, by, "was removed")?;
+    // Fire times ahead that its jobs still hold (canceled by an operator ahead of time) are the
+    // removed schedule's: a schedule added again under its name enqueues them.
+    tx.execute("UPDATE job SET schedule_fire = NULL WHERE schedule_name = $1 AND schedule_fire > now()", &[&name])?;
     tx.commit()?;
     Ok(withdrawn)
 }
@@ -392,7 +406,7 @@ pub(crate) fn pause(client: &mut Client, name: &str, by: &str) -> Result<u64> {
     if changed == 0 {
         bail!("no such schedule: {name}");
     }
-    let withdrawn = withdraw(&mut tx, name, by, "was paused")?;
+    let withdrawn = withdraw(&mut tx, name, Withdrawn::FireTimesAndRetries, by, "was paused")?;
     tx.commit()?;
     Ok(withdrawn)
 }
@@ -487,7 +501,7 @@ pub(crate) fn update(client: &mut Client, name: &str, changes: Changes<'_>, by: 
         schedule.tag.as_deref(),
     )?;
     schedule.tz = zone.name().to_string();
-    let withdrawn = withdraw(&mut tx, name, by, "was changed")?;
+    let withdrawn = withdraw(&mut tx, name, Withdrawn::FireTimes, by, "was changed")?;
     let now = crate::db::now(&mut tx)?;
     let mut fires = Vec::new();
     if schedule.enabled

@@ -18,7 +18,10 @@ pub(crate) const BATCH: i64 = 1000;
 /// The completion records of the jobs retention may delete: completed before $1, of status $2 (or
 /// any), not holding a schedule's fire time still ahead (a fire time canceled ahead of time: its
 /// job's record is what keeps the schedule from enqueueing it again, after a change of the
-/// schedule too), and no longer in the queue, `$not_queued` saying the last: a batch probes the queue by its
+/// schedule too), not retried by a job still queued or running, nor by one retried so (the failed
+/// job an operator knows is how `wf cancel` and `wf show` reach its retries: its id must keep
+/// working while they may run; the retries of a job are few, found by the index of `retry_of`),
+/// and no longer in the queue, `$not_queued` saying the last: a batch probes the queue by its
 /// key for each record it walks (as a NOT EXISTS, PostgreSQL made that a hash anti-join over the
 /// whole queue: with 200,000 jobs queued and 200,000 old records, 297 ms a batch instead of 45);
 /// the count, which reads every record anyway, hashes the queue once (146 ms there, 804 probing).
@@ -26,7 +29,14 @@ macro_rules! candidates {
     ($not_queued:expr) => {
         concat!(
             "job_completed c WHERE c.completed_at < $1 AND ($2::text IS NULL OR c.status = $2)
-               AND NOT EXISTS (SELECT FROM job f WHERE f.id = c.job_id AND f.schedule_fire > now()) AND ",
+               AND NOT EXISTS (SELECT FROM job f WHERE f.id = c.job_id AND f.schedule_fire > now())
+               AND NOT EXISTS (
+                   WITH RECURSIVE later (id) AS (
+                       SELECT r.id FROM job r WHERE r.retry_of = c.job_id AND r.retry_of IS NOT NULL
+                       UNION ALL
+                       SELECT r.id FROM later JOIN job r ON r.retry_of = later.id AND r.retry_of IS NOT NULL)
+                   SELECT FROM later WHERE (SELECT lq.job_id FROM job_queue lq WHERE lq.job_id = later.id) IS NOT NULL)
+               AND ",
             $not_queued
         )
     };

@@ -37,13 +37,18 @@ pub(crate) fn complete_failure(session: &mut Session, completion: &Completion) -
     }
     // The n-th retry waits backoff * 2^(n-1), at most max_backoff. A job an operator asked to
     // cancel is not retried, also when it failed on its own before its worker saw the mark: the
-    // completion just recorded keeps the mark.
+    // completion just recorded keeps the mark. Nor a run of a schedule paused or removed while it
+    // ran: a pause withdraws the retries waiting, and one enqueued after it would run all the same.
+    // The schedule's row is locked for that (FOR SHARE): a pause or a removal committing meanwhile is
+    // waited for and seen; one that comes after waits for this retry, and withdraws it.
     let left = tx.query_opt(
         "SELECT app_key, action_key, input, priority, trigger_kind, retry_number + 1,
                 least(retry_backoff_s * power(2, retry_number), retry_max_backoff_s), schedule_name, no_overlap
            FROM job
           WHERE id = $1 AND retry_max > retry_number
-            AND NOT EXISTS (SELECT FROM job_completed c WHERE c.job_id = job.id AND c.canceled_by IS NOT NULL)",
+            AND NOT EXISTS (SELECT FROM job_completed c WHERE c.job_id = job.id AND c.canceled_by IS NOT NULL)
+            AND (schedule_name IS NULL
+                 OR EXISTS (SELECT FROM schedule s WHERE s.name = job.schedule_name AND s.enabled FOR SHARE))",
         &[&completion.job_id],
     )?;
     let mut retry = None;

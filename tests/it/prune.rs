@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use wf::queue::prune::BATCH_SQL;
 
 use crate::support::fixtures::{enqueue, enqueue_batch, synced};
-use crate::support::harness::TestEnv;
+use crate::support::harness::{GitRepo, TestEnv};
 use crate::support::plans::{explain, fill, nodes};
 use crate::support::terminal::plain;
 
@@ -87,6 +87,46 @@ fn prune_deletes_only_old_completed_jobs_with_their_logs() {
     assert_eq!(env.wf(["show", &recent, "--json"]).ok().json()["status"], "success");
 }
 
+/// A failed job retried by a job that may still run, directly or along its chain of retries, is
+/// kept however old: its id is how an operator cancels its retries and finds them (pruned, `wf
+/// cancel` of it said "no such job" while its retry ran later). Once the chain has ended, it goes.
+#[test]
+fn a_failed_job_whose_retries_may_still_run_is_kept() {
+    let env = TestEnv::new();
+    let repo = GitRepo::new();
+    repo.manifest(&json!({"apps": {"r": {"actions": {
+        "flaky": {"entrypoint": "flaky.ts", "retries": {"max": 3, "backoff": "1h"}},
+    }}}}));
+    repo.file("flaky.ts", "export function main() { throw new Error(\"failed\"); }\n");
+    repo.commit("flaky");
+    env.wf(["source", "add", "r", &repo.url()]).ok();
+    env.wf(["sync", "r"]).ok();
+    let first = enqueue(&env, "r/flaky", json!({}));
+    env.wf(["work", "--max-jobs", "1", "--isolation", "none"]).ok();
+    // The first retry due now, to fail in turn: its retry waits for its backoff.
+    env.db().execute("UPDATE job_queue SET scheduled_for = now()", &[]).unwrap();
+    env.wf(["work", "--max-jobs", "1", "--isolation", "none"]).ok();
+    let chain: Vec<String> = env.column("SELECT id::text FROM job ORDER BY retry_number");
+    assert_eq!(chain.len(), 3, "{chain:?}");
+    let queued: Vec<String> = env.column("SELECT job_id::text FROM job_queue");
+    assert_eq!(queued, [chain[2].clone()]);
+    env.db().batch_execute("UPDATE job_completed SET completed_at = now() - interval '40 days'").unwrap();
+
+    let dry = env.wf(["prune", "--older-than", "30d", "--dry-run", "--json"]).ok().json();
+    assert_eq!(dry["would_delete"], 0, "{dry}");
+    let pruned = env.wf(["prune", "--older-than", "30d", "--yes", "--json"]).ok().json();
+    assert_eq!(pruned, json!({"deleted": 0}));
+    let canceled = env.wf(["cancel", &first, "--json"]).ok().json();
+    assert_eq!(
+        canceled.to_string().matches(&chain[2]).count(),
+        1,
+        "the failed job's id reaches its last retry: {canceled}"
+    );
+    env.db().batch_execute("UPDATE job_completed SET completed_at = now() - interval '40 days'").unwrap();
+    let pruned = env.wf(["prune", "--older-than", "30d", "--yes", "--json"]).ok().json();
+    assert_eq!(pruned, json!({"deleted": 3}), "the chain has ended");
+}
+
 /// A batch of retention walks the completion records by age and probes the queue by its key for
 /// each, however deep the queue and the history: no scan of either, nothing hashed. (As a NOT
 /// EXISTS, the probe became a hash anti-join over the whole queue.)
@@ -126,6 +166,13 @@ fn a_prune_batch_walks_the_oldest_records_and_probes_the_queue_by_its_key() {
         .expect("the completion records are read");
     assert_eq!(walked["Index Name"], "job_completed_completed_at_idx", "{text}");
     assert_eq!(walked["Actual Rows"], 1000, "a batch's worth of records walked:\n{text}");
+    // The walk along a job's retries goes by the index of `retry_of`.
+    assert!(nodes(root).iter().all(|node| node["Node Type"] != "Seq Scan"), "a table read whole:\n{text}");
+    let chain = nodes(root)
+        .into_iter()
+        .filter(|node| node.get("Index Name").and_then(Value::as_str) == Some("job_retry_of_idx"))
+        .count();
+    assert_eq!(chain, 2, "the first retries and the retries of those:\n{text}");
 }
 
 /// `prune --sources` looks up, under the job table's lock (enqueues wait), which of the stored

@@ -65,20 +65,38 @@ fn an_update_that_changes_nothing_and_a_removal_of_no_schedule_change_nothing() 
     assert!(run.stderr.contains("no such schedule: nosuch"), "{}", run.stderr);
 }
 
-/// A retry of a schedule's run is a run of that schedule: listed with it, and withdrawn by a pause
-/// while it waits for its backoff (before, it had no schedule: a pause, a removal and the overlap
-/// check all missed it, and it ran for a schedule paused or removed).
-#[test]
-fn a_retry_of_a_schedules_run_belongs_to_the_schedule_and_is_withdrawn_by_a_pause() {
-    let env = TestEnv::new();
+/// A source of one action that fails, after `ms` milliseconds when its input says so, with retries
+/// an hour apart.
+fn flaky(env: &TestEnv) {
     let repo = crate::support::harness::GitRepo::new();
     repo.manifest(&serde_json::json!({"apps": {"r": {"actions": {
         "flaky": {"entrypoint": "flaky.ts", "retries": {"max": 2, "backoff": "1h"}},
     }}}}));
-    repo.file("flaky.ts", "export function main() { throw new Error(\"failed\"); }\n");
+    repo.file(
+        "flaky.ts",
+        "export async function main(input) {
+           await Bun.sleep(input?.ms ?? 0);
+           throw new Error(\"failed\");
+         }\n",
+    );
     repo.commit("flaky");
     env.wf(["source", "add", "r", &repo.url()]).ok();
     env.wf(["sync", "r"]).ok();
+}
+
+fn queued(env: &TestEnv, id: &str) -> bool {
+    env.scalar_of("SELECT EXISTS (SELECT FROM job_queue WHERE job_id = $1::text::uuid)", &[&id])
+}
+
+/// A retry of a schedule's run is a run of that schedule: listed with it, kept by a change of the
+/// schedule (which withdrew it, and enqueued again only fire times: the failed run was never
+/// retried) and withdrawn by a pause while it waits for its backoff (before, it had no schedule: a
+/// pause, a removal and the overlap check all missed it, and it ran for a schedule paused or
+/// removed).
+#[test]
+fn a_retry_of_a_schedules_run_belongs_to_the_schedule_and_is_withdrawn_by_a_pause() {
+    let env = TestEnv::new();
+    flaky(&env);
     env.wf(["schedule", "add", "often", "r/flaky", "--cron", "* * * * * *"]).ok();
     env.wf(["schedule", "tick", "--horizon", "5s"]).ok();
     env.wf(["work", "--max-jobs", "1", "--isolation", "none"]).ok();
@@ -91,10 +109,63 @@ fn a_retry_of_a_schedules_run_belongs_to_the_schedule_and_is_withdrawn_by_a_paus
         .collect();
     assert_eq!(retry.len(), 1, "one run failed and was retried: {retry:?}");
     assert_eq!(retry[0].0.as_deref(), Some("often"));
+    env.wf(["schedule", "update", "often", "--priority", "5"]).ok();
+    assert!(queued(&env, &retry[0].1), "a change of the schedule leaves its runs' retries waiting");
     env.wf(["schedule", "pause", "often"]).ok();
     let status: String =
         env.scalar_of("SELECT status::text FROM job_completed WHERE job_id = $1::text::uuid", &[&retry[0].1]);
     assert_eq!(status, "canceled", "the retry waiting for its backoff is withdrawn");
+}
+
+/// A run of a schedule that fails after its schedule was paused, or removed, is not retried: the
+/// pause withdrew the retries waiting, and this one would have run for a paused schedule.
+#[test]
+fn a_run_that_fails_after_its_schedule_was_paused_or_removed_is_not_retried() {
+    let env = TestEnv::new();
+    flaky(&env);
+    for (name, stop) in
+        [("paused", ["schedule", "pause", "paused", "--yes"]), ("removed", ["schedule", "rm", "removed", "--yes"])]
+    {
+        env.wf(["schedule", "add", name, "r/flaky", "--cron", "* * * * * *", "--input", r#"{"ms": 3000}"#]).ok();
+        env.wf(["schedule", "tick", "--horizon", "2s"]).ok();
+        let run: String =
+            env.scalar_of("SELECT id::text FROM job WHERE schedule_name = $1 ORDER BY scheduled_for LIMIT 1", &[&name]);
+        let log = env.dir.path().join(format!("{name}.log"));
+        let worker = env.wf(["work", "--max-jobs", "1", "--isolation", "none"]).spawn(&log);
+        crate::support::harness::wait_for(Duration::from_secs(30), "the run to start", || {
+            env.scalar_of::<bool>("SELECT running FROM job_queue WHERE job_id = $1::text::uuid", &[&run]).then_some(())
+        });
+        env.wf(stop).ok();
+        worker.finish();
+        let status: String =
+            env.scalar_of("SELECT status::text FROM job_completed WHERE job_id = $1::text::uuid", &[&run]);
+        assert_eq!(status, "failure", "{name}: {}", std::fs::read_to_string(&log).unwrap());
+        let retries: i64 = env.scalar_of("SELECT count(*) FROM job WHERE retry_of = $1::text::uuid", &[&run]);
+        assert_eq!(retries, 0, "{name}: the failed run of a schedule {name} while it ran is not retried");
+    }
+}
+
+/// A schedule added under the name of one removed enqueues all its fire times: those the removed
+/// one's jobs held, canceled ahead by an operator, are no longer held (the tick skipped them, saying
+/// nothing).
+#[test]
+fn a_schedule_added_again_after_a_removal_enqueues_every_fire_time() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "yearly", "t/echo", "--cron", "0 0 1 1 *"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "800d"]).ok();
+    let ahead = scheduled_jobs(&env, "yearly");
+    assert!(ahead.len() >= 2, "{ahead:?}");
+    let first: String = env.scalar("SELECT id::text FROM job ORDER BY scheduled_for LIMIT 1");
+    env.wf(["cancel", &first]).ok();
+    env.wf(["schedule", "rm", "yearly", "--yes"]).ok();
+    env.wf(["schedule", "add", "yearly", "t/echo", "--cron", "0 0 1 1 *"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "800d"]).ok();
+    let queued: Vec<DateTime<Utc>> = env.column(
+        "SELECT j.scheduled_for FROM job j JOIN job_queue q ON q.job_id = j.id
+          WHERE j.schedule_name = 'yearly' ORDER BY 1",
+    );
+    assert_eq!(queued, ahead, "every fire time of the new schedule is enqueued");
 }
 
 /// A time given to the tick as its `now`, so that no test races a minute boundary.
