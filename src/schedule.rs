@@ -145,15 +145,32 @@ impl Timing {
         }
         let mut wall = at.with_timezone(&self.tz).naive_local().and_utc();
         // A local time moved past `at` by a skipped hour is not at or before it: the one before.
+        let mut latest = None;
         for _ in 0..4 {
             let found = self.cron.find_previous_occurrence(&wall, true).ok()?;
             let fire = self.placed(found.naive_utc());
             if fire <= at {
-                return Some(fire);
+                latest = Some(fire);
+                break;
             }
             wall = found - chrono::Duration::seconds(1);
         }
-        None
+        // After the clocks went back, the wall clock reads times it read an hour ago: a local time
+        // of the first pass, passed already, reads later than `at` and was not found. The fire
+        // times of the last hours, in order, have it.
+        let before = at - chrono::Duration::hours(3);
+        if self.offset_s(before) > self.offset_s(at)
+            && let Some(recent) = self.fires_after(before).take_while(|fire| *fire <= at).last()
+        {
+            return Some(latest.map_or(recent, |latest| latest.max(recent)));
+        }
+        latest
+    }
+
+    /// The zone's offset from UTC at `at`, in seconds.
+    fn offset_s(&self, at: DateTime<Utc>) -> i32 {
+        use chrono::{Offset, TimeZone};
+        self.tz.offset_from_utc_datetime(&at.naive_utc()).fix().local_minus_utc()
     }
 
     /// A local time in the zone: the first of two when clocks go back, the change itself (the first
@@ -721,6 +738,19 @@ mod tests {
         let after_change: DateTime<Utc> = "2026-03-29T01:05:00Z".parse().unwrap();
         let latest = timing.latest_at_or_before(after_change).unwrap();
         assert_eq!(latest.with_timezone(&timing.tz).to_rfc3339(), "2026-03-29T03:00:00+02:00");
+        // 02:20 local in the repeated hour's second pass: 02:30 of the first pass has passed (the
+        // wall clock alone gave the day before's, and a tick catching up lost that day's run).
+        let repeated: DateTime<Utc> = "2026-10-25T01:20:00Z".parse().unwrap();
+        let latest = timing.latest_at_or_before(repeated).unwrap();
+        assert_eq!(latest.with_timezone(&timing.tz).to_rfc3339(), "2026-10-25T02:30:00+02:00");
+        // Before the first pass reached it, and after the change: the day before's, and that day's.
+        for (at, expected) in [
+            ("2026-10-25T00:20:00Z", "2026-10-24T02:30:00+02:00"),
+            ("2026-10-25T02:10:00Z", "2026-10-25T02:30:00+02:00"),
+        ] {
+            let latest = timing.latest_at_or_before(at.parse().unwrap()).unwrap();
+            assert_eq!(latest.with_timezone(&timing.tz).to_rfc3339(), expected, "at {at}");
+        }
     }
 
     #[test]
