@@ -113,11 +113,17 @@ impl CommandError {
     }
 }
 
-/// Any error a command meets: a broken pipe anywhere in its chain is one, every other is a failure.
+/// Any error a command meets: a broken pipe in its chain once stdout's reader is gone is one, every
+/// other is a failure (a broken pipe of the database's connection too: it ended a command with exit
+/// 0 and nothing said).
 impl<E: Into<anyhow::Error>> From<E> for CommandError {
     fn from(error: E) -> CommandError {
         let error = error.into();
-        let kind = if is_broken_pipe(&error) { ErrorKind::BrokenPipe } else { ErrorKind::Failed };
+        let kind = if is_broken_pipe(&error) && crate::output::stdout_gone() {
+            ErrorKind::BrokenPipe
+        } else {
+            ErrorKind::Failed
+        };
         let privilege_refused =
             crate::db::failure::sqlstate(&error) == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE);
         let hint = privilege_refused.then(|| {
@@ -172,7 +178,16 @@ pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::shortened;
+    use super::{CommandError, ErrorKind, shortened};
+
+    /// A broken pipe that is not stdout's (the database's connection, as the server closed it) is
+    /// an error: the command exits 1 and says it.
+    #[test]
+    fn a_broken_pipe_that_is_not_stdouts_is_an_error() {
+        assert!(!crate::output::stdout_gone());
+        let lost = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe)).context("enqueueing");
+        assert_eq!(CommandError::from(lost).kind(), ErrorKind::Failed);
+    }
 
     #[test]
     fn a_long_text_is_shortened_to_its_beginning_and_how_much_more_there_was() {

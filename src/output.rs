@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::fmt::{Display, Write as _};
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 use chrono::{DateTime, Local, SecondsFormat, Utc};
@@ -15,6 +16,44 @@ use unicode_width::UnicodeWidthStr;
 use crate::diag::diag;
 use crate::error::CommandError;
 use crate::queue::job::JobStatus;
+
+/// Whether a write to stdout found its reader gone (`wf jobs | head`).
+static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Whether stdout's reader went away: only then does a broken pipe end a command quietly (a
+/// broken pipe of the database's connection, or of a child's, is an error like any other).
+pub(crate) fn stdout_gone() -> bool {
+    STDOUT_GONE.load(Ordering::SeqCst)
+}
+
+/// stdout, locked, noting when its reader is gone (`stdout_gone`). Every write of a command's
+/// output goes through it.
+pub(crate) struct Stdout(std::io::StdoutLock<'static>);
+
+impl Stdout {
+    fn lock() -> Stdout {
+        Stdout(std::io::stdout().lock())
+    }
+}
+
+fn noted<T>(written: std::io::Result<T>) -> std::io::Result<T> {
+    if let Err(error) = &written
+        && error.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        STDOUT_GONE.store(true, Ordering::SeqCst);
+    }
+    written
+}
+
+impl Write for Stdout {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        noted(self.0.write(bytes))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        noted(self.0.flush())
+    }
+}
 
 /// How the invoked command should render: decided once from the global flags and the terminal.
 #[derive(Debug, Clone, Copy)]
@@ -43,26 +82,26 @@ impl Output {
     }
 
     /// A `--json` array to write an item at a time as the items are read (`JsonArray`).
-    pub(crate) fn json_array_writer(&self) -> JsonArray<std::io::BufWriter<std::io::StdoutLock<'static>>> {
-        JsonArray::new(std::io::BufWriter::new(std::io::stdout().lock()))
+    pub(crate) fn json_array_writer(&self) -> JsonArray<std::io::BufWriter<Stdout>> {
+        JsonArray::new(std::io::BufWriter::new(Stdout::lock()))
     }
 
     /// Print the `--json` document `{"<key>": [items]}`, exactly as `json` prints it, an item at a
     /// time: a million ids took 151 MB as a `Value`.
     pub(crate) fn json_field_array<T: Serialize>(&self, key: &str, items: &[T]) -> Result<()> {
-        JsonArray::in_field(std::io::BufWriter::new(std::io::stdout().lock()), key)?.write_all(items)
+        JsonArray::in_field(std::io::BufWriter::new(Stdout::lock()), key)?.write_all(items)
     }
 
     /// Print data lines to stdout.
     pub(crate) fn line(&self, text: &str) -> Result<()> {
-        let mut stdout = std::io::stdout().lock();
+        let mut stdout = Stdout::lock();
         writeln!(stdout, "{text}")?;
         Ok(())
     }
 
     /// Print data lines to stdout through one buffer (`line` makes a write of each).
     pub(crate) fn lines<T: Display>(&self, items: impl IntoIterator<Item = T>) -> Result<()> {
-        let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+        let mut stdout = std::io::BufWriter::new(Stdout::lock());
         for item in items {
             writeln!(stdout, "{item}")?;
         }
@@ -72,7 +111,7 @@ impl Output {
 
     /// Print text to stdout as it is (no newline): control sequences of a terminal.
     pub(crate) fn line_raw(&self, text: &str) -> Result<()> {
-        let mut stdout = std::io::stdout().lock();
+        let mut stdout = Stdout::lock();
         write!(stdout, "{text}")?;
         stdout.flush()?;
         Ok(())
@@ -118,7 +157,7 @@ impl Output {
             && rows.len() <= BOXED_ROWS_MAX
             && rows.iter().all(|row| row.as_ref().iter().all(|cell| cell.to_string().len() <= BOXED_CELL_MAX));
         if !boxed {
-            let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+            let mut stdout = std::io::BufWriter::new(Stdout::lock());
             write_plain_table(&mut stdout, header, &rows)?;
             stdout.flush()?;
             return Ok(());
@@ -155,7 +194,7 @@ impl Output {
                 }
             }));
         }
-        let mut stdout = std::io::stdout().lock();
+        let mut stdout = Stdout::lock();
         writeln!(stdout, "{}", table.to_string().trim_end())?;
         Ok(())
     }

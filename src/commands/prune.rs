@@ -111,6 +111,14 @@ fn prune_sources(
             store.display()
         ));
     }
+    if pruned.foreign_trees > 0 {
+        ctx.out.warn(&format!(
+            "kept {} tree(s) in {} of sources this database does not know: another database's whose workers \
+             share this store, or of a source removed and pruned from another host (remove those by hand)",
+            pruned.foreign_trees,
+            store.display()
+        ));
+    }
     Ok(SourcesDocument {
         dry_run: args.dry_run,
         commits: pruned.commits,
@@ -118,6 +126,7 @@ fn prune_sources(
         bytes: pruned.bytes,
         local_trees: pruned.local_trees,
         local_blobs: pruned.local_blobs,
+        foreign_trees: pruned.foreign_trees,
     })
 }
 
@@ -142,4 +151,6 @@ struct SourcesDocument {
     bytes: u64,
     local_trees: u64,
     local_blobs: u64,
+    /// Trees of this host's store kept: their source is not this database's.
+    foreign_trees: u64,
 }

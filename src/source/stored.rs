@@ -251,6 +251,8 @@ pub(crate) struct Pruned {
     /// Trees and blob contents removed from this host's store.
     pub local_trees: u64,
     pub local_blobs: u64,
+    /// Trees of this host's store kept because their source is not this database's.
+    pub foreign_trees: u64,
 }
 
 /// Of the commits given (two arrays: source ids, commit ids), those no job pins and the catalog is
@@ -332,17 +334,28 @@ pub(crate) fn prune(client: &mut Client, store: &Path, run: PruneRun, waiting: &
         _ => UNPINNED_SQL,
     };
     let store_lock = lock_all(&mut tx, store, waiting)?;
-    // The commits of the database and the trees of this host's store (whether the database held
-    // them or not: synced by an older wf, or another database's), looked up in one pass over `job`.
+    // The commits of the database and the trees of this host's store whose source the database
+    // knows (whether it held the commit or not: synced by an older wf), looked up in one pass over
+    // `job`. A tree of a source it does not know is another database's, whose workers share this
+    // store (the same WF_HOME) and may be running it: no job here pins it, and it is kept. (A
+    // source removed, and its commits pruned from another host first, leaves its trees here too:
+    // said, for the operator to remove.)
     let stored: HashSet<(Uuid, String)> = tx
         .query("SELECT git_source_id, commit_sha FROM source_commit", &[])?
         .iter()
         .map(|row| (row.get(0), row.get(1)))
         .collect();
-    let here: HashSet<(Uuid, String)> = match &store_lock {
-        Some(_) => store::trees(store)?.into_iter().collect(),
-        None => HashSet::new(),
+    let known: HashSet<Uuid> = tx
+        .query("SELECT id FROM git_source UNION SELECT git_source_id FROM source_commit", &[])?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let trees = match &store_lock {
+        Some(_) => store::trees(store)?,
+        None => Vec::new(),
     };
+    let (here, foreign): (HashSet<_>, HashSet<_>) = trees.into_iter().partition(|(source, _)| known.contains(source));
+    pruned.foreign_trees = foreign.len() as u64;
     let unpinned = unpinned(&mut tx, stored.union(&here).cloned().collect(), unpinned_sql)?;
     let (ids, shas): (Vec<Uuid>, Vec<String>) =
         unpinned.iter().filter(|commit| stored.contains(*commit)).cloned().unzip();

@@ -449,6 +449,38 @@ fn prune_waits_for_a_sync_that_counts_on_a_stored_commit() {
     assert_eq!(stored, 1, "the catalog's commit is in the database");
 }
 
+/// Two databases whose workers share one store (the same WF_HOME): `prune --sources` on one keeps
+/// the trees of the other's sources, which no job of its own pins and which the other's jobs may be
+/// running (it removed them all, the commit of the other's catalog too), and says so.
+#[test]
+fn prune_sources_keeps_the_trees_of_another_databases_sources() {
+    let one = TestEnv::new();
+    let two = TestEnv::new();
+    let (_repo, own, own_commit) = synced(&one);
+    let repo = actions_repo();
+    let in_ones_home = |args: &[&str]| two.wf(args).env("WF_HOME", one.home());
+    in_ones_home(&["source", "add", "tests", &repo.url()]).ok();
+    in_ones_home(&["sync", "tests"]).ok();
+    let (other, other_commit): (uuid::Uuid, String) = {
+        let row = two.db().query_one("SELECT git_source_id, commit_sha FROM source_commit", &[]).unwrap();
+        (row.get(0), row.get(1))
+    };
+    let others_tree = one.store().join(other.to_string()).join(&other_commit);
+    assert!(others_tree.join(MARKER).is_file(), "the other database's sync wrote into the shared store");
+
+    let run = one.wf(["prune", "--sources", "--yes", "--json"]).run();
+    let pruned = run.json();
+    assert_eq!(pruned["sources"]["local_trees"], 0, "{pruned}");
+    assert_eq!(pruned["sources"]["foreign_trees"], 1, "{pruned}");
+    assert!(run.stderr.contains("kept 1 tree(s)") && run.stderr.contains("does not know"), "{}", run.stderr);
+    assert!(others_tree.join(MARKER).is_file(), "the other database's tree is kept");
+    assert!(one.store().join(&own).join(&own_commit).join(MARKER).is_file(), "its own catalog's tree is kept");
+    // And the other database's catalog still runs from it.
+    let job = in_ones_home(&["enqueue", "t/echo", "--input", "{}"]).ok().stdout.trim().to_string();
+    in_ones_home(&["work", "--drain", "--isolation", "none"]).ok();
+    assert_eq!(status_of(&two, &job), "success");
+}
+
 /// A worker checks a commit once, then trusts it: a commit `prune --sources` removed from its host
 /// since (and the branch brought back) is written again, not run from a folder that is gone.
 #[test]
