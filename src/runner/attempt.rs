@@ -108,6 +108,10 @@ pub struct Spec {
     /// A warm runner: bun stays and runs one job per `Running::submit`, until stopped or dropped.
     /// `input` is unused then, and `env` holds only what every job of the runner shares.
     pub warm: bool,
+    /// How long the worker may go without a heartbeat before it stops its own jobs (its
+    /// self-fence): a worker stopped (SIGSTOP, a debugger) cannot, and its supervisor stops the
+    /// attempt itself once the worker has been stopped about that long. None: no such watch.
+    pub fence: Option<Duration>,
 }
 
 impl Spec {
@@ -136,6 +140,7 @@ impl Spec {
             sweep: root.sweep(),
             isolation: Isolation::Sandbox(SandboxOptions::default()),
             warm: false,
+            fence: None,
         }
     }
 }
@@ -481,6 +486,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
         command: Vec::new(),
         sandbox: None,
         requests: spec.warm,
+        fence_ms: spec.fence.map(|fence| fence.as_millis() as u64),
     };
     match &spec.isolation {
         Isolation::Sandbox(options) => {

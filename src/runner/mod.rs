@@ -28,6 +28,7 @@ pub use attempt::{Event, Isolation, MAX_RESULT_BYTES, Outcome, Running, SandboxO
 pub use pump::MAX_LINE;
 pub use sandbox::Limits;
 pub use scratch::{STALE_ROOTS_PERIOD, ScratchRoot, Sweep};
+pub(crate) use supervisor::WORKER_STOPPED;
 
 /// The supervisor's entry point (`wf-supervise __supervise`, or `wf __supervise`, the plan in
 /// `WF_SUPERVISION`): run the plan, return the supervisor's exit code (bun's, or 128 + a signal; 1

@@ -64,15 +64,23 @@ pub(crate) struct Supervision {
     pub sandbox: Option<sandbox::Plan>,
     /// Our stdin holds a warm runner's requests: bun reads them from REQUESTS_FD.
     pub requests: bool,
+    /// The worker's self-fence, in milliseconds (`Spec::fence`): a worker stopped about this long
+    /// can no longer stop the job before a reaper requeues it, so the supervisor does.
+    pub fence_ms: Option<u64>,
 }
 
 /// How a worker and its supervisor work together: the plan and the way bun gets its requests. A
 /// worker refuses a supervisor that answers another (`SupervisorExe::check`); changed with either.
-pub(crate) const PROTOCOL: u32 = 2;
+pub(crate) const PROTOCOL: u32 = 3;
 
 /// Where a warm runner's bun reads its requests. Its stdin is /dev/null, as a cold attempt's: an
 /// action that reads its stdin finds it empty, and takes no request meant for the runner.
 pub(crate) const REQUESTS_FD: libc::c_int = 3;
+
+/// The status name of an attempt its supervisor stopped because its worker was stopped too long
+/// (`WorkerWatch`): the worker records nothing for it and leaves the job to the reaper, as its own
+/// self-fence does.
+pub(crate) const WORKER_STOPPED: &str = "WorkerStopped";
 
 /// The variable holding the supervision plan.
 pub(crate) const PLAN_VARIABLE: &str = "WF_SUPERVISION";
@@ -120,6 +128,8 @@ enum Ending {
     Stopped(libc::c_int),
     /// The worker that started us is gone.
     Orphaned,
+    /// The worker has been stopped this long: past its self-fence (`WorkerWatch`).
+    WorkerStopped(Duration),
     /// The sandbox's init ended the attempt for exceeding a limit.
     Limit(Status),
     /// bun could not be started (or its sandbox not built).
@@ -173,6 +183,15 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
         }
         Ending::Orphaned => {
             (None, "ProcessError".to_string(), "stopped: the worker is gone".to_string(), 128 + libc::SIGTERM)
+        }
+        Ending::WorkerStopped(stopped) => {
+            let message = format!(
+                "stopped: the worker was stopped (SIGSTOP or a debugger) for {} s, too long to keep its job from \
+                 a reaper",
+                stopped.as_secs()
+            );
+            say(&message);
+            (None, WORKER_STOPPED.to_string(), message, 128 + libc::SIGTERM)
         }
         Ending::Limit(status) => (None, status.name, status.message, 128 + libc::SIGKILL),
         Ending::NotStarted(message) => {
@@ -244,6 +263,7 @@ fn run_plain(plan: &Supervision, signals: &Signals) -> Result<Ending> {
         Ok(pid) => pid,
         Err(error) => return Ok(Ending::NotStarted(format!("could not start {}: {error}", plan.command[0]))),
     };
+    let mut worker = WorkerWatch::default();
     let ending = loop {
         let stop = signals.wait(PARENT_CHECK);
         if let Some(status) = reap_exited(bun) {
@@ -252,8 +272,8 @@ fn run_plain(plan: &Supervision, signals: &Signals) -> Result<Ending> {
         if let Some(signal) = stop {
             break Ending::Stopped(signal);
         }
-        if worker_gone(plan) {
-            break Ending::Orphaned;
+        if let Some(ending) = worker.check(plan) {
+            break ending;
         }
     };
     // The job is over either way: whatever it left running goes with it.
@@ -272,6 +292,7 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &Signals)
         Ok(init) => init,
         Err(error) => return (Ending::NotStarted(format!("the sandbox could not be set up: {error:#}")), None),
     };
+    let mut worker = WorkerWatch::default();
     let stopped = loop {
         match wait_readable([signals.fd.as_fd(), init.report_fd()], PARENT_CHECK) {
             Ok(ready) if ready[1] => match init.read_report() {
@@ -296,8 +317,8 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &Signals)
         if let Some(signal) = signals.pending_stop() {
             break Ending::Stopped(signal);
         }
-        if worker_gone(plan) {
-            break Ending::Orphaned;
+        if let Some(ending) = worker.check(plan) {
+            break ending;
         }
     };
     // SIGKILL to a namespace's init from outside kills it, and the kernel then kills every process
@@ -333,6 +354,34 @@ fn kill(pid: i32) {
 
 fn worker_gone(plan: &Supervision) -> bool {
     rustix::process::getppid().map(|pid| pid.as_raw_nonzero().get()) != Some(plan.parent)
+}
+
+/// The worker, looked at every PARENT_CHECK while the action runs: gone, or stopped for too long.
+#[derive(Default)]
+struct WorkerWatch {
+    /// When it was first seen stopped, this time.
+    stopped_since: Option<Instant>,
+}
+
+impl WorkerWatch {
+    /// How the attempt ends because of its worker, if it does. A stopped worker (SIGSTOP, a
+    /// debugger) neither beats nor fences its job: once it has been stopped for its self-fence,
+    /// less two looks of ours (its last beat may be one heartbeat older; we see the stop up to one
+    /// look late), a reaper may soon requeue the job, and another attempt must not find this one
+    /// still running.
+    fn check(&mut self, plan: &Supervision) -> Option<Ending> {
+        if worker_gone(plan) {
+            return Some(Ending::Orphaned);
+        }
+        let fence = Duration::from_millis(plan.fence_ms?);
+        let state = stat_fields(plan.parent).and_then(|fields| fields.into_iter().next());
+        if !matches!(state.as_deref(), Some("T" | "t")) {
+            self.stopped_since = None;
+            return None;
+        }
+        let stopped = self.stopped_since.get_or_insert_with(Instant::now).elapsed();
+        (stopped + 2 * PARENT_CHECK >= fence).then_some(Ending::WorkerStopped(stopped))
+    }
 }
 
 /// The supervisor's signals (the stop signals and SIGCHLD): blocked, so that they queue up instead

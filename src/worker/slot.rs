@@ -508,6 +508,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         spec.bun = shared.bun.clone();
         spec.wf_exe = shared.supervisor.path();
         spec.isolation = isolation_of(&shared.options.isolation, &job);
+        spec.fence = Some(self_fence(shared));
         Running::start(spec).map(Attempt::Cold)
     };
     let mut attempt = match started {
@@ -560,6 +561,16 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
     let (status, result, error) = match (stop, outcome) {
         (Some(StopReason::Lost), _) => {
             diag!("worker {name}: job {} is no longer ours (reaped?): killed it, recorded nothing", job.id);
+            shared.fenced.fetch_add(1, Ordering::SeqCst);
+            return Ok(link);
+        }
+        (None, Outcome::Failed { name: stopped, .. }) if stopped == runner::WORKER_STOPPED => {
+            job_event(shared, &job, JobEvent::Killed { reason: StopReason::Lost.word() });
+            diag!(
+                "worker {name}: job {} was stopped by its supervisor while this worker was stopped for longer than \
+                 it may go without a heartbeat: recorded nothing, the job is the reaper's",
+                job.id
+            );
             shared.fenced.fetch_add(1, Ordering::SeqCst);
             return Ok(link);
         }
@@ -638,7 +649,14 @@ fn start_warm(shared: &Shared, key: &WarmKey, commit_sha: &str) -> Result<Runnin
     spec.wf_exe = shared.supervisor.path();
     spec.isolation = key.isolation.clone();
     spec.warm = true;
+    spec.fence = Some(self_fence(shared));
     Running::start(spec)
+}
+
+/// How long a slot may go without a heartbeat before it stops its job: a reaper may requeue the
+/// job one heartbeat later.
+fn self_fence(shared: &Shared) -> Duration {
+    shared.options.zombie_timeout.saturating_sub(shared.options.heartbeat)
 }
 
 /// The attempt's isolation: the worker's mode, with the sandbox settings the job pinned.
@@ -676,7 +694,7 @@ fn watch(
     // The reaper may take the job once its ping is older than the window. The attempt is stopped a
     // heartbeat period before that, counted from the last heartbeat known to have landed: never
     // two attempts of one job at once.
-    let fence = shared.options.zombie_timeout.saturating_sub(shared.options.heartbeat);
+    let fence = self_fence(shared);
     let mut last_flush = started;
     let mut stop: Option<StopReason> = None;
     // A supervisor asked to stop ends at once; one that has not within half a heartbeat period

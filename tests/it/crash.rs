@@ -153,10 +153,11 @@ fn a_worker_killed_before_its_first_heartbeat_has_its_job_recovered_after_the_wi
 }
 
 /// A worker stopped past the window is presumed dead: its job is reaped and run by another
-/// worker. Resumed, the first worker learns at its next heartbeat that the job is no longer its
-/// own, kills its action and records nothing. `resume_early`: it resumes while the second worker
-/// still runs the job (the queue row exists, owned by the other claim); else after the second
-/// worker completed it.
+/// worker. Its attempt does not run on beside the other's: the supervisor stops it once the worker
+/// has been stopped about as long as it may go without a heartbeat, before the job may be reaped
+/// (it ran on, and two attempts of one job ran at once). Resumed, the first worker records nothing.
+/// `resume_early`: it resumes while the second worker still runs the job (the queue row exists,
+/// owned by the other claim); else after the second worker completed it.
 fn resumed_after_reap(resume_early: bool) {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
     synced(&env);
@@ -176,6 +177,10 @@ fn resumed_after_reap(resume_early: bool) {
     wait_for(Duration::from_secs(15), "the stopped worker's ping to leave the window", || {
         ping_age(&env, &job).is_some_and(|age| age > 3.0).then_some(())
     });
+    assert!(
+        attempt_1.iter().all(|&pid| !crate::support::fixtures::alive(pid)),
+        "attempt 1 is over before its job may be reaped"
+    );
     assert_eq!(reap(&env, &["--zombie-timeout", "3s"]), (1, 0, 0));
     let mut second = crate::support::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
     if resume_early {
@@ -185,13 +190,8 @@ fn resumed_after_reap(resume_early: bool) {
     } else {
         wait_completed(&env, &job, Duration::from_secs(30));
     }
-    assert!(
-        attempt_1.iter().all(|&pid| crate::support::fixtures::alive(pid)),
-        "attempt 1 keeps running while its worker is stopped"
-    );
 
     signal(&first, libc::SIGCONT);
-    crate::support::fixtures::all_gone(&attempt_1, "the resumed worker to kill attempt 1");
     if resume_early {
         assert!(completed(&env, &job).is_none(), "attempt 2 still runs when attempt 1 is gone");
     }
@@ -220,13 +220,50 @@ fn a_worker_resumed_while_its_job_runs_elsewhere_kills_its_action_and_records_no
     resumed_after_reap(true);
 }
 
-/// A worker stopped past the window while its action finishes on its own: on resume it holds a
-/// result for a job that was reaped and is running again elsewhere. The completion gate (or the
-/// heartbeat, whichever it reaches first) refuses it: it records nothing, and the job's record is
-/// the second worker's.
+/// A worker resumed after its supervisor stopped the attempt (the worker stopped too long) but
+/// before a reaper took the job: it records nothing (a failure, it was the worker's, not the job's),
+/// and the job, left to the reaper, runs again elsewhere.
+#[test]
+fn a_worker_resumed_after_its_supervisor_stopped_the_attempt_leaves_the_job_to_the_reaper() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "4");
+    synced(&env);
+    let log = path(&env, "executions.log");
+    let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 60000, "2": 100}, "log": log}));
+    let mut first =
+        spawn_capturing(&env, "first", &["work", "--name", "first", "--heartbeat", "1s", "--no-reap", "--json"]);
+    wait_for(Duration::from_secs(30), "attempt 1 to start", || {
+        executions(&log).contains(&(job.clone(), 1)).then_some(())
+    });
+    signal(&first, libc::SIGSTOP);
+    assert_no_job_processes(std::slice::from_ref(&job), "the supervisor to stop attempt 1");
+    // No reaper runs (`--no-reap`, and none by hand until below): the job is still the worker's.
+    signal(&first, libc::SIGCONT);
+    stop_worker(&mut first, "the resumed worker");
+    let summary = captured_json(&env, "first");
+    assert_eq!((summary["fenced"].as_u64(), summary["failed"].as_u64()), (Some(1), Some(0)), "{summary}");
+    assert!(completed(&env, &job).is_none(), "nothing recorded");
+    let said = std::fs::read_to_string(env.dir.path().join("first.log")).unwrap();
+    assert!(said.contains("was stopped by its supervisor while this worker was stopped"), "{said}");
+
+    wait_for(Duration::from_secs(15), "the ping to leave the window", || {
+        ping_age(&env, &job).is_some_and(|age| age > 4.0).then_some(())
+    });
+    assert_eq!(reap(&env, &["--zombie-timeout", "4s"]), (1, 0, 0));
+    let mut second = crate::support::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
+    assert!(wait_exit(&mut second, Duration::from_secs(30), "the second worker").success());
+    let done = completed(&env, &job).expect("the second worker completed the job");
+    assert_eq!((done.status.as_str(), done.restarts), ("success", 1));
+    assert_eq!(executions(&log), vec![(job.clone(), 1), (job.clone(), 2)]);
+    assert_queue_empty(&env);
+}
+
+/// A worker stopped past the window while its action finishes on its own (before its supervisor
+/// would stop it): on resume it holds a result for a job that was reaped and is running again
+/// elsewhere. The completion gate (or the heartbeat, whichever it reaches first) refuses it: it
+/// records nothing, and the job's record is the second worker's.
 #[test]
 fn a_worker_resumed_with_a_finished_result_for_a_reaped_job_records_nothing() {
-    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "5");
     synced(&env);
     let log = path(&env, "executions.log");
     let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 1500, "2": 4000}, "log": log}));
@@ -238,9 +275,9 @@ fn a_worker_resumed_with_a_finished_result_for_a_reaped_job_records_nothing() {
     signal(&first, libc::SIGSTOP);
     assert_no_job_processes(std::slice::from_ref(&job), "attempt 1 to finish while its worker is stopped");
     wait_for(Duration::from_secs(15), "the stopped worker's ping to leave the window", || {
-        ping_age(&env, &job).is_some_and(|age| age > 3.0).then_some(())
+        ping_age(&env, &job).is_some_and(|age| age > 5.0).then_some(())
     });
-    assert_eq!(reap(&env, &["--zombie-timeout", "3s"]), (1, 0, 0));
+    assert_eq!(reap(&env, &["--zombie-timeout", "5s"]), (1, 0, 0));
     let mut second = crate::support::fixtures::worker(&env, "second", &["--once", "--heartbeat", "1s", "--no-reap"]);
     wait_for(Duration::from_secs(30), "attempt 2 to start", || {
         executions(&log).contains(&(job.clone(), 2)).then_some(())
