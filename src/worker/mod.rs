@@ -451,13 +451,11 @@ fn reaper_loop(shared: &Shared, done: &AtomicBool) {
     while !done.load(Ordering::SeqCst) {
         if Instant::now() >= next {
             next = Instant::now() + period;
-            let pass = connection.client().and_then(|client| {
-                crate::queue::reaper::reap_once(
-                    client.client(),
-                    shared.options.zombie_timeout,
-                    shared.options.restart_limit,
-                )
-            });
+            // Given up after two periods, as the registry's beat is: a backend that stops
+            // answering runs no timeout of the server's.
+            let (window, limit) = (shared.options.zombie_timeout, shared.options.restart_limit);
+            let pass = connection
+                .bounded(period * 2, move |session| crate::queue::reaper::reap_once(session.client(), window, limit));
             if pass.is_ok() && std::mem::replace(&mut failing, false) {
                 diag!("worker {}: reaper passes succeed again", shared.options.name);
             }

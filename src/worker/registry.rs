@@ -35,8 +35,9 @@ pub(super) fn keep_fresh(shared: &Shared, done: &AtomicBool) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let stopped = connection.client().and_then(|session| {
-        session.execute("UPDATE worker SET stopped_at = now(), last_seen = now() WHERE id = $1", &[&shared.worker_id])
+    let id = shared.worker_id.clone();
+    let stopped = connection.bounded(options.heartbeat * 2, move |session| {
+        session.execute("UPDATE worker SET stopped_at = now(), last_seen = now() WHERE id = $1", &[&id])
     });
     if let Err(error) = stopped {
         connection.reset_if_lost(&error);
@@ -44,43 +45,47 @@ pub(super) fn keep_fresh(shared: &Shared, done: &AtomicBool) {
 }
 
 /// Refresh this worker's entry; warn of live workers (not warned of yet, kept in `warned`) that
-/// sign with another key than `key_id`, but for benches' workers.
+/// sign with another key than `key_id`, but for benches' workers. The calls are given up after
+/// two heartbeat periods, as a slot's are: a backend that stops answering (stopped, stuck) runs no
+/// timeout of the server's, and the entry, then the schema check, would wait for it (the worker
+/// shown as gone while it runs).
 fn beat(shared: &Shared, connection: &mut Connection, key_id: &str, warned: &mut HashSet<String>) -> Result<()> {
     let options = &shared.options;
-    let session = connection.client()?;
+    let (id, name, host, tags) =
+        (shared.worker_id.clone(), options.name.clone(), crate::config::hostname(), options.tags.clone());
     let slots = i32::try_from(options.concurrency).unwrap_or(i32::MAX);
     let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-    session.execute(
-        "INSERT INTO worker (id, name, host, pid, tags, slots, window_s, key_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-         ON CONFLICT (id) DO UPDATE SET last_seen = now()",
-        &[
-            &shared.worker_id,
-            &options.name,
-            &crate::config::hostname(),
-            &pid,
-            &options.tags,
-            &slots,
-            &options.zombie_timeout.as_secs_f64(),
-            &key_id,
-        ],
-    )?;
-    session.execute("DELETE FROM worker WHERE last_seen < now() - interval '1 hour'", &[])?;
+    let window_s = options.zombie_timeout.as_secs_f64();
+    let key_id = key_id.to_string();
     // A `wf bench --bun` round's worker (named after its tag, and serving that tag alone) serves
     // only the bench's jobs, whose tokens no one verifies: neither warns of the other.
-    let others = if crate::bench::is_bench_name(&options.name) && options.tags == [options.name.as_str()] {
-        Vec::new()
-    } else {
-        session.query(
-            "SELECT id, name, host FROM worker
-              WHERE key_id <> $1 AND NOT (name ~ $2 AND tags = ARRAY[name])
-                AND stopped_at IS NULL AND last_seen >= now() - make_interval(secs => window_s)",
-            &[&key_id, &crate::bench::NAME_PATTERN],
-        )?
-    };
-    for other in others {
-        if warned.insert(other.get("id")) {
-            let (name, host): (String, String) = (other.get("name"), other.get("host"));
+    let bench = crate::bench::is_bench_name(&options.name) && options.tags == [options.name.as_str()];
+    let (others, version) = connection.bounded(options.heartbeat * 2, move |session| {
+        session.execute(
+            "INSERT INTO worker (id, name, host, pid, tags, slots, window_s, key_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (id) DO UPDATE SET last_seen = now()",
+            &[&id, &name, &host, &pid, &tags, &slots, &window_s, &key_id],
+        )?;
+        session.execute("DELETE FROM worker WHERE last_seen < now() - interval '1 hour'", &[])?;
+        let others: Vec<(String, String, String)> = if bench {
+            Vec::new()
+        } else {
+            session
+                .query(
+                    "SELECT id, name, host FROM worker
+                      WHERE key_id <> $1 AND NOT (name ~ $2 AND tags = ARRAY[name])
+                        AND stopped_at IS NULL AND last_seen >= now() - make_interval(secs => window_s)",
+                    &[&key_id, &crate::bench::NAME_PATTERN],
+                )?
+                .iter()
+                .map(|other| (other.get("id"), other.get("name"), other.get("host")))
+                .collect()
+        };
+        Ok((others, crate::db::migrate::current_version(session.client())?))
+    })?;
+    for (id, name, host) in others {
+        if warned.insert(id) {
             diag!(
                 "warning: worker {}: worker {name} on host {host} signs its jobs' WF_TOKENs with another WF_SECRET: \
                  `wf token verify` on either host refuses the other's tokens; give every host the same WF_SECRET",
@@ -91,7 +96,6 @@ fn beat(shared: &Shared, connection: &mut Connection, key_id: &str, warned: &mut
     // A `wf db migrate` of a newer wf while this one runs: its statements are no longer the
     // schema's. Checked here, at every beat, as every command checks at its start; only a version
     // read stops the worker (a failed read is tried again at the next beat).
-    let version = crate::db::migrate::current_version(session.client())?;
     if let Some(moved) = crate::db::migrate::mismatch(version) {
         shared.stop_for(moved.context("the database's schema changed under this worker"));
     }

@@ -1028,6 +1028,7 @@ fn record_completion(
             }
             Err(error) => {
                 diag!("worker {name}: giving up completing job {}: {error:#} (the reaper will recover it)", job.id);
+                shared.fenced.fetch_add(1, Ordering::SeqCst);
                 break;
             }
         }
@@ -1119,6 +1120,7 @@ fn release(
             }
             Err(error) => {
                 diag!("worker {}: could not release job {}: {error:#} (the reaper will)", shared.options.name, job.id);
+                shared.fenced.fetch_add(1, Ordering::SeqCst);
                 return;
             }
         }
