@@ -77,21 +77,31 @@ impl<'c> Listener<'c> {
         wakes: impl Fn(&Notification) -> bool,
         mut look: impl FnMut(&mut Client) -> Result<ControlFlow<B, C>>,
     ) -> Result<ControlFlow<B, C>> {
+        // The last look's continue: what the wait ends on when its deadline passes while the
+        // database is away (it ended with the error of the connection, exit 1 where a wait that
+        // timed out exits 3).
+        let mut last: Option<C> = None;
         loop {
             let looked = match look(self.client) {
                 Ok(looked) => looked,
                 Err(error) => {
-                    self.recover(error, deadline)?;
+                    if let Err(failed) = self.recover(error, deadline) {
+                        return timed_out_away(failed, deadline, last);
+                    }
                     continue;
                 }
             };
             let now = Instant::now();
-            if looked.is_break() || deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(looked);
-            }
+            let continued = match looked {
+                ControlFlow::Continue(continued) if deadline.is_none_or(|deadline| now < deadline) => continued,
+                looked => return Ok(looked),
+            };
+            last = Some(continued);
             let until = deadline.map_or(now + poll, |deadline| deadline.min(now + poll));
-            if let Err(error) = self.wait(until, &wakes) {
-                self.recover(error, deadline)?;
+            if let Err(error) = self.wait(until, &wakes)
+                && let Err(failed) = self.recover(error, deadline)
+            {
+                return timed_out_away(failed, deadline, last);
             }
         }
     }
@@ -114,6 +124,25 @@ impl<'c> Listener<'c> {
             }
         }
         discard_pending(&mut notifications)
+    }
+}
+
+/// A wait whose connection could not be made again: timed out, on what its last look saw, when its
+/// deadline has passed meanwhile; else the error.
+fn timed_out_away<B, C>(
+    failed: anyhow::Error,
+    deadline: Option<Instant>,
+    last: Option<C>,
+) -> Result<ControlFlow<B, C>> {
+    match last {
+        Some(last)
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline)
+                && super::failure::is_connection_lost(&failed) =>
+        {
+            crate::diag!("{failed:#}");
+            Ok(ControlFlow::Continue(last))
+        }
+        _ => Err(failed),
     }
 }
 

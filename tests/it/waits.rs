@@ -255,6 +255,25 @@ fn a_wait_and_a_follow_go_on_through_a_restart_of_the_database() {
     assert!(followed.stderr.contains(&format!("job {id} ended: canceled")), "{}", followed.stderr);
 }
 
+/// A wait whose timeout passes while the database is away times out as any other (exit 3, the job
+/// as last seen) and says why it could not look again (it ended with the connection's error, exit 1).
+#[test]
+fn a_wait_whose_timeout_passes_while_the_database_is_away_times_out() {
+    let cluster = PrivateCluster::start();
+    let env = cluster.env();
+    synced(&env);
+    let id = env.wf(["enqueue", "t/echo", "--in", "1h"]).ok().stdout.trim().to_string();
+    let waiter = env.wf(["result", &id, "--wait", "--timeout", "4s"]).start();
+    wait_for(Duration::from_secs(30), "the wait to look", || {
+        env.scalar::<bool>("SELECT coalesce(bool_or(awaited), false) FROM job_queue").then_some(())
+    });
+    cluster.stop_server();
+    let waited = waiter.finish();
+    cluster.start_server();
+    assert_eq!(waited.code, 3, "{waited:?}");
+    assert!(waited.stderr.contains("connecting again to the database"), "{}", waited.stderr);
+}
+
 /// `wf logs --follow --json` stopped by a signal (Ctrl-C, SIGTERM) ends its array: what it printed
 /// is one JSON document (it was cut after the last line), and it ends as the signal would have
 /// ended it (130, 143). Also while it still prints the lines written before it started.
