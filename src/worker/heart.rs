@@ -178,8 +178,9 @@ struct Round {
 }
 
 fn beat(shared: &Shared) {
-    // A failing heartbeat is said once, and its recovery once.
-    let mut reported = false;
+    // A failing heartbeat is said once, and its recovery once: the job whose heartbeat failure was
+    // said (the next to succeed may be another job's).
+    let mut reported: Option<Uuid> = None;
     loop {
         let (round, mut connection) = {
             let mut state = shared.lock();
@@ -239,7 +240,8 @@ fn beat(shared: &Shared) {
                 Some((_, Ok(Beat::CancelRequested { .. }))) => beating.pulse.verdict = Some(Verdict::Canceled),
                 Some((_, Ok(Beat::Lost))) => beating.pulse.verdict = Some(Verdict::Lost),
                 Some((_, Err(ref error))) => {
-                    if !std::mem::replace(&mut reported, true) {
+                    if reported.is_none() {
+                        reported = Some(round.job_id);
                         diag!("worker {}: heartbeat of job {} failed: {error:#}; retrying", shared.name, round.job_id);
                     }
                     connection.reset_if_lost(error);
@@ -248,8 +250,15 @@ fn beat(shared: &Shared) {
             // Counted from when the statement started: its ping is no older than that.
             if let Some((started, Ok(_))) = beaten {
                 beating.pulse.last_ok = beating.pulse.last_ok.max(started);
-                if std::mem::replace(&mut reported, false) {
-                    diag!("worker {}: heartbeat of job {} succeeds again", shared.name, round.job_id);
+                match reported.take() {
+                    Some(failed) if failed == round.job_id => {
+                        diag!("worker {}: heartbeat of job {} succeeds again", shared.name, round.job_id)
+                    }
+                    Some(failed) => diag!(
+                        "worker {}: heartbeats succeed again (job {failed}, whose heartbeat failed, ended meanwhile)",
+                        shared.name
+                    ),
+                    None => {}
                 }
             }
             match written {
