@@ -186,7 +186,8 @@ pub(crate) struct SyncArgs {
     /// that is both a branch and a tag is refused: say refs/heads/NAME or refs/tags/NAME).
     #[arg(long, conflicts_with = "commit")]
     pub r#ref: Option<String>,
-    /// An exact commit to sync, by its id (full, or 4 digits and more).
+    /// An exact commit to sync, by its id (full, or 4 digits and more), held by a branch or tag of
+    /// the remote.
     #[arg(long)]
     pub commit: Option<String>,
 }

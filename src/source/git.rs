@@ -310,6 +310,12 @@ pub(crate) fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) 
                 .peel_to_commit()
                 .map_err(said)
                 .with_context(|| format!("{sha} names a {}, not a commit", kind_of(&object)))?;
+            if !held_by_a_ref(repo, commit.id())? {
+                bail!(
+                    "commit {sha} is not in the fetched heads and tags: no branch or tag holds it any more (pushed \
+                     over?)"
+                );
+            }
             return Ok(commit.id());
         }
         Target::Ref(name) => match target.remote_head() {
@@ -340,6 +346,22 @@ pub(crate) fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) 
 
 /// What libgit2 says of an error, without its class and code ("; class=Reference (4); code=NotFound
 /// (-3)"), which tell an operator nothing.
+/// Whether a head or tag of the mirror is `commit` or a descendant of it. The mirror keeps the
+/// objects of earlier fetches: a commit pushed over since is still found by its id, but it is no
+/// longer the remote's, and a host with a newer mirror would not find it.
+fn held_by_a_ref(repo: &Repository, commit: Oid) -> Result<bool> {
+    for reference in repo.references().map_err(said)? {
+        let reference = reference.map_err(said)?;
+        let fetched =
+            reference.name().is_ok_and(|name| name.starts_with("refs/heads/") || name.starts_with("refs/tags/"));
+        let Some(tip) = fetched.then(|| reference.peel_to_commit().ok()).flatten() else { continue };
+        if tip.id() == commit || repo.graph_descendant_of(tip.id(), commit).map_err(said)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 fn said(error: git2::Error) -> anyhow::Error {
     anyhow::anyhow!("{}", error.message())
 }

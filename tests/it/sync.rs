@@ -505,6 +505,28 @@ fn refs_and_commits_name_what_the_remote_means() {
     assert!(!env.wf(["actions", "--source", "pushed"]).ok().stdout.is_empty());
 }
 
+/// A commit the branch was pushed over is no longer the remote's: `--commit` refuses it, although
+/// the mirror still holds its objects (it was synced: a host with a newer mirror refused it).
+#[test]
+fn a_commit_pushed_over_is_no_longer_synced_by_its_id() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    add_source(&env, "s", &repo);
+    env.wf(["sync", "s"]).ok();
+    repo.file("billing/new.ts", "export function main() { return {}; }\n");
+    let second = repo.commit("second");
+    assert_eq!(sync_json(&env, &["s"])["commit_sha"], second.as_str());
+    let head = repo.repo.head().unwrap().peel_to_commit().unwrap();
+    let signature = git2::Signature::now("wf tests", "tests@windforce.invalid").unwrap();
+    let over = repo.repo.commit(None, &signature, &signature, "pushed over", &head.tree().unwrap(), &[]).unwrap();
+    repo.repo.reference("refs/heads/main", over, true, "force-push").unwrap();
+    assert_eq!(sync_json(&env, &["s"])["commit_sha"], over.to_string().as_str());
+    let run = env.wf(["sync", "s", "--commit", &second]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("no branch or tag holds it any more"), "{run:?}");
+    assert_eq!(source_commit(&env, "s"), Some(over.to_string()), "nothing changed");
+}
+
 #[test]
 fn a_tag_naming_a_tree_never_blocks_a_source() {
     let env = TestEnv::new();
