@@ -211,6 +211,10 @@ pub struct Running {
     request_room: usize,
     /// The exit code of the last job a warm runner settled.
     settled: Option<i32>,
+    /// The commit's tree the attempt runs from, locked shared until it ends: a tree that a writer
+    /// of the store sets aside (found changed on the host) is removed only once no attempt of any
+    /// worker process runs from it (`store::remove_temporary_trees` skips a locked folder).
+    _source: fs::File,
 }
 
 impl Running {
@@ -473,6 +477,8 @@ fn empty_dir(dir: &Path) -> io::Result<()> {
 }
 
 fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
+    let source = fs::File::open(&spec.source).with_context(|| format!("opening {}", spec.source.display()))?;
+    source.lock_shared().with_context(|| format!("locking {}", spec.source.display()))?;
     let utf8 = |path: &Path| {
         path.to_str().map(str::to_string).with_context(|| format!("{} is not valid UTF-8", path.display()))
     };
@@ -648,6 +654,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
         requests,
         request_room,
         settled: None,
+        _source: source,
     })
 }
 

@@ -481,6 +481,67 @@ fn prune_sources_keeps_the_trees_of_another_databases_sources() {
     assert_eq!(status_of(&two, &job), "success");
 }
 
+/// A tree found changed on the host is set aside and written again; another worker process's job
+/// still running from the old one keeps it until it ends: the next writer in the source's folder
+/// removed it with the other debris, and the job lost its files mid-run.
+#[test]
+fn a_tree_set_aside_is_kept_while_a_job_runs_from_it() {
+    let env = TestEnv::new();
+    let repo = crate::support::harness::GitRepo::new();
+    repo.manifest(&json!({"apps": {"s": {"actions": {"slow": {"entrypoint": "slow.ts"}}}}}));
+    repo.file(
+        "slow.ts",
+        "export async function main(input) {
+           await Bun.sleep(input.ms);
+           const { late } = await import(\"./late.ts\");
+           return late();
+         }\n",
+    );
+    repo.file("late.ts", "export function late() { return \"late\"; }\n");
+    repo.file("other.ts", "export const other = 1;\n");
+    repo.commit("slow");
+    env.wf(["source", "add", "st", &repo.url()]).ok();
+    env.wf(["sync", "st"]).ok();
+    let (id, commit): (uuid::Uuid, String) = {
+        let row = env.db().query_one("SELECT git_source_id, commit_sha FROM source_commit", &[]).unwrap();
+        (row.get(0), row.get(1))
+    };
+    let source_dir = env.store().join(id.to_string());
+    let set_aside = || -> Vec<PathBuf> {
+        std::fs::read_dir(&source_dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.file_name().unwrap().to_string_lossy().starts_with(".tmp-replaced-"))
+            .collect()
+    };
+
+    let first = enqueue(&env, "s/slow", json!({"ms": 20000}));
+    let _a = crate::support::fixtures::worker(&env, "a", &["--concurrency", "1"]);
+    wait_for(Duration::from_secs(30), "the first job's action to run", || {
+        let jobs = [first.clone()].into_iter().collect();
+        (!crate::support::checks::job_processes(&jobs).is_empty()).then_some(())
+    });
+    // Changed on the host: the next worker process to meet the commit writes it again.
+    let mut other = std::fs::OpenOptions::new().append(true).open(source_dir.join(&commit).join("other.ts")).unwrap();
+    std::io::Write::write_all(&mut other, b"// changed\n").unwrap();
+    let second = enqueue(&env, "s/slow", json!({"ms": 0}));
+    env.wf(["work", "--name", "b", "--once"]).ok();
+    assert_eq!(status_of(&env, &second), "success");
+    assert_eq!(set_aside().len(), 1, "the changed tree is set aside");
+    // The next writer in the source's folder: a sync of a new commit.
+    repo.file("new.ts", "export const n = 1;\n");
+    repo.commit("new");
+    env.wf(["sync", "st"]).ok();
+    assert_eq!(set_aside().len(), 1, "kept while the first job runs from it");
+
+    wait_completed(&env, &first, Duration::from_secs(60));
+    assert_eq!(status_of(&env, &first), "success", "{}", env.wf(["result", &first]).run().stdout);
+    repo.file("newer.ts", "export const n = 2;\n");
+    repo.commit("newer");
+    env.wf(["sync", "st"]).ok();
+    assert!(set_aside().is_empty(), "removed once no job runs from it");
+}
+
 /// A worker checks a commit once, then trusts it: a commit `prune --sources` removed from its host
 /// since (and the branch brought back) is written again, not run from a folder that is gone.
 #[test]
