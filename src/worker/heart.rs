@@ -66,6 +66,7 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
+    /// The worker's name, for its lines.
     name: String,
 }
 
@@ -81,8 +82,10 @@ pub(super) struct Heart {
 }
 
 impl Heart {
-    pub(super) fn start(name: &str) -> anyhow::Result<Heart> {
-        let shared = Arc::new(Shared { state: Mutex::default(), changed: Condvar::new(), name: name.to_string() });
+    /// The heart of the slot whose connection is named `name`, of worker `worker` (its lines say
+    /// the worker's name, as the slot's own do).
+    pub(super) fn start(name: &str, worker: &str) -> anyhow::Result<Heart> {
+        let shared = Arc::new(Shared { state: Mutex::default(), changed: Condvar::new(), name: worker.to_string() });
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(format!("heart {name}"))

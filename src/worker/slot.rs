@@ -50,7 +50,7 @@ impl Link {
         let name = format!("wf work {} slot {index}", shared.options.name);
         Ok(Link {
             connection: Connection::new(&shared.database, &name, shared.options.heartbeat),
-            heart: Heart::start(&name)?,
+            heart: Heart::start(&name, &shared.options.name)?,
             name,
             warm: None,
             next: None,
@@ -549,7 +549,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
             diag!("worker {name}: the database did not answer a heartbeat of job {}: using a new connection", job.id);
             Link {
                 connection: Connection::new(&shared.database, &link_name, period),
-                heart: Heart::start(&link_name)?,
+                heart: Heart::start(&link_name, &shared.options.name)?,
                 name: link_name,
                 warm,
                 next: None,
