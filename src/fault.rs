@@ -6,7 +6,9 @@
 //! completion alone the first time it is sent, every completion committed with the next claim),
 //! `start-late` (a worker starts each job it claimed two zombie windows after its claim, as one
 //! whose commit took that long to write from the database would), `enqueue-late` (an enqueue waits
-//! 2 s between reading the commit it pins and inserting its jobs), `failure-stalls-before-commit`
+//! 2 s between reading the commit it pins and inserting its jobs), `claim-late` (a worker's idle
+//! slot, its claim answered, waits 2 s before it hands out the jobs: as a worker told to stop while
+//! its claim was on the way), `failure-stalls-before-commit`
 //! (a failed job's completion, its statements sent, waits an hour before its COMMIT, as one whose
 //! link was cut then would) and `panic` (the command panics before it starts, as a bug would).
 //!

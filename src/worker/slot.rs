@@ -231,14 +231,18 @@ fn undeliver(shared: &Shared, claims: usize) {
 const PROMISE_POLL: Duration = Duration::from_millis(100);
 
 /// The job a claim took this slot's ticket for; none when the ticket came back (the claim got fewer
-/// jobs than it asked for, or failed) or the worker is stopping.
+/// jobs than it asked for, or failed) or the worker is stopping (a job handed then goes back to
+/// the queue: `release_handed`, by this slot or the one that claimed it).
 fn promised(shared: &Shared) -> Option<Handed> {
     loop {
         let epoch = shared.wake.epoch();
+        if shared.stopping.load(Ordering::SeqCst) {
+            return None;
+        }
         if let Some(handed) = shared.take_handed() {
             return Some(handed);
         }
-        if shared.take_ticket() || shared.stopping.load(Ordering::SeqCst) {
+        if shared.take_ticket() {
             return None;
         }
         shared.wake.wait_past(epoch, PROMISE_POLL);
@@ -284,7 +288,24 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
         match claimed {
             Ok(jobs) if !jobs.is_empty() => {
                 trouble.recovered();
+                if crate::fault::at("claim-late") {
+                    std::thread::sleep(Duration::from_secs(2));
+                }
                 let mine = deliver(shared, jobs, reserved, claimed_at).expect("not empty");
+                if shared.stopping.load(Ordering::SeqCst) {
+                    // Claimed as the worker began to stop: back to the queue at once, with the jobs
+                    // claimed for other slots, which do not start them either (`promised`).
+                    release(
+                        shared,
+                        &mut link.connection,
+                        &mine.job,
+                        mine.claimed_at,
+                        LogBuffer::default(),
+                        Why::Shutdown,
+                    );
+                    release_handed(shared, &mut link.connection);
+                    continue;
+                }
                 link = run_job(shared, link, mine.job, mine.claimed_at)?;
             }
             Ok(_) => {

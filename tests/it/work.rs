@@ -264,6 +264,34 @@ fn sigterm_puts_a_running_job_back_at_once_and_the_next_worker_finishes_it() {
     assert_eq!(executions(&log).len(), 2);
 }
 
+/// Jobs whose claim was on its way when the worker was told to stop go back to the queue at once,
+/// unstarted, those claimed for other slots too (they started, to be stopped at the grace's end, or
+/// waited without a heartbeat for the claiming slot's job to end).
+#[test]
+fn jobs_claimed_as_the_worker_stops_go_back_unstarted() {
+    // The worker's idle slots wait 2 s between their claim's answer and handing out its jobs.
+    let env = TestEnv::new().env("WF_FAULT", "claim-late");
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let ids = enqueue_batch(&env, "t/sleep", &[json!({"ms": 5000, "log": log}), json!({"ms": 5000, "log": log})]);
+    let mut worker = crate::support::checks::spawn_capturing(
+        &env,
+        "w1",
+        &["work", "--name", "w1", "--concurrency", "2", "--grace", "30s", "--json"],
+    );
+    wait_for(Duration::from_secs(30), "the claims to take both jobs", || {
+        (env.scalar::<i64>("SELECT count(*) FROM job_queue WHERE running") == 2).then_some(())
+    });
+    signal(&worker, libc::SIGTERM);
+    let status = crate::support::checks::wait_exit(&mut worker, Duration::from_secs(30), "the worker");
+    assert!(status.success());
+    let summary = crate::support::checks::captured_json(&env, "w1");
+    assert_eq!(summary["released"], 2, "{summary}");
+    assert!(executions(&log).is_empty(), "no job started: {:?}", executions(&log));
+    let queued: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE NOT running AND worker IS NULL");
+    assert_eq!(queued, 2, "both back in the queue ({ids:?})");
+}
+
 #[test]
 fn a_job_that_finishes_within_the_grace_completes_normally() {
     let env = TestEnv::new();
