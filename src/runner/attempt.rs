@@ -257,7 +257,11 @@ impl Running {
         ends.expect(&nonce);
         self.settled = None;
         let env = env.iter().map(|(key, value)| (key.as_str(), value.as_str())).collect();
-        let mut line = serde_json::to_vec(&Request { nonce: &nonce, env, input })?;
+        // JavaScript's line reader ends a line at U+2028 and U+2029 too, which JSON leaves as they
+        // are in a string: escaped, the request stays one line (a job whose input held one waited
+        // for its timeout, the runner's request loop broken).
+        let text = serde_json::to_string(&Request { nonce: &nonce, env, input })?;
+        let mut line = text.replace('\u{2028}', "\\u2028").replace('\u{2029}', "\\u2029").into_bytes();
         line.push(b'\n');
         let requests = self.requests.as_mut().context("submit is for a warm runner")?;
         if line.len() <= self.request_room {

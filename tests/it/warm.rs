@@ -127,6 +127,26 @@ fn a_warm_action_runs_its_jobs_in_one_process_each_with_its_own_input_variables_
     }
 }
 
+/// An input holding U+2028 or U+2029 (which JavaScript's line reader takes for line ends) reaches a
+/// warm job whole, and the runner goes on with the next job (the request was cut in two: the job
+/// waited for its timeout and the runner read no more requests).
+#[test]
+fn a_warm_job_gets_an_input_with_the_line_separators_of_javascript() {
+    let env = TestEnv::new();
+    synced_warm(&env);
+    let texts = ["a\u{2028}b", "c\u{2029}d", "plain"];
+    let ids: Vec<String> = texts.iter().map(|text| enqueue(&env, "w/step", json!({"n": text}))).collect();
+    env.wf(["work", "--drain", "--concurrency", "1"]).ok();
+    let mut runners = Vec::new();
+    for (id, text) in ids.iter().zip(texts) {
+        let (status, result, _) = ended(&env, id);
+        assert_eq!(status, "success", "{result}");
+        assert_eq!(result["n"], text, "{result}");
+        runners.push(result["runner"].clone());
+    }
+    assert!(runners.windows(2).all(|pair| pair[0] == pair[1]), "one runner ran them all: {runners:?}");
+}
+
 /// A warm action that reads its stdin finds it empty, as a cold one does: the runner's requests
 /// come on another descriptor, and the runner goes on with its next job. The same with the
 /// supervisor run as `wf __supervise` (no `wf-supervise` beside `wf`).
