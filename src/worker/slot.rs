@@ -261,14 +261,16 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
             link.end();
             return Ok(());
         }
-        if let Some(next) = link.next.take() {
-            link = run_job(shared, link, next.job, next.claimed_at)?;
-            continue;
-        }
+        // Also between jobs of other actions run back to back: an idle runner (and what its jobs
+        // left running) ended only once the slot waited for work.
         if link.warm.as_ref().is_some_and(|warm| warm.idle_left().is_zero())
             && let Some(warm) = link.warm.take()
         {
             warm.running.close();
+        }
+        if let Some(next) = link.next.take() {
+            link = run_job(shared, link, next.job, next.claimed_at)?;
+            continue;
         }
         // One claim for this slot, and one for each slot waiting idle: up to k jobs in one statement.
         let claims = reserve_claims(shared);

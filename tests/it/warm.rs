@@ -423,6 +423,26 @@ fn what_a_warm_job_leaves_running_ends_with_its_idle_runner() {
     assert_eq!(ended(&env, &id).0, "success");
 }
 
+/// The same while the slot runs other actions' jobs back to back (each claimed with the completion
+/// of the one before): the idle runner ends between two of them (it lived as long as the chain).
+#[test]
+fn an_idle_runner_ends_between_jobs_of_other_actions_too() {
+    let env = TestEnv::new();
+    let commit = synced_warm(&env);
+    let id = enqueue(&env, "w/linger", json!({"n": 0, "mode": "linger"}));
+    let chain: Vec<String> = (1..=30).map(|n| enqueue(&env, "w/cold", json!({"n": n, "mode": "wait"}))).collect();
+    let _w = worker(&env, "w", &["--concurrency", "1"]);
+    wait_for(Duration::from_secs(30), "the linger job to end", || {
+        (env.scalar_of::<i64>("SELECT count(*) FROM job_completed WHERE job_id = $1::text::uuid", &[&id]) == 1)
+            .then_some(())
+    });
+    wait_for(Duration::from_secs(60), "the idle runner to end", || {
+        runner_processes(&commit, "linger").is_empty().then_some(())
+    });
+    let left: i64 = env.scalar_of("SELECT count(*) FROM job_queue WHERE job_id::text = ANY($1)", &[&chain]);
+    assert!(left > 0, "the runner ended while the chain still ran, not after it");
+}
+
 /// The processes of the warm runners of `action` at `commit` (of this test alone: see
 /// `synced_warm`), found by the WF_ACTION and WF_COMMIT_SHA their supervisor, init and bun were
 /// started with: a warm runner's job variables are not in its environment.
