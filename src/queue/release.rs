@@ -20,6 +20,9 @@ pub(crate) enum Why {
     /// database): due again after this wait, so that a worker meeting the same trouble does not
     /// claim it again and again.
     CannotStart(std::time::Duration),
+    /// The warm runner it was handed to ended before it took the job (what an earlier job left
+    /// running ended it): due again at once, for a fresh runner.
+    RunnerEnded,
 }
 
 impl Why {
@@ -28,6 +31,7 @@ impl Why {
         match self {
             Why::Shutdown => "worker shutting down",
             Why::CannotStart(_) => "the job could not start here now",
+            Why::RunnerEnded => "the warm runner ended before it took the job",
         }
     }
 }
@@ -70,6 +74,7 @@ pub(crate) fn release(
     } else {
         let (wait, note) = match why {
             Why::Shutdown => (0.0, format!("{}: the job was stopped and put back in the queue", why.said())),
+            Why::RunnerEnded => (0.0, format!("{}: the job is put back in the queue, unstarted", why.said())),
             Why::CannotStart(wait) => {
                 let wait = wait.as_secs_f64();
                 (wait, format!("{}: the job is put back in the queue, due in {wait:.0} s", why.said()))

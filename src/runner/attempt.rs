@@ -285,6 +285,12 @@ impl Running {
         self.settled = Some(code);
     }
 
+    /// Whether a warm runner took its current job (read its request): one that ended without
+    /// taking it never ran it.
+    pub fn taken(&self) -> bool {
+        self.supervisor.ends.as_ref().is_some_and(|ends| ends.taken())
+    }
+
     /// Whether a warm runner can run another job: not when its module failed to load (JavaScript
     /// keeps a failed import's error, so every later job would fail the same way in this bun).
     pub fn reusable(&self) -> bool {

@@ -18,8 +18,18 @@ pub(super) const STDERR_MARK: char = '\u{1e}';
 
 /// A line that ends with this byte and what follows may be a warm runner's end of a job:
 /// `\x1f<nonce> <code>`, the last line of that job on its stream (after what the job wrote without
-/// a newline at its end, if anything).
+/// a newline at its end, if anything); or, on stdout, `\x1f<nonce> taken`: the runner read the
+/// job's request and runs it.
 const END_MARK: char = '\u{1f}';
+
+/// What a warm runner's marked line says of the current job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    /// It read the job's request.
+    Taken,
+    /// The job ended, with this code.
+    Ended(i32),
+}
 
 /// A warm runner's current job, as both readers see it: its nonce, and how many streams have ended
 /// it. The second end sends `Event::Settled`, after every line of the job on either stream.
@@ -27,6 +37,8 @@ const END_MARK: char = '\u{1f}';
 pub(super) struct Ends {
     nonce: Mutex<String>,
     seen: AtomicU8,
+    /// The runner said it took the current job.
+    taken: AtomicBool,
 }
 
 impl Ends {
@@ -34,19 +46,29 @@ impl Ends {
     pub(super) fn expect(&self, nonce: &str) {
         *self.nonce.lock().unwrap_or_else(|e| e.into_inner()) = nonce.to_string();
         self.seen.store(0, Ordering::SeqCst);
+        self.taken.store(false, Ordering::SeqCst);
     }
 
-    /// If `line` ends the current job on one stream: what the job wrote on that line before the
-    /// end, and the job's exit code.
-    fn end<'a>(&self, line: &'a str) -> Option<(&'a str, i32)> {
+    /// Whether the runner took the current job (read its request): a runner that ended without
+    /// taking it never ran it.
+    pub(super) fn taken(&self) -> bool {
+        self.taken.load(Ordering::SeqCst)
+    }
+
+    /// If `line` marks the current job on one stream: what was written on that line before the
+    /// mark, and the mark.
+    fn mark<'a>(&self, line: &'a str) -> Option<(&'a str, Mark)> {
         let at = line.rfind(END_MARK)?;
-        let (nonce, code) = line[at + END_MARK.len_utf8()..].split_once(' ')?;
-        let code = code.parse().ok()?;
+        let (nonce, said) = line[at + END_MARK.len_utf8()..].split_once(' ')?;
+        let mark = match said {
+            "taken" => Mark::Taken,
+            code => Mark::Ended(code.parse().ok()?),
+        };
         let current = self.nonce.lock().unwrap_or_else(|e| e.into_inner());
         if current.is_empty() || *current != nonce {
             return None;
         }
-        Some((&line[..at], code))
+        Some((&line[..at], mark))
     }
 
     /// One stream has sent all of the job's lines: whether it was the second.
@@ -74,15 +96,20 @@ pub(super) fn pump(
         Some(rest) if stream == Stream::Stdout => Event::Line { stream: Stream::Stderr, text: rest.to_string() },
         _ => Event::Line { stream, text },
     };
-    let mut send = |text: String| match ends.and_then(|ends| ends.end(&text).map(|end| (ends, end))) {
-        Some((ends, (before, code))) => {
+    let mut send = |text: String| match ends.and_then(|ends| ends.mark(&text).map(|mark| (ends, mark))) {
+        Some((ends, (before, mark))) => {
             // The stream's last line is sent before it counts as ended: the other stream's end
             // must not overtake it.
             if !before.is_empty() {
                 let _ = events.send(line(before.to_string()));
             }
-            if ends.ended() {
-                let _ = events.send(Event::Settled { code });
+            match mark {
+                Mark::Taken => ends.taken.store(true, Ordering::SeqCst),
+                Mark::Ended(code) => {
+                    if ends.ended() {
+                        let _ = events.send(Event::Settled { code });
+                    }
+                }
             }
         }
         None => {
@@ -218,16 +245,20 @@ mod tests {
     #[test]
     fn a_job_ends_on_its_own_nonce_once_per_stream_after_what_it_left_unfinished() {
         let ends = Ends::default();
-        assert_eq!(ends.end("\u{1f}n1 0"), None, "before any job");
+        assert_eq!(ends.mark("\u{1f}n1 0"), None, "before any job");
         ends.expect("n1");
-        assert_eq!(ends.end("\u{1f}n0 0"), None, "another job's end is a line like any other");
-        assert_eq!(ends.end("\u{1f}n1 x"), None);
-        assert_eq!(ends.end("\u{1f}n1 1"), Some(("", 1)));
+        assert_eq!(ends.mark("\u{1f}n0 0"), None, "another job's end is a line like any other");
+        assert_eq!(ends.mark("\u{1f}n1 x"), None);
+        assert_eq!(ends.mark("\u{1f}n0 taken"), None, "another job's");
+        assert_eq!(ends.mark("stray\u{1f}n1 taken"), Some(("stray", Mark::Taken)));
+        assert_eq!(ends.mark("\u{1f}n1 1"), Some(("", Mark::Ended(1))));
         assert!(!ends.ended(), "the first stream");
-        assert_eq!(ends.end("partial\u{1f}n1 1"), Some(("partial", 1)));
+        assert_eq!(ends.mark("partial\u{1f}n1 1"), Some(("partial", Mark::Ended(1))));
         assert!(ends.ended(), "the second");
+        ends.taken.store(true, Ordering::SeqCst);
         ends.expect("n2");
-        assert_eq!(ends.end("\u{1f}n2 0"), Some(("", 0)));
+        assert!(!ends.taken(), "a new job is not taken yet");
+        assert_eq!(ends.mark("\u{1f}n2 0"), Some(("", Mark::Ended(0))));
         assert!(!ends.ended(), "a new job counts anew");
     }
 
@@ -243,7 +274,7 @@ mod tests {
             let out = split(&chunks);
             assert!(out.iter().all(|piece| piece.len() <= MAX_LINE), "{unfinished}: a piece is too long");
             assert_eq!(out.concat(), text, "{unfinished}: nothing lost");
-            assert_eq!(out.iter().filter_map(|piece| ends.end(piece)).count(), 1, "{unfinished}: the job ends once");
+            assert_eq!(out.iter().filter_map(|piece| ends.mark(piece)).count(), 1, "{unfinished}: the job ends once");
         }
     }
 

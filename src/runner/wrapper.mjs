@@ -10,9 +10,11 @@
 // Warm (`"warm": true` in the manifest): bun stays, and runs one job per request line read from
 // descriptor 3 (stdin is /dev/null, as for a cold attempt), `{"nonce":"...","env":{...},"input":...}`,
 // with the result written to <result.json> as above (<input.json> is not read: the input comes with
-// its request). A job's end is a line `\x1f<nonce> <0|1|2>` (returned, threw, threw as its module
-// loaded) written last to stdout and to stderr: the worker files everything before it under that
-// job. The requests closed: bun exits.
+// its request). A line `\x1f<nonce> taken` on stdout says the request was read (a runner that ends
+// before it, as what an earlier job left running may end it, never ran the job: the worker puts it
+// back in the queue). A job's end is a line `\x1f<nonce> <0|1|2>` (returned, threw, threw as its
+// module loaded) written last to stdout and to stderr: the worker files everything before it under
+// that job. The requests closed: bun exits.
 //
 // A cold attempt does not load `node:fs` (about 6 ms of processor time, a third of a trivial
 // attempt): its input and result go through Bun's own file calls. A warm runner loads it once.
@@ -369,6 +371,7 @@ async function serve() {
     process.chdir(workdir);
     nonce = request.nonce;
     settled = false;
+    writes[0](`\x1f${nonce} taken\n`);
     await new Promise((resolve) => {
       ended = resolve;
       runJob();

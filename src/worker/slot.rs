@@ -551,13 +551,19 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
     heart.begin(connection, job.id, &job.claim, job.attempt(), shared.options.zombie_timeout, period, claimed);
     let mut logs = LogBuffer::default();
     let stop = watch(shared, &job, attempt.running(), &heart, &mut logs);
+    // A warm runner that ended unstopped before it took the job (what an earlier job left running
+    // ended it: a timer's process.exit) never ran it: the job goes back to the queue, unstarted.
+    let mut untaken = false;
     let (outcome, warm) = match attempt {
         Attempt::Cold(running) => (running.finish(), idle),
         // A warm runner that settled its job unstopped is kept for the next; any other end (a
         // stop, a crash, a limit) is its end too.
         Attempt::Warm(warm) => match stop.is_none().then(|| warm.running.settled_outcome()).flatten() {
             Some(outcome) => (outcome, Some(Warm { idle_since: Instant::now(), ..warm })),
-            None => (warm.running.finish(), None),
+            None => {
+                untaken = stop.is_none() && !warm.running.taken();
+                (warm.running.finish(), None)
+            }
         },
     };
     // The heart's call in flight is bounded by the connection's statement timeout (one period);
@@ -580,6 +586,10 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         }
     };
 
+    if untaken {
+        release(shared, &mut link.connection, &job, claimed, logs, Why::RunnerEnded);
+        return Ok(link);
+    }
     let failure = |error: JobError| (JobStatus::Failure, None, Some(error.to_value()));
     let (status, result, error) = match (stop, outcome) {
         (Some(StopReason::Lost), _) => {

@@ -67,6 +67,7 @@ export async function main(input: any) {
       return { late: input.n };
     }
     case "wait": await Bun.sleep(1000); break;
+    case "exit_later": setTimeout(() => process.exit(3), 0); break;
     case "linger": Bun.spawn(["sh", "-c", "while :; do sleep 1; done"], { env: { ...process.env } }).unref(); break;
     case "flood": { const chunk = ("x".repeat(65000) + "\n").repeat(16); setInterval(() => process.stdout.write(chunk), 1); break; }
     case "spin": setTimeout(() => { writeFileSync(input.spinning, "x"); for (;;) {} }, 1000); break;
@@ -441,6 +442,25 @@ fn an_idle_runner_ends_between_jobs_of_other_actions_too() {
     });
     let left: i64 = env.scalar_of("SELECT count(*) FROM job_queue WHERE job_id::text = ANY($1)", &[&chain]);
     assert!(left > 0, "the runner ended while the chain still ran, not after it");
+}
+
+/// A runner that a job's leftover ends (a timer calling process.exit once the job returned) as the
+/// next job is handed to it never ran that job: it goes back to the queue and a fresh runner runs it
+/// (it failed, `bun exited with code 3`, without having run).
+#[test]
+fn a_job_handed_to_a_runner_that_ends_before_taking_it_runs_on_a_fresh_one() {
+    let env = TestEnv::new();
+    synced_warm(&env);
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push((enqueue(&env, "w/step", json!({"n": n, "mode": "exit_later"})), true));
+        ids.push((enqueue(&env, "w/step", json!({"n": n})), false));
+    }
+    env.wf(["work", "--drain", "--concurrency", "1"]).ok();
+    for (id, exits) in &ids {
+        let (status, result, _) = ended(&env, id);
+        assert_eq!(status, "success", "{id} (exits later: {exits}): {result}");
+    }
 }
 
 /// The processes of the warm runners of `action` at `commit` (of this test alone: see
