@@ -74,6 +74,9 @@ struct Warm {
     /// (a detached process, a timer) outlives its job by that much at most.
     idle_since: Instant,
     idle_limit: Duration,
+    /// It ran a job before the current one: what that job left running may end it before it takes
+    /// the current one (a fresh runner that ends so could not start, and its job fails).
+    reused: bool,
 }
 
 /// The least a warm runner is kept idle: its action's timeout, or this when shorter.
@@ -551,8 +554,10 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
     heart.begin(connection, job.id, &job.claim, job.attempt(), shared.options.zombie_timeout, period, claimed);
     let mut logs = LogBuffer::default();
     let stop = watch(shared, &job, attempt.running(), &heart, &mut logs);
-    // A warm runner that ended unstopped before it took the job (what an earlier job left running
-    // ended it: a timer's process.exit) never ran it: the job goes back to the queue, unstarted.
+    // A warm runner kept from an earlier job that ended unstopped before it took this one (what
+    // that job left running ended it: a timer's process.exit) never ran it: the job goes back to
+    // the queue, unstarted, for a fresh runner. Not so a fresh runner: one that cannot start would
+    // have its job put back again and again.
     let mut untaken = false;
     let (outcome, warm) = match attempt {
         Attempt::Cold(running) => (running.finish(), idle),
@@ -561,7 +566,7 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
         Attempt::Warm(warm) => match stop.is_none().then(|| warm.running.settled_outcome()).flatten() {
             Some(outcome) => (outcome, Some(Warm { idle_since: Instant::now(), ..warm })),
             None => {
-                untaken = stop.is_none() && !warm.running.taken();
+                untaken = stop.is_none() && warm.reused && !warm.running.taken();
                 (warm.running.finish(), None)
             }
         },
@@ -649,7 +654,7 @@ fn hand_to_warm(
     match kept {
         Some(mut warm) if warm.key == key && warm.running.reusable() && !warm.running.is_over() => {
             match warm.running.submit(&job.input, &env) {
-                Ok(()) => return Ok(Warm { idle_limit, ..warm }),
+                Ok(()) => return Ok(Warm { idle_limit, reused: true, ..warm }),
                 Err(_) => warm.running.close(),
             }
         }
@@ -657,7 +662,7 @@ fn hand_to_warm(
         None => {}
     }
     let running = start_warm(shared, &key, &job.commit_sha)?;
-    let mut warm = Warm { running, key, idle_since: Instant::now(), idle_limit };
+    let mut warm = Warm { running, key, idle_since: Instant::now(), idle_limit, reused: false };
     match warm.running.submit(&job.input, &env) {
         Ok(()) => Ok(warm),
         Err(error) => {
