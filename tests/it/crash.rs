@@ -161,14 +161,8 @@ fn a_worker_killed_before_its_first_heartbeat_has_its_job_recovered_after_the_wi
 fn resumed_after_reap(resume_early: bool) {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
     synced(&env);
-    let log = path(&env, "executions.log");
     let second_ms = if resume_early { 6000 } else { 200 };
-    let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 60000, "2": second_ms}, "log": log}));
-    let mut first =
-        spawn_capturing(&env, "first", &["work", "--name", "first", "--heartbeat", "1s", "--no-reap", "--json"]);
-    wait_for(Duration::from_secs(30), "attempt 1 to start", || {
-        executions(&log).contains(&(job.clone(), 1)).then_some(())
-    });
+    let (log, job, mut first) = attempt_1_started(&env, json!({"1": 60000, "2": second_ms}));
     let jobs = [job.clone()].into_iter().collect();
     let attempt_1: Vec<i32> = crate::support::checks::job_processes(&jobs).iter().map(|(pid, _, _)| *pid).collect();
     assert!(!attempt_1.is_empty(), "the processes of attempt 1 must be visible");
@@ -210,6 +204,18 @@ fn resumed_after_reap(resume_early: bool) {
     assert_queue_empty(&env);
 }
 
+/// A `t/sleep` job sleeping `ms_by_attempt`, run by worker `first` (heartbeat 1 s, no reaper, a
+/// JSON summary), once its attempt 1 has started: the job's executions log, the job, the worker.
+fn attempt_1_started(env: &TestEnv, ms_by_attempt: Value) -> (std::path::PathBuf, String, Process) {
+    let log = path(env, "executions.log");
+    let job = enqueue(env, "t/sleep", json!({"ms_by_attempt": ms_by_attempt, "log": log}));
+    let first = spawn_capturing(env, "first", &["work", "--name", "first", "--heartbeat", "1s", "--no-reap", "--json"]);
+    wait_for(Duration::from_secs(30), "attempt 1 to start", || {
+        executions(&log).contains(&(job.clone(), 1)).then_some(())
+    });
+    (log, job, first)
+}
+
 #[test]
 fn a_worker_resumed_after_its_job_was_reaped_kills_its_action_and_records_nothing() {
     resumed_after_reap(false);
@@ -227,13 +233,7 @@ fn a_worker_resumed_while_its_job_runs_elsewhere_kills_its_action_and_records_no
 fn a_worker_resumed_after_its_supervisor_stopped_the_attempt_leaves_the_job_to_the_reaper() {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "4");
     synced(&env);
-    let log = path(&env, "executions.log");
-    let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 60000, "2": 100}, "log": log}));
-    let mut first =
-        spawn_capturing(&env, "first", &["work", "--name", "first", "--heartbeat", "1s", "--no-reap", "--json"]);
-    wait_for(Duration::from_secs(30), "attempt 1 to start", || {
-        executions(&log).contains(&(job.clone(), 1)).then_some(())
-    });
+    let (log, job, mut first) = attempt_1_started(&env, json!({"1": 60000, "2": 100}));
     signal(&first, libc::SIGSTOP);
     assert_no_job_processes(std::slice::from_ref(&job), "the supervisor to stop attempt 1");
     // No reaper runs (`--no-reap`, and none by hand until below): the job is still the worker's.
@@ -265,13 +265,7 @@ fn a_worker_resumed_after_its_supervisor_stopped_the_attempt_leaves_the_job_to_t
 fn a_worker_resumed_with_a_finished_result_for_a_reaped_job_records_nothing() {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "5");
     synced(&env);
-    let log = path(&env, "executions.log");
-    let job = enqueue(&env, "t/sleep", json!({"ms_by_attempt": {"1": 1500, "2": 4000}, "log": log}));
-    let mut first =
-        spawn_capturing(&env, "first", &["work", "--name", "first", "--heartbeat", "1s", "--no-reap", "--json"]);
-    wait_for(Duration::from_secs(30), "attempt 1 to start", || {
-        executions(&log).contains(&(job.clone(), 1)).then_some(())
-    });
+    let (log, job, mut first) = attempt_1_started(&env, json!({"1": 1500, "2": 4000}));
     signal(&first, libc::SIGSTOP);
     assert_no_job_processes(std::slice::from_ref(&job), "attempt 1 to finish while its worker is stopped");
     wait_for(Duration::from_secs(15), "the stopped worker's ping to leave the window", || {

@@ -20,6 +20,16 @@ fn scheduled_jobs(env: &TestEnv, name: &str) -> Vec<DateTime<Utc>> {
         .collect()
 }
 
+/// A schedule `yearly` of `t/echo`, ticked 800 days ahead: the fire times it enqueued (two at least).
+fn yearly_enqueued_ahead(env: &TestEnv) -> Vec<DateTime<Utc>> {
+    synced(env);
+    env.wf(["schedule", "add", "yearly", "t/echo", "--cron", "0 0 1 1 *"]).ok();
+    env.wf(["schedule", "tick", "--horizon", "800d"]).ok();
+    let ahead = scheduled_jobs(env, "yearly");
+    assert!(ahead.len() >= 2, "{ahead:?}");
+    ahead
+}
+
 #[test]
 fn bad_schedules_are_refused_and_change_nothing() {
     let env = TestEnv::new();
@@ -52,11 +62,7 @@ fn bad_schedules_are_refused_and_change_nothing() {
 #[test]
 fn an_update_that_changes_nothing_and_a_removal_of_no_schedule_change_nothing() {
     let env = TestEnv::new();
-    synced(&env);
-    env.wf(["schedule", "add", "yearly", "t/echo", "--cron", "0 0 1 1 *"]).ok();
-    env.wf(["schedule", "tick", "--horizon", "800d"]).ok();
-    let ahead = scheduled_jobs(&env, "yearly");
-    assert!(ahead.len() >= 2, "{ahead:?}");
+    let ahead = yearly_enqueued_ahead(&env);
     let run = env.wf(["schedule", "update", "yearly"]).run().expect_code(2);
     assert!(run.stderr.contains("--cron"), "{}", run.stderr);
     let canceled: i64 = env.scalar("SELECT count(*) FROM job_completed WHERE status = 'canceled'");
@@ -151,11 +157,7 @@ fn a_run_that_fails_after_its_schedule_was_paused_or_removed_is_not_retried() {
 #[test]
 fn a_schedule_added_again_after_a_removal_enqueues_every_fire_time() {
     let env = TestEnv::new();
-    synced(&env);
-    env.wf(["schedule", "add", "yearly", "t/echo", "--cron", "0 0 1 1 *"]).ok();
-    env.wf(["schedule", "tick", "--horizon", "800d"]).ok();
-    let ahead = scheduled_jobs(&env, "yearly");
-    assert!(ahead.len() >= 2, "{ahead:?}");
+    let ahead = yearly_enqueued_ahead(&env);
     let first: String = env.scalar("SELECT id::text FROM job ORDER BY scheduled_for LIMIT 1");
     env.wf(["cancel", &first]).ok();
     env.wf(["schedule", "rm", "yearly", "--yes"]).ok();
