@@ -182,7 +182,7 @@ complete -c wf -n "__fish_wf_using_subcommand work" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l app -d 'Every waiting or running job of this app' -r
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l action -d 'Every waiting or running job of this action (NAME, or APP/ACTION)' -r
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l tag -d 'Every waiting or running job of this tag' -r
-complete -c wf -n "__fish_wf_using_subcommand cancel" -l status -d 'Only the jobs that stand so: queued (due), scheduled (not due yet) or running. Checked again as each is canceled: one that changed meanwhile (a worker started it) is left as it is' -r -f -a "queued\t''
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l status -d 'Only the jobs that stand so: queued (due), scheduled (not due yet) or running. Checked again as each is canceled: one that changed meanwhile (a worker started it) is left as it is, and one that failed meanwhile has its retry canceled only if the retry stands so' -r -f -a "queued\t''
 scheduled\t''
 running\t''"
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l reason -d 'Why, recorded with the cancel (`canceled_reason` in `wf show`)' -r

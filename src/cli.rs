@@ -328,7 +328,8 @@ pub(crate) struct CancelArgs {
     #[arg(long)]
     pub tag: Option<String>,
     /// Only the jobs that stand so: queued (due), scheduled (not due yet) or running. Checked again
-    /// as each is canceled: one that changed meanwhile (a worker started it) is left as it is.
+    /// as each is canceled: one that changed meanwhile (a worker started it) is left as it is, and
+    /// one that failed meanwhile has its retry canceled only if the retry stands so.
     #[arg(long, value_parser = waiting_status())]
     pub status: Option<JobStatus>,
     /// Why, recorded with the cancel (`canceled_reason` in `wf show`).

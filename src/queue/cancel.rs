@@ -58,7 +58,9 @@ pub(crate) enum Ids {
     /// retention deletes no job while it is in the queue, so they are not looked up again (a
     /// million: 4 s of the server's, and the list sent once more); one that left the queue since
     /// is reported as it ended, and one still in it whose status no longer matches (a queued job a
-    /// worker claimed while the operator read the prompt) is left as it is and not reported.
+    /// worker claimed while the operator read the prompt) is left as it is and not reported. One
+    /// that failed since stands as its retry, which is canceled only if it has that status too (a
+    /// retry waiting for its backoff is not queued).
     Matched(Option<JobStatus>),
 }
 
@@ -96,8 +98,8 @@ pub(crate) fn cancel(
 
 /// Cancel jobs that exist, in the caller's transaction: each job's outcome, in the order given;
 /// with `still`, only those in the queue with that status now (`Ids::Matched`), the others left
-/// out. A job that had failed and whose retry waits or runs has that retry canceled: the retry is
-/// how the job goes on, which the operator asked to stop.
+/// out. A job that had failed and whose retry waits or runs (with `still`, has that status) has
+/// that retry canceled: the retry is how the job goes on, which the operator asked to stop.
 fn cancel_in(
     tx: &mut Transaction<'_>,
     ids: &[Uuid],
@@ -167,7 +169,7 @@ fn cancel_in(
             retry_of.insert(row.get::<_, Uuid>(0), row.get::<_, Uuid>(1));
         }
         let retry_ids: Vec<Uuid> = retry_of.keys().copied().collect();
-        for retry in cancel_in(tx, &retry_ids, None, by, reason)? {
+        for retry in cancel_in(tx, &retry_ids, still, by, reason)? {
             if retry.outcome != CancelOutcome::AlreadyCompleted || retry.retry.is_some() {
                 let last = retry.retry.unwrap_or(retry.id);
                 retries.insert(retry_of[&retry.id], Canceled { retry: Some(last), ..retry });

@@ -131,9 +131,6 @@ fn a_bulk_cancel_reports_a_matched_job_that_finished_and_was_pruned_meanwhile() 
     assert_eq!(show(&env, &waiting)["status"], "canceled");
 }
 
-/// A bulk cancel of the queued jobs does not cancel one a worker started while the operator read
-/// the prompt: it is no longer queued, and is left to run (before: it got the cancel mark and was
-/// killed).
 /// One job named twice (its id and a prefix of it) is canceled and reported once, and the prompt
 /// counts one job (it counted and reported two).
 #[test]
@@ -146,6 +143,9 @@ fn a_job_named_twice_is_canceled_once() {
     assert_eq!(canceled[0]["outcome"], "canceled", "{canceled}");
 }
 
+/// A bulk cancel of the queued jobs does not cancel one a worker started while the operator read
+/// the prompt: it is no longer queued, and is left to run (before: it got the cancel mark and was
+/// killed).
 #[test]
 fn a_bulk_cancel_by_status_leaves_a_matched_job_that_changed_status_meanwhile() {
     let env = TestEnv::new();
@@ -170,6 +170,44 @@ fn a_bulk_cancel_by_status_leaves_a_matched_job_that_changed_status_meanwhile() 
     assert_eq!(show(&env, &started)["status"], "success");
     assert_eq!(show(&env, &started)["canceled_by"], Value::Null);
     assert_eq!(show(&env, &waiting)["status"], "canceled");
+}
+
+/// A queued job a bulk cancel of the queued jobs matched, which failed while the operator read the
+/// prompt, stands as its retry: one waiting for its backoff is not queued, and is left (before: it
+/// was canceled, unlike a matched job that was still running).
+#[test]
+fn a_bulk_cancel_by_status_leaves_the_retry_of_a_matched_job_that_failed_meanwhile_unless_it_matches() {
+    let env = TestEnv::new();
+    retrying(&env, json!({"max": 1, "backoff": "1h"}));
+    let retry_of = |failing: &str| -> String {
+        env.db().query_one("SELECT id::text FROM job WHERE retry_of = $1::text::uuid", &[&failing]).unwrap().get(0)
+    };
+    let failing = env.wf(["enqueue", "r/flaky", "--input", "{}"]).ok().stdout.trim().to_string();
+
+    let mut terminal = env.wf(["cancel", "--app", "r", "--status", "queued"]).in_terminal();
+    terminal.wait_for("cancel 1 job(s) of app r, status queued");
+    env.wf(["work", "--drain"]).ok();
+    let retry = retry_of(&failing);
+    terminal.type_in(b"y");
+    let (code, screen) = terminal.finish();
+    assert_eq!(code, 0, "{screen:?}");
+    assert_eq!(show(&env, &failing)["status"], "failure");
+    let retry = show(&env, &retry);
+    assert_eq!((&retry["status"], &retry["canceled_by"]), (&json!("scheduled"), &Value::Null), "{retry}");
+
+    // Due, the retry is queued: canceled by the same cancel as its job.
+    let failing = env.wf(["enqueue", "r/once", "--input", "{}"]).ok().stdout.trim().to_string();
+    let mut terminal = env.wf(["cancel", "--app", "r", "--action", "once", "--status", "queued"]).in_terminal();
+    terminal.wait_for("cancel 1 job(s) of app r, action once, status queued");
+    env.wf(["work", "--drain"]).ok();
+    let retry = retry_of(&failing);
+    crate::support::harness::wait_for(Duration::from_secs(30), "the retry to be due", || {
+        (show(&env, &retry)["status"] == "queued").then_some(())
+    });
+    terminal.type_in(b"y");
+    let (code, screen) = terminal.finish();
+    assert_eq!(code, 0, "{screen:?}");
+    assert_eq!(show(&env, &retry)["status"], "canceled");
 }
 
 #[test]
