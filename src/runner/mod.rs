@@ -16,6 +16,7 @@ mod attempt;
 mod pump;
 pub(crate) mod sandbox;
 mod scratch;
+mod seccomp;
 pub(crate) mod supervisor;
 mod wrapper;
 

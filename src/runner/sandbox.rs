@@ -35,6 +35,8 @@
 //! - **Landlock.** bun and what it starts cannot connect to an abstract Unix socket made outside
 //!   the sandbox (with the network on, the host's are in reach otherwise), where the kernel has
 //!   Landlock ABI 6 (Linux 6.12 and later).
+//! - **Seccomp.** bun and what it starts cannot make the system calls `seccomp::DENIED` lists (BPF,
+//!   perf events, io_uring, the keyrings, ptrace, mounts, ...), nor any by a 32-bit or x32 ABI.
 
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File};
@@ -595,6 +597,9 @@ fn exec_bun(command: &[CString], env: &[CString], nproc: u64, requests: bool) ->
     // SAFETY: closes descriptors this process owns and never uses again: it execs or exits next.
     if unsafe { libc::syscall(libc::SYS_close_range, first_closed, u32::MAX, 0u32) } != 0 {
         return io::Error::last_os_error();
+    }
+    if let Err(error) = super::seccomp::install() {
+        return error;
     }
     match nix::unistd::execve(&command[0], command, env) {
         Err(error) => error.into(),

@@ -42,7 +42,8 @@ fn attack_repo() -> GitRepo {
                     "keys": {"entrypoint": "a/keys.ts"},
                     "shm": {"entrypoint": "a/shm.ts", "memory_mb": 128},
                     "nap": {"entrypoint": "a/nap.ts"},
-                    "stopper": {"entrypoint": "a/stopper.ts", "timeout": 3}
+                    "stopper": {"entrypoint": "a/stopper.ts", "timeout": 3},
+                    "kernel": {"entrypoint": "a/kernel.ts"}
                 },
                 "network": false
             }
@@ -268,6 +269,39 @@ export function main(input: any) {
   const payload = Buffer.alloc(256);
   const length = keyctl(11, id, ptr(payload), payload.length);
   return { found: true, payload: payload.subarray(0, Math.max(length, 0)).toString() };
+}
+"#,
+    );
+    // The kernel's interfaces with a record of privilege escalations, and the memory of another
+    // process (its own here, as the check of the call and not of the target): the errno of each
+    // call, or "ok". Then keyctl by the x32 ABI, the same call plus 0x40000000.
+    repo.file(
+        "a/kernel.ts",
+        r#"
+import { dlopen, FFIType, read } from "bun:ffi";
+const i64 = FFIType.i64;
+export function main() {
+  const libc = dlopen("libc.so.6", {
+    syscall: { args: [i64, i64, i64, i64, i64, i64, i64], returns: i64 },
+    __errno_location: { args: [], returns: FFIType.ptr },
+  });
+  const names: Record<number, string> = { 1: "EPERM", 14: "EFAULT", 22: "EINVAL", 38: "ENOSYS" };
+  const call = (nr: number, ...args: number[]) => {
+    const all = [...args, 0, 0, 0, 0, 0, 0].slice(0, 6);
+    if (Number(libc.symbols.syscall(nr, ...all)) >= 0) return "ok";
+    const errno = read.i32(libc.symbols.__errno_location());
+    return names[errno] ?? `errno ${errno}`;
+  };
+  return {
+    keyctl: call(250, 0, -3, 0),
+    bpf: call(321, 0, 0, 0),
+    perf_event_open: call(298, 0, 0, -1, -1, 0),
+    io_uring_setup: call(425, 1, 0),
+    userfaultfd: call(323, 0),
+    process_vm_readv: call(310, Number(libc.symbols.syscall(39, 0, 0, 0, 0, 0, 0)), 0, 0, 0, 0, 0),
+    getpid: call(39),
+    x32_keyctl: call(250 + 0x40000000, 0, -3, 0),
+  };
 }
 "#,
     );
@@ -713,6 +747,32 @@ fn an_action_cannot_reach_the_keys_of_its_workers_keyring() {
         })
         .ok();
     assert_eq!(result(&env, &id), json!({"found": false}));
+}
+
+/// An action cannot make the system calls with a record of privilege escalations (BPF, perf events,
+/// io_uring, userfaultfd, the keyrings) nor read another process's memory, also by the x32 ABI: each
+/// fails with EPERM (x32: ENOSYS), and its job ends as it would. Without a sandbox the same action
+/// reaches the keyrings and io_uring (before, so did a sandboxed one).
+#[test]
+fn an_action_cannot_make_the_kernels_riskiest_system_calls() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/kernel", json!({}));
+    env.wf(["work", "--drain"]).ok();
+    let calls = result(&env, &id);
+    let refused = ["keyctl", "bpf", "perf_event_open", "io_uring_setup", "userfaultfd", "process_vm_readv"];
+    for call in refused {
+        assert_eq!(calls[call], "EPERM", "{call}: {calls}");
+    }
+    assert_eq!(calls["x32_keyctl"], "ENOSYS", "{calls}");
+    assert_eq!(calls["getpid"], "ok", "{calls}");
+
+    let id = enqueue(&env, "a/kernel", json!({}));
+    env.wf(["work", "--drain", "--isolation", "none"]).ok();
+    let calls = result(&env, &id);
+    for call in ["keyctl", "io_uring_setup", "process_vm_readv"] {
+        assert_ne!(calls[call], "EPERM", "{call} without a sandbox: {calls}");
+    }
 }
 
 /// An action gets no System V shared memory: memory no process holds, which no limit of the sandbox
