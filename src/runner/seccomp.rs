@@ -61,6 +61,8 @@ const DENIED: &[libc::c_long] = &[
 const ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
 const ARCH: u32 = 0xC000_00B7;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("the sandbox's seccomp filter knows the system calls of x86_64 and aarch64 only");
 
 /// x32's calls are x86_64's numbers with this bit set, under x86_64's `ARCH`.
 #[cfg(target_arch = "x86_64")]
@@ -70,7 +72,11 @@ const X32_SYSCALL_BIT: Option<u32> = None;
 
 /// Install the filter on this thread and what it execs and starts (no_new_privs must be set).
 pub(super) fn install() -> io::Result<()> {
-    let program = program();
+    apply(&program())
+}
+
+/// Install `program` (which allocates nothing: a forked child of a threaded process may call it).
+fn apply(program: &[libc::sock_filter]) -> io::Result<()> {
     let len = u16::try_from(program.len()).map_err(|_| io::Error::other("the seccomp filter is too long"))?;
     let fprog = libc::sock_fprog { len, filter: program.as_ptr().cast_mut() };
     // SAFETY: a filter program that outlives the call, with its true length; no flags.
@@ -116,9 +122,11 @@ mod tests {
     use super::*;
 
     /// In a forked child: no_new_privs, the filter, then a refused call, an allowed one, and the
-    /// refused one by the x32 ABI.
+    /// refused one by the x32 ABI. The program is made before the fork: the child of this threaded
+    /// process must not allocate.
     #[test]
     fn the_filter_refuses_the_listed_calls_and_their_x32_forms_and_allows_the_rest() {
+        let program = program();
         // SAFETY: the child makes raw system calls only and ends with _exit; the parent waits.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
@@ -127,7 +135,7 @@ mod tests {
             let code = (|| {
                 // SAFETY: prctl and raw system calls with constant arguments.
                 unsafe {
-                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || install().is_err() {
+                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || apply(&program).is_err() {
                         return 10;
                     }
                     if libc::syscall(libc::SYS_keyctl, 0, 0) != -1 || errno() != libc::EPERM {
