@@ -37,11 +37,14 @@ pub(super) fn read_input(input: Option<&str>) -> Result<Value> {
         Some("-") => {
             let mut text = String::new();
             std::io::stdin().read_to_string(&mut text).context("reading the input from stdin")?;
+            skip_bom(&mut text);
             (text, "stdin".to_string())
         }
         Some(arg) if arg.starts_with('@') => {
             let path = &arg[1..];
-            (std::fs::read_to_string(path).with_context(|| format!("reading the input file {path}"))?, path.to_string())
+            let mut text = std::fs::read_to_string(path).with_context(|| format!("reading the input file {path}"))?;
+            skip_bom(&mut text);
+            (text, path.to_string())
         }
         Some(arg) => (arg.to_string(), "--input".to_string()),
     };
@@ -49,6 +52,14 @@ pub(super) fn read_input(input: Option<&str>) -> Result<Value> {
         let why = why_not_json(&error);
         anyhow::Error::new(error).context(format!("the input ({origin}): {why}"))
     })
+}
+
+/// Takes away the UTF-8 byte-order mark at the very start of a file's or stdin's text, if it has one
+/// (as some Windows editors save text): it is not JSON. The text of an argument is kept as given.
+pub(super) fn skip_bom(text: &mut String) {
+    if text.starts_with('\u{feff}') {
+        text.drain(..'\u{feff}'.len_utf8());
+    }
 }
 
 /// Why an input did not parse: the parser's limit (as for results) refuses valid JSON for its depth

@@ -120,6 +120,10 @@ fn enqueue_file(ctx: &Ctx, target: &str, request: &Request<'_>, path: &Path) -> 
                     MAX_LINE_BYTES >> 20
                 );
             }
+            // A byte-order mark opens the file, not its first line.
+            if line == 0 {
+                super::args::skip_bom(&mut text);
+            }
             (line, read) = (line + 1, read + bytes as u64);
             if text.trim().is_empty() {
                 continue;

@@ -73,6 +73,33 @@ fn input_comes_from_json_a_file_or_stdin() {
     assert!(inputs.contains(&json!({"from": "stdin"})), "{inputs:?}");
 }
 
+/// A file or stream starting with a UTF-8 byte-order mark (as some Windows editors save text) was
+/// refused as not valid JSON: the mark is skipped, at the very start only.
+#[test]
+fn a_byte_order_mark_at_the_start_of_an_input_or_batch_is_skipped() {
+    let env = TestEnv::new();
+    synced(&env);
+    let input = path(&env, "bom.json");
+    std::fs::write(&input, b"\xef\xbb\xbf{\"from\": \"file\"}").unwrap();
+    enqueue_raw(&env, &["--input", &format!("@{}", input.display())]);
+    let stdin = env.wf(["enqueue", "t/echo", "--input", "-"]).stdin_bytes(b"\xef\xbb\xbf{\"from\": \"stdin\"}");
+    assert_eq!(stdin.code, 0, "{stdin:?}");
+    let batch = path(&env, "bom.jsonl");
+    std::fs::write(&batch, b"\xef\xbb\xbf{\"from\": \"batch\"}\n{\"from\": \"batch\"}\n").unwrap();
+    env.wf(["enqueue", "t/echo", "--batch", batch.to_str().unwrap()]).ok();
+    let piped = env.wf(["enqueue", "t/echo", "--batch", "-"]).stdin_bytes(b"\xef\xbb\xbf{\"from\": \"piped\"}\n");
+    assert_eq!(piped.code, 0, "{piped:?}");
+    let inputs: Vec<String> = env.column("SELECT input->>'from' FROM job ORDER BY 1");
+    assert_eq!(inputs, ["batch", "batch", "file", "piped", "stdin"]);
+    // Anywhere else it is not JSON: on a later line of a batch, or in the text of --input.
+    std::fs::write(&batch, b"{\"n\": 1}\n\xef\xbb\xbf{\"n\": 2}\n").unwrap();
+    let later = env.wf(["enqueue", "t/echo", "--batch", batch.to_str().unwrap()]).run();
+    assert!(later.code == 1 && later.stderr.contains("line 2: not valid JSON"), "{later:?}");
+    let argument = env.wf(["enqueue", "t/echo", "--input", "\u{feff}{}"]).run();
+    assert!(argument.code == 1 && argument.stderr.contains("not valid JSON"), "{argument:?}");
+    assert_eq!(job_count(&env), 5);
+}
+
 fn enqueue_raw(env: &TestEnv, args: &[&str]) -> String {
     let mut all = vec!["enqueue", "t/echo"];
     all.extend_from_slice(args);
