@@ -140,7 +140,7 @@ json\t''"
 complete -c wf -n "__fish_wf_using_subcommand actions" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand actions" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand actions" -s h -l help -d 'Print help'
-complete -c wf -n "__fish_wf_using_subcommand enqueue" -l input -d 'Input: JSON text, @FILE, or - for stdin' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l input -d 'Input: JSON text, @FILE, or - (or @-) for stdin' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l batch -d 'One job per line of this JSON Lines file (- for stdin; blank lines skipped), all in one transaction: read and inserted 5,000 lines at a time, so its size is not bounded by memory; a line that is not a JSON object or longer than 64 MiB, or an input the input schema refuses, enqueues none' -r -F
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l priority -d 'Higher runs first' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l tag -d 'Override the action\'s effective tag' -r
@@ -297,7 +297,7 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subc
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l cron -d 'Cron expression: 5 fields (minute hour day-of-month month day-of-week), 6 with seconds first, or 7 with a year last; or @yearly, @monthly, @weekly, @daily, @midnight, @hourly' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l tz -d 'Time zone the cron expression is read in (IANA name, any case)' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l input -d 'Input of every job: JSON text, @FILE, or - for stdin' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l input -d 'Input of every job: JSON text, @FILE, or - (or @-) for stdin' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l priority -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l tag -d 'Override the action\'s effective tag' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
@@ -315,7 +315,7 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l cron -d 'A new cron expression (as for `schedule add`)' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l tz -d 'A new time zone' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l input -d 'A new input: JSON text, @FILE, or - for stdin' -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l input -d 'A new input: JSON text, @FILE, or - (or @-) for stdin' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l priority -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l tag -d 'A new tag override' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l no-overlap -d 'Skip fire times while an earlier run is still running (`--no-overlap true`), or not' -r -f -a "true\t''

@@ -203,7 +203,7 @@ pub(crate) struct ActionsArgs {
 pub(crate) struct EnqueueArgs {
     /// APP/ACTION
     pub target: String,
-    /// Input: JSON text, @FILE, or - for stdin.
+    /// Input: JSON text, @FILE, or - (or @-) for stdin.
     #[arg(long, conflicts_with = "batch")]
     pub input: Option<String>,
     /// One job per line of this JSON Lines file (- for stdin; blank lines skipped), all in one
@@ -472,7 +472,7 @@ pub(crate) struct ScheduleAddArgs {
     /// Time zone the cron expression is read in (IANA name, any case).
     #[arg(long, default_value = "UTC")]
     pub tz: String,
-    /// Input of every job: JSON text, @FILE, or - for stdin.
+    /// Input of every job: JSON text, @FILE, or - (or @-) for stdin.
     #[arg(long)]
     pub input: Option<String>,
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
@@ -497,7 +497,7 @@ pub(crate) struct ScheduleUpdateArgs {
     /// A new time zone.
     #[arg(long)]
     pub tz: Option<String>,
-    /// A new input: JSON text, @FILE, or - for stdin.
+    /// A new input: JSON text, @FILE, or - (or @-) for stdin.
     #[arg(long)]
     pub input: Option<String>,
     #[arg(long, allow_negative_numbers = true)]

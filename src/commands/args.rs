@@ -30,11 +30,11 @@ pub(super) fn app_action<'a>(
     }
 }
 
-/// `--input JSON`, `--input @FILE`, `--input -` (stdin); none is `{}`.
+/// `--input JSON`, `--input @FILE`, `--input -` or `--input @-` (stdin); none is `{}`.
 pub(super) fn read_input(input: Option<&str>) -> Result<Value> {
     let (text, origin) = match input {
         None => return Ok(json!({})),
-        Some("-") => {
+        Some("-" | "@-") => {
             let mut text = String::new();
             std::io::stdin().read_to_string(&mut text).context("reading the input from stdin")?;
             skip_bom(&mut text);

@@ -73,6 +73,22 @@ fn input_comes_from_json_a_file_or_stdin() {
     assert!(inputs.contains(&json!({"from": "stdin"})), "{inputs:?}");
 }
 
+/// `--input @-` read a file named `-`: it reads stdin, as `--input -` does. With `--batch -`, which
+/// wants stdin too, it is a usage error (the two options do not go together).
+#[test]
+fn input_at_dash_reads_stdin() {
+    let env = TestEnv::new();
+    synced(&env);
+    let piped = env.wf(["enqueue", "t/echo", "--input", "@-"]).stdin_bytes(br#"{"from":"stdin"}"#);
+    assert_eq!(piped.code, 0, "{piped:?}");
+    let inputs: Vec<Value> = env.column("SELECT input FROM job");
+    assert_eq!(inputs, [json!({"from": "stdin"})]);
+    let both = env.wf(["enqueue", "t/echo", "--input", "@-", "--batch", "-"]).stdin_bytes(b"{}\n");
+    assert_eq!(both.code, 2, "{both:?}");
+    assert!(both.stderr.contains("cannot be used with"), "{}", both.stderr);
+    assert_eq!(job_count(&env), 1);
+}
+
 /// A file or stream starting with a UTF-8 byte-order mark (as some Windows editors save text) was
 /// refused as not valid JSON: the mark is skipped, at the very start only.
 #[test]
