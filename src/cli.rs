@@ -370,10 +370,11 @@ pub(crate) struct JobsArgs {
     /// Only jobs enqueued by this schedule.
     #[arg(long)]
     pub schedule: Option<String>,
-    /// Only jobs created since this time (RFC 3339) or this long ago (30s, 5m, 2h, 30d).
+    /// Only jobs created since this time (RFC 3339, or as tables print it: 2026-12-04 19:12:00 +00:00)
+    /// or this long ago (30s, 5m, 2h, 30d).
     #[arg(long, value_parser = parse_moment)]
     pub since: Option<Moment>,
-    /// Only jobs created before this time (RFC 3339) or this long ago.
+    /// Only jobs created before this time (RFC 3339, or as tables print it) or this long ago.
     #[arg(long, value_parser = parse_moment)]
     pub until: Option<Moment>,
     /// List at most this many jobs (newest first): one page.
@@ -415,7 +416,8 @@ pub(crate) struct LogsArgs {
     /// Only the last N lines (then new ones, with --follow).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
     pub tail: Option<i64>,
-    /// Only lines written since this time (RFC 3339) or this long ago (30s, 5m, 2h).
+    /// Only lines written since this time (RFC 3339, or as tables print it: 2026-12-04 19:12:00
+    /// +00:00) or this long ago (30s, 5m, 2h).
     #[arg(long, value_parser = parse_moment)]
     pub since: Option<Moment>,
     /// Start each line with the time it was stored (local time zone, RFC 3339): a running job's
@@ -599,15 +601,19 @@ pub(crate) struct GenerateDocsArgs {
     pub out: PathBuf,
 }
 
-/// A moment: an RFC 3339 time, or a duration before now (`30s`, `5m`, `2h`, `30d`).
+/// A moment: an RFC 3339 time or one as tables print it (copied from a listing), or a duration
+/// before now (`30s`, `5m`, `2h`, `30d`).
 pub(crate) fn parse_moment(text: &str) -> Result<Moment, String> {
-    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text.trim()) {
+    let time = chrono::DateTime::parse_from_rfc3339(text.trim())
+        .or_else(|_| chrono::DateTime::parse_from_str(text.trim(), crate::output::TABLE_TIME));
+    if let Ok(at) = time {
         return Ok(Moment::At(at.with_timezone(&chrono::Utc)));
     }
     match humantime::parse_duration(text.trim()) {
         Ok(duration) => within_bounds(text, duration).map(Moment::Ago),
         Err(_) => Err(format!(
-            "{text:?} is neither an RFC 3339 time nor a duration (examples: 2h, 30m, 2026-01-31T09:00:00Z)"
+            "{text:?} is neither a time nor a duration (examples: 2h, 30m, 2026-01-31T09:00:00Z, \
+             2026-01-31 09:00:00 +00:00)"
         )),
     }
 }
@@ -709,5 +715,40 @@ impl ValueEnum for TriggerKind {
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
         Some(PossibleValue::new(self.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::parse_from_rfc3339(text).unwrap().with_timezone(&chrono::Utc)
+    }
+
+    #[test]
+    fn a_moment_is_a_time_as_tables_print_it_too() {
+        for (text, expected) in [
+            ("2026-12-04T19:12:00Z", "2026-12-04T19:12:00Z"),
+            ("2026-12-04T21:12:00+02:00", "2026-12-04T19:12:00Z"),
+            ("2026-12-04 19:12:00 +00:00", "2026-12-04T19:12:00Z"),
+            ("2026-12-04 21:12:00 +02:00", "2026-12-04T19:12:00Z"),
+            (" 2026-12-04 14:12:00 -05:00 ", "2026-12-04T19:12:00Z"),
+        ] {
+            match parse_moment(text) {
+                Ok(Moment::At(time)) => assert_eq!(time, at(expected), "{text:?}"),
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+        // The time a table prints is the time (output::time_cell), read back.
+        let printed = crate::output::time_cell(Some(at("2026-12-04T19:12:00Z")));
+        assert!(
+            matches!(parse_moment(&printed), Ok(Moment::At(time)) if time == at("2026-12-04T19:12:00Z")),
+            "{printed}"
+        );
+        assert!(matches!(parse_moment("2h"), Ok(Moment::Ago(ago)) if ago == Duration::from_secs(7200)));
+        for text in ["2026-12-04 19:12:00", "2026-12-04 19:12 +00:00", "yesterday"] {
+            assert!(parse_moment(text).is_err(), "{text:?}");
+        }
     }
 }

@@ -461,10 +461,14 @@ fn cell_texts<C: Display>(row: &[C], texts: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
+/// How a table cell prints a time (`2026-12-04 19:12:00 +00:00`); `--since` and `--until` read it
+/// back.
+pub(crate) const TABLE_TIME: &str = "%Y-%m-%d %H:%M:%S %:z";
+
 /// A timestamp for a table cell: in the local time zone (TZ), which the offset marks.
 pub(crate) fn time_cell(time: Option<DateTime<Utc>>) -> String {
     match time {
-        Some(t) => t.with_timezone(&Local).format("%Y-%m-%d %H:%M:%S %:z").to_string(),
+        Some(t) => t.with_timezone(&Local).format(TABLE_TIME).to_string(),
         None => "-".to_string(),
     }
 }
