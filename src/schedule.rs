@@ -323,6 +323,17 @@ pub(crate) fn exists(client: &mut Client, name: &str) -> Result<bool> {
     Ok(client.query_one("SELECT EXISTS (SELECT 1 FROM schedule WHERE name = $1)", &[&name])?.get(0))
 }
 
+/// For a filter of jobs by schedule that matched none: what to say when there is no such schedule
+/// (the jobs of a removed one are found all the same), with the closest names.
+pub(crate) fn not_a_schedule(client: &mut Client, name: Option<&str>) -> Result<Option<String>> {
+    let Some(name) = name else { return Ok(None) };
+    let names: Vec<String> = client.query("SELECT name FROM schedule", &[])?.iter().map(|row| row.get(0)).collect();
+    if names.iter().any(|known| known == name) {
+        return Ok(None);
+    }
+    Ok(Some(format!("there is no schedule {name}{}", crate::source::catalog::closest(name, names))))
+}
+
 pub(crate) fn list(client: &mut Client) -> Result<Vec<Schedule>> {
     let rows = client.query(&format!("SELECT {COLUMNS} FROM schedule ORDER BY name"), &[])?;
     Ok(rows.iter().map(Schedule::from_row).collect())

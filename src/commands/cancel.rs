@@ -13,6 +13,7 @@ use crate::error::Exit;
 use crate::output::confirm;
 use crate::queue::cancel::{self, CancelOutcome, Canceled, Ids, Matching};
 use crate::queue::inspect;
+use crate::source::catalog;
 
 pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
     let mut client = ctx.connect()?;
@@ -24,8 +25,9 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         let finding = format!("finding the waiting and running jobs of {}", matching.describe());
         let found = ctx.out.spinning(&finding, || cancel::matching(&mut client, &matching))?;
         if found.is_empty() {
-            let unknown = crate::source::catalog::not_in_catalog(&mut client, app, action)?;
-            let unknown = unknown.map(|unknown| format!("; {unknown}")).unwrap_or_default();
+            let unknown =
+                [catalog::not_in_catalog(&mut client, app, action)?, catalog::unknown_tag(&mut client, matching.tag)?];
+            let unknown: String = unknown.into_iter().flatten().map(|unknown| format!("; {unknown}")).collect();
             ctx.out.info(&format!("no waiting or running job of {}{unknown}", matching.describe()));
         } else {
             confirm(&format!("cancel {} job(s) of {}", found.len(), matching.describe()), args.yes)?;

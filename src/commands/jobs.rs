@@ -11,6 +11,7 @@ use crate::error::{CommandError, Exit};
 use crate::output::{ago, fit};
 use crate::queue::inspect::{self, Filter, JobView};
 use crate::queue::job::JobStatus;
+use crate::schedule;
 use crate::source::catalog;
 
 const WATCH_PERIOD: Duration = Duration::from_secs(2);
@@ -62,10 +63,13 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
         if jobs.is_empty() && args.page > 1 {
             ctx.out.info("no jobs on this page");
         } else if jobs.is_empty() {
-            match catalog::not_in_catalog(&mut client, app, action)? {
-                Some(unknown) => ctx.out.info(&format!("no jobs; {unknown}")),
-                None => ctx.out.info("no jobs"),
-            }
+            let unknown = [
+                catalog::not_in_catalog(&mut client, app, action)?,
+                catalog::unknown_tag(&mut client, filter.tag)?,
+                schedule::not_a_schedule(&mut client, filter.schedule)?,
+            ];
+            let unknown: String = unknown.into_iter().flatten().map(|unknown| format!("; {unknown}")).collect();
+            ctx.out.info(&format!("no jobs{unknown}"));
         } else if more {
             let last = offset + jobs.len() as i64;
             ctx.out.info(&format!("jobs {first}-{last}, newest first; older ones: --page {}", args.page + 1));

@@ -189,8 +189,24 @@ pub(crate) fn not_in_catalog(
     Ok(Some(format!("the catalog has no {what} {wanted}{}", closest(&wanted, names))))
 }
 
+/// For a filter of jobs by tag that matched none: what to say when no action of the catalog has
+/// the tag and no job has had it, with the closest tags of the catalog. One query: the catalog is
+/// small, and the jobs are indexed by tag.
+pub(crate) fn unknown_tag(client: &mut impl GenericClient, tag: Option<&str>) -> Result<Option<String>> {
+    let Some(tag) = tag else { return Ok(None) };
+    let row = client.query_one(
+        "SELECT EXISTS (SELECT 1 FROM job WHERE tag = $1), ARRAY(SELECT DISTINCT tag FROM action)",
+        &[&tag],
+    )?;
+    let (used, tags): (bool, Vec<String>) = (row.get(0), row.get(1));
+    if used || tags.iter().any(|known| known == tag) {
+        return Ok(None);
+    }
+    Ok(Some(format!("no action in the catalog has the tag {tag}, nor any job{}", closest(tag, tags))))
+}
+
 /// " (did you mean NAME?)" for the names close to `wanted` (at most 3), or nothing.
-fn closest(wanted: &str, names: Vec<String>) -> String {
+pub(crate) fn closest(wanted: &str, names: Vec<String>) -> String {
     let mut close: Vec<(usize, String)> = names
         .into_iter()
         .map(|name| (distance(wanted, &name), name))

@@ -1022,3 +1022,41 @@ fn a_filter_of_no_such_app_or_action_says_so_with_the_closest_names() {
         assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
     }
 }
+
+/// A listing by a schedule there is not, or a listing or bulk cancel by a tag no action in the
+/// catalog has and no job has had, said only that no job matched: they say so too, with the closest
+/// names (of the schedules; of the catalog's tags).
+#[test]
+fn a_filter_of_no_such_schedule_or_tag_says_so() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "nightly", "t/echo", "--cron", "0 2 1 1 *"]).ok();
+    env.wf(["enqueue", "t/echo", "--tag", "gpu"]).ok();
+    for (args, said) in [
+        (&["jobs", "--schedule", "nightlly"][..], "no jobs; there is no schedule nightlly (did you mean nightly?)"),
+        (&["jobs", "--schedule", "zzzzzzzz"], "no jobs; there is no schedule zzzzzzzz\n"),
+        (&["jobs", "--schedule", "nightly"], "no jobs\n"),
+        (
+            &["jobs", "--tag", "defualt"],
+            "no jobs; no action in the catalog has the tag defualt, nor any job (did you mean default?)",
+        ),
+        (
+            &["cancel", "--tag", "defualt", "--yes"],
+            "no waiting or running job of tag defualt; no action in the catalog has the tag defualt, nor any job \
+             (did you mean default?)",
+        ),
+        (
+            &["cancel", "--tag", "gpuu", "--yes"],
+            "no waiting or running job of tag gpuu; no action in the catalog has the tag gpuu, nor any job\n",
+        ),
+        // A tag a job has, or an action of the catalog: no hint.
+        (
+            &["cancel", "--tag", "gpu", "--status", "running", "--yes"],
+            "no waiting or running job of tag gpu, status running\n",
+        ),
+        (&["cancel", "--tag", "default", "--yes"], "no waiting or running job of tag default\n"),
+    ] {
+        let run = env.wf(args).ok();
+        assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
+    }
+}
