@@ -4,10 +4,11 @@
 //! A list of what is refused, everything else allowed: actions run arbitrary programs, and an allow
 //! list would break the next runtime release that uses a call it lacks. What it refuses is the
 //! kernel's surface that no action needs and that has the longest record of privilege escalations
-//! (BPF, perf events, io_uring, userfaultfd, the keyrings), the calls that reach another process's
-//! memory, files by handle, and everything about mounts, namespaces and the machine (which the
+//! (BPF, perf events, io_uring, userfaultfd, the keyrings, x86's LDT), the calls that reach another
+//! process's memory, files by handle, mounts, entering namespaces and the machine's calls (which the
 //! action has no capability for: refused before the kernel reads their arguments). Those fail with
-//! EPERM. A call by another ABI (32-bit `int 0x80`, x32) fails with ENOSYS: the list is of 64-bit
+//! EPERM. Making namespaces is left to the kernel, which refuses the action (no capability, and no
+//! user namespace in the sandbox): `clone3` takes its flags in memory, which a filter cannot read. A call by another ABI (32-bit `int 0x80`, x32) fails with ENOSYS: the list is of 64-bit
 //! numbers, which those ABIs would get past.
 //!
 //! A short BPF program written here rather than made with seccompiler: its rules match exact syscall
@@ -43,6 +44,10 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_fsmount,
     libc::SYS_fspick,
     libc::SYS_mount_setattr,
+    SYS_STATMOUNT,
+    SYS_LISTMOUNT,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_modify_ldt,
     libc::SYS_init_module,
     libc::SYS_finit_module,
     libc::SYS_delete_module,
@@ -55,6 +60,10 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_quotactl,
     libc::SYS_syslog,
 ];
+
+/// `statmount` and `listmount` (Linux 6.8), the same number on x86_64 and aarch64; not in libc yet.
+const SYS_STATMOUNT: libc::c_long = 457;
+const SYS_LISTMOUNT: libc::c_long = 458;
 
 /// `AUDIT_ARCH_*` of this build: the ABI whose numbers `DENIED` holds.
 #[cfg(target_arch = "x86_64")]

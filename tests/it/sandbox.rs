@@ -299,6 +299,7 @@ export function main() {
     io_uring_setup: call(425, 1, 0),
     userfaultfd: call(323, 0),
     process_vm_readv: call(310, Number(libc.symbols.syscall(39, 0, 0, 0, 0, 0, 0)), 0, 0, 0, 0, 0),
+    modify_ldt: call(154, 0, 0, 0),
     getpid: call(39),
     x32_keyctl: call(250 + 0x40000000, 0, -3, 0),
   };
@@ -760,7 +761,8 @@ fn an_action_cannot_make_the_kernels_riskiest_system_calls() {
     let id = enqueue(&env, "a/kernel", json!({}));
     env.wf(["work", "--drain"]).ok();
     let calls = result(&env, &id);
-    let refused = ["keyctl", "bpf", "perf_event_open", "io_uring_setup", "userfaultfd", "process_vm_readv"];
+    let refused =
+        ["keyctl", "bpf", "perf_event_open", "io_uring_setup", "userfaultfd", "process_vm_readv", "modify_ldt"];
     for call in refused {
         assert_eq!(calls[call], "EPERM", "{call}: {calls}");
     }
@@ -770,7 +772,7 @@ fn an_action_cannot_make_the_kernels_riskiest_system_calls() {
     let id = enqueue(&env, "a/kernel", json!({}));
     env.wf(["work", "--drain", "--isolation", "none"]).ok();
     let calls = result(&env, &id);
-    for call in ["keyctl", "io_uring_setup", "process_vm_readv"] {
+    for call in ["keyctl", "io_uring_setup", "process_vm_readv", "modify_ldt"] {
         assert_ne!(calls[call], "EPERM", "{call} without a sandbox: {calls}");
     }
 }
