@@ -8,7 +8,8 @@
 //! process's memory, files by handle, mounts, entering namespaces and the machine's calls (which the
 //! action has no capability for: refused before the kernel reads their arguments). Those fail with
 //! EPERM. Making namespaces is left to the kernel, which refuses the action (no capability, and no
-//! user namespace in the sandbox): `clone3` takes its flags in memory, which a filter cannot read. A call by another ABI (32-bit `int 0x80`, x32) fails with ENOSYS: the list is of 64-bit
+//! user namespace in the sandbox): `clone3` takes its flags in memory, which a filter cannot read.
+//! A call by another ABI (32-bit `int 0x80`, x32) fails with ENOSYS: the list is of 64-bit
 //! numbers, which those ABIs would get past.
 //!
 //! A short BPF program written here rather than made with seccompiler: its rules match exact syscall
