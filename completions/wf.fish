@@ -163,7 +163,7 @@ complete -c wf -n "__fish_wf_using_subcommand work" -l tag -d 'Tags to take jobs
 complete -c wf -n "__fish_wf_using_subcommand work" -l concurrency -d 'Jobs run at once' -r
 complete -c wf -n "__fish_wf_using_subcommand work" -l max-jobs -d 'Exit after this many jobs' -r
 complete -c wf -n "__fish_wf_using_subcommand work" -l heartbeat -d 'Heartbeat period (default WF_HEARTBEAT_S, 5s): at least 1s, at most a third of the zombie window' -r
-complete -c wf -n "__fish_wf_using_subcommand work" -l grace -d 'On SIGINT/SIGTERM, let running jobs finish for this long before putting them back (a second signal: at once)' -r
+complete -c wf -n "__fish_wf_using_subcommand work" -l grace -d 'On SIGINT/SIGTERM/SIGHUP, let running jobs finish for this long before putting them back (a second signal, or SIGQUIT: at once)' -r
 complete -c wf -n "__fish_wf_using_subcommand work" -l name -d 'Worker name (default: host name and pid): printable, at most 200 characters' -r
 complete -c wf -n "__fish_wf_using_subcommand work" -l isolation -d 'How actions are isolated. `sandbox`: every attempt in its own user, PID and mount namespaces, as an unprivileged user (nobody for a root worker), seeing only the system\'s read-only /usr, its pinned commit (read-only), a private work folder and /tmp, with the manifest\'s memory and process limits; the worker refuses to start where the kernel does not allow it. `none`: as the worker\'s own user on its file system, without limits' -r -f -a "sandbox\t''
 none\t''"

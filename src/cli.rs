@@ -271,8 +271,8 @@ pub(crate) struct WorkArgs {
     /// Heartbeat period (default WF_HEARTBEAT_S, 5s): at least 1s, at most a third of the zombie window.
     #[arg(long, value_parser = parse_heartbeat)]
     pub heartbeat: Option<Duration>,
-    /// On SIGINT/SIGTERM, let running jobs finish for this long before putting them back (a second
-    /// signal: at once).
+    /// On SIGINT/SIGTERM/SIGHUP, let running jobs finish for this long before putting them back (a
+    /// second signal, or SIGQUIT: at once).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub grace: Duration,
     /// Worker name (default: host name and pid): printable, at most 200 characters.

@@ -1,5 +1,6 @@
 //! `wf work`: slots that claim jobs, run them under a supervisor, heartbeat and complete them;
-//! a reaper pass on the side; a clean shutdown on SIGINT/SIGTERM that loses no job.
+//! a reaper pass on the side; a clean shutdown on SIGINT/SIGTERM/SIGHUP that loses no job, and on
+//! SIGQUIT one that puts the running jobs back at once.
 
 mod connection;
 mod events;
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use crate::db::Database;
 use crate::diag::diag;
@@ -281,7 +282,11 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         released: AtomicU64::new(0),
         fenced: AtomicU64::new(0),
     });
-    let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    // SIGHUP (the terminal is gone) stops as SIGTERM does, and SIGQUIT (Ctrl-\) as a second signal
+    // does, instead of killing the worker and leaving its running jobs to the reaper; either stays
+    // ignored when the worker was started with it ignored (`nohup`).
+    let stop_signals = [SIGINT, SIGTERM].into_iter().chain([SIGHUP, SIGQUIT].into_iter().filter(|&s| !ignored(s)));
+    let signals = signal_hook::iterator::Signals::new(stop_signals).context("installing signal handlers")?;
     // Listening before any slot looks at the queue (see `wake`).
     let first = wake::connect(&shared.database, &shared.options.name)?;
     if !shared.options.quiet {
@@ -392,8 +397,18 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
     })
 }
 
-/// Wait for the slots to end; on the first SIGINT/SIGTERM stop claiming and give running jobs
-/// the grace; when it is over (or on a second signal), have the slots stop and release them. A
+/// Whether `signal` is ignored: as this process was started, before any handler of ours.
+fn ignored(signal: libc::c_int) -> bool {
+    let mut current = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: a query (no new action) into a zeroed sigaction the call fills.
+    let queried = unsafe { libc::sigaction(signal, std::ptr::null(), current.as_mut_ptr()) } == 0;
+    // SAFETY: zeroed, then filled by the kernel when the query succeeded.
+    queried && unsafe { current.assume_init() }.sa_sigaction == libc::SIG_IGN
+}
+
+/// Wait for the slots to end; on the first SIGINT/SIGTERM/SIGHUP stop claiming and give running jobs
+/// the grace; when it is over (or on a second signal, or SIGQUIT), have the slots stop and release
+/// them. A
 /// slot whose database call does not return (a backend that stopped answering, where no timeout of
 /// the server's runs and TCP sees nothing wrong) would hold up the stop forever: the slots not ended
 /// a while after that are named and given up on.
@@ -408,7 +423,12 @@ fn supervise_shutdown(
     let mut killed: Option<Instant> = None;
     while !slots.iter().all(|slot| slot.is_finished()) {
         for signal in signals.pending() {
-            if deadline.is_none() {
+            if signal == SIGQUIT {
+                diag!("worker {}: SIGQUIT: stopping running jobs now; they go back to the queue", shared.options.name);
+                shared.stopping.store(true, Ordering::SeqCst);
+                shared.wake.bump();
+                deadline = Some(Instant::now());
+            } else if deadline.is_none() {
                 diag!(
                     "worker {}: signal {signal}: no more claims; running jobs get {:?} to finish, then go back to the queue",
                     shared.options.name,

@@ -292,6 +292,66 @@ fn jobs_claimed_as_the_worker_stops_go_back_unstarted() {
     assert_eq!(queued, 2, "both back in the queue ({ids:?})");
 }
 
+/// A hangup (the terminal the worker ran in is gone) stops the worker as SIGTERM does: its running
+/// job finishes within the grace (before, the signal killed the worker, and the job waited for the
+/// reaper and ran again). Started with SIGHUP ignored (`nohup`), the worker keeps ignoring it.
+#[test]
+fn sighup_stops_a_worker_cleanly_unless_it_was_started_under_nohup() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let id = enqueue(&env, "t/sleep", json!({"ms": 1500, "log": log}));
+    let mut hung_up = worker(&env, "hung-up", &["--grace", "30s"]);
+    wait_for(Duration::from_secs(30), "the job to start", || executions(&log).first().cloned());
+    signal(&hung_up, libc::SIGHUP);
+    assert!(hung_up.wait().unwrap().success(), "a clean shutdown exits 0");
+    assert_eq!(env.wf(["show", &id, "--json"]).ok().json()["status"], "success");
+
+    // Under nohup the hangup changes nothing: the worker goes on to its second job.
+    let ids = enqueue_batch(&env, "t/sleep", &[json!({"ms": 1500, "log": log}), json!({"ms": 1500, "log": log})]);
+    let mut nohup = env
+        .wf(["work", "--name", "nohup", "--drain", "--concurrency", "1"])
+        .before_exec(|| {
+            // SAFETY: sets a disposition, between fork and exec.
+            match unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) } {
+                libc::SIG_ERR => Err(std::io::Error::last_os_error()),
+                _ => Ok(()),
+            }
+        })
+        .spawn(&env.dir.path().join("nohup.log"));
+    wait_for(Duration::from_secs(30), "the job to start", || executions(&log).get(1).cloned());
+    signal(&nohup, libc::SIGHUP);
+    assert!(nohup.wait().unwrap().success(), "the worker drained the queue");
+    for id in &ids {
+        assert_eq!(env.wf(["show", id, "--json"]).ok().json()["status"], "success", "{id}");
+    }
+    assert_eq!(executions(&log).len(), 3, "each job ran once: {:?}", executions(&log));
+}
+
+/// SIGQUIT (Ctrl-\) stops running jobs at once and puts them back, as a second signal does, without
+/// waiting for the grace (before, it killed the worker, and the job waited for the reaper).
+#[test]
+fn sigquit_puts_the_running_jobs_back_at_once() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let id = enqueue(&env, "t/sleep", json!({"ms": 60000, "log": log}));
+    let mut quit = worker(&env, "quit", &["--grace", "120s"]);
+    wait_for(Duration::from_secs(30), "the job to start", || executions(&log).first().cloned());
+    signal(&quit, libc::SIGQUIT);
+    let status = crate::support::checks::wait_exit(&mut quit, Duration::from_secs(30), "the worker");
+    assert!(status.success(), "{status:?}");
+    let (running, restarts): (bool, i32) = {
+        let row = env
+            .db()
+            .query_one("SELECT running, restarts FROM job_queue WHERE job_id = $1::text::uuid", &[&id])
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((running, restarts), (false, 0), "back in the queue, not a restart");
+    assert!(env.wf(["logs", &id]).ok().stdout.contains("put back in the queue"));
+}
+
 #[test]
 fn a_job_that_finishes_within_the_grace_completes_normally() {
     let env = TestEnv::new();
