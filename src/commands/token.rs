@@ -56,11 +56,19 @@ fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> CommandResult {
         )?;
     }
     if !current {
-        return Err(anyhow!(
-            "token no longer current: claim {} does not own job {} any more (its attempt ended)",
-            claims.claim,
-            claims.job
-        )
+        let known: bool = client.query_one("SELECT EXISTS (SELECT 1 FROM job WHERE id = $1)", &[&claims.job])?.get(0);
+        return Err(if known {
+            anyhow!(
+                "token no longer current: claim {} does not own job {} any more (its attempt ended)",
+                claims.claim,
+                claims.job
+            )
+        } else {
+            anyhow!(
+                "token not current: this database has no job {} (the token is another database's, or its job was pruned)",
+                claims.job
+            )
+        }
         .into());
     }
     Ok(Exit::Ok)
