@@ -406,12 +406,11 @@ fn ignored(signal: libc::c_int) -> bool {
     queried && unsafe { current.assume_init() }.sa_sigaction == libc::SIG_IGN
 }
 
-/// Wait for the slots to end; on the first SIGINT/SIGTERM/SIGHUP stop claiming and give running jobs
-/// the grace; when it is over (or on a second signal, or SIGQUIT), have the slots stop and release
-/// them. A
-/// slot whose database call does not return (a backend that stopped answering, where no timeout of
-/// the server's runs and TCP sees nothing wrong) would hold up the stop forever: the slots not ended
-/// a while after that are named and given up on.
+/// Wait for the slots to end; on the first SIGINT/SIGTERM/SIGHUP stop claiming and give running
+/// jobs the grace; when it is over (or on a second signal, or SIGQUIT), have the slots stop and
+/// release them. A slot whose database call does not return (a backend that stopped answering,
+/// where no timeout of the server's runs and TCP sees nothing wrong) would hold up the stop
+/// forever: the slots not ended a while after that are named and given up on.
 fn supervise_shutdown(
     shared: &Shared,
     mut signals: signal_hook::iterator::Signals,
