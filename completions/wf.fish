@@ -218,8 +218,8 @@ complete -c wf -n "__fish_wf_using_subcommand jobs" -l app -d 'Only jobs of this
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l action -d 'Only jobs of this action (NAME, or APP/ACTION)' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l tag -d 'Only jobs of this tag' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l schedule -d 'Only jobs enqueued by this schedule' -r
-complete -c wf -n "__fish_wf_using_subcommand jobs" -l since -d 'Only jobs created since this time (RFC 3339, or as tables print it: 2026-12-04 19:12:00 +00:00) or this long ago (30s, 5m, 2h, 30d)' -r
-complete -c wf -n "__fish_wf_using_subcommand jobs" -l until -d 'Only jobs created before this time (RFC 3339, or as tables print it) or this long ago' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l since -d 'Only jobs created since this time (RFC 3339, or as `wf show` prints it: 2026-12-04 19:12:00 +00:00) or this long ago (30s, 5m, 2h, 30d)' -r
+complete -c wf -n "__fish_wf_using_subcommand jobs" -l until -d 'Only jobs created before this time (RFC 3339, or as `wf show` prints it) or this long ago' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l limit -d 'List at most this many jobs (newest first): one page' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l page -d 'Which page of --limit jobs to list (1: the newest)' -r
 complete -c wf -n "__fish_wf_using_subcommand jobs" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
@@ -244,7 +244,7 @@ complete -c wf -n "__fish_wf_using_subcommand result" -l json -d 'Print exactly 
 complete -c wf -n "__fish_wf_using_subcommand result" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand result" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand logs" -l tail -d 'Only the last N lines (then new ones, with --follow)' -r
-complete -c wf -n "__fish_wf_using_subcommand logs" -l since -d 'Only lines written since this time (RFC 3339, or as tables print it: 2026-12-04 19:12:00 +00:00) or this long ago (30s, 5m, 2h)' -r
+complete -c wf -n "__fish_wf_using_subcommand logs" -l since -d 'Only lines written since this time (RFC 3339, or as `wf show` prints it: 2026-12-04 19:12:00 +00:00) or this long ago (30s, 5m, 2h)' -r
 complete -c wf -n "__fish_wf_using_subcommand logs" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand logs" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"

@@ -370,11 +370,11 @@ pub(crate) struct JobsArgs {
     /// Only jobs enqueued by this schedule.
     #[arg(long)]
     pub schedule: Option<String>,
-    /// Only jobs created since this time (RFC 3339, or as tables print it: 2026-12-04 19:12:00 +00:00)
-    /// or this long ago (30s, 5m, 2h, 30d).
+    /// Only jobs created since this time (RFC 3339, or as `wf show` prints it: 2026-12-04 19:12:00
+    /// +00:00) or this long ago (30s, 5m, 2h, 30d).
     #[arg(long, value_parser = parse_moment)]
     pub since: Option<Moment>,
-    /// Only jobs created before this time (RFC 3339, or as tables print it) or this long ago.
+    /// Only jobs created before this time (RFC 3339, or as `wf show` prints it) or this long ago.
     #[arg(long, value_parser = parse_moment)]
     pub until: Option<Moment>,
     /// List at most this many jobs (newest first): one page.
@@ -416,7 +416,7 @@ pub(crate) struct LogsArgs {
     /// Only the last N lines (then new ones, with --follow).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
     pub tail: Option<i64>,
-    /// Only lines written since this time (RFC 3339, or as tables print it: 2026-12-04 19:12:00
+    /// Only lines written since this time (RFC 3339, or as `wf show` prints it: 2026-12-04 19:12:00
     /// +00:00) or this long ago (30s, 5m, 2h).
     #[arg(long, value_parser = parse_moment)]
     pub since: Option<Moment>,
@@ -601,7 +601,7 @@ pub(crate) struct GenerateDocsArgs {
     pub out: PathBuf,
 }
 
-/// A moment: an RFC 3339 time or one as tables print it (copied from a listing), or a duration
+/// A moment: an RFC 3339 time or one as `wf show` and the tables' time cells print it, or a duration
 /// before now (`30s`, `5m`, `2h`, `30d`).
 pub(crate) fn parse_moment(text: &str) -> Result<Moment, String> {
     let time = chrono::DateTime::parse_from_rfc3339(text.trim())

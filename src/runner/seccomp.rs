@@ -4,9 +4,10 @@
 //! A list of what is refused, everything else allowed: actions run arbitrary programs, and an allow
 //! list would break the next runtime release that uses a call it lacks. What it refuses is the
 //! kernel's surface that no action needs and that has the longest record of privilege escalations
-//! (BPF, perf events, io_uring, userfaultfd, the keyrings, x86's LDT), the calls that reach another
-//! process's memory, files by handle, mounts, entering namespaces and the machine's calls (which the
-//! action has no capability for: refused before the kernel reads their arguments). Those fail with
+//! (BPF, perf events, io_uring, userfaultfd, the keyrings, x86's LDT), the calls that reach into
+//! another process (its memory, its descriptors), files by handle, mounts, entering namespaces and
+//! the machine's calls (its name, clock, ports, modules: which the action has no capability for,
+//! refused before the kernel reads their arguments). Those fail with
 //! EPERM. Making namespaces is left to the kernel, which refuses the action (no capability, and no
 //! user namespace in the sandbox): `clone3` takes its flags in memory, which a filter cannot read.
 //! A call by another ABI (32-bit `int 0x80`, x32) fails with ENOSYS: the list is of 64-bit
@@ -31,6 +32,9 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
     libc::SYS_process_vm_writev,
+    libc::SYS_process_madvise,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_kcmp,
     libc::SYS_name_to_handle_at,
     libc::SYS_open_by_handle_at,
     libc::SYS_setns,
@@ -39,6 +43,7 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_pivot_root,
     libc::SYS_chroot,
     libc::SYS_open_tree,
+    SYS_OPEN_TREE_ATTR,
     libc::SYS_move_mount,
     libc::SYS_fsopen,
     libc::SYS_fsconfig,
@@ -49,6 +54,14 @@ const DENIED: &[libc::c_long] = &[
     SYS_LISTMOUNT,
     #[cfg(target_arch = "x86_64")]
     libc::SYS_modify_ldt,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_iopl,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_ioperm,
+    libc::SYS_sethostname,
+    libc::SYS_setdomainname,
+    libc::SYS_settimeofday,
+    libc::SYS_clock_settime,
     libc::SYS_init_module,
     libc::SYS_finit_module,
     libc::SYS_delete_module,
@@ -62,9 +75,11 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_syslog,
 ];
 
-/// `statmount` and `listmount` (Linux 6.8), the same number on x86_64 and aarch64; not in libc yet.
+/// `statmount` and `listmount` (Linux 6.8) and `open_tree_attr` (6.15), the same numbers on x86_64
+/// and aarch64; not in libc yet.
 const SYS_STATMOUNT: libc::c_long = 457;
 const SYS_LISTMOUNT: libc::c_long = 458;
+const SYS_OPEN_TREE_ATTR: libc::c_long = 467;
 
 /// `AUDIT_ARCH_*` of this build: the ABI whose numbers `DENIED` holds.
 #[cfg(target_arch = "x86_64")]
@@ -130,6 +145,62 @@ fn program() -> Vec<libc::sock_filter> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `program` answers for a call `nr` by the ABI `arch`: the instructions it is made of, run
+    /// as the kernel runs them. Whatever the kernel under the tests knows (x32 or not), every path
+    /// of the program is taken.
+    fn verdict(arch: u32, nr: u32) -> u32 {
+        let program = program();
+        let (arch_at, nr_at) =
+            (std::mem::offset_of!(libc::seccomp_data, arch), std::mem::offset_of!(libc::seccomp_data, nr));
+        let (mut at, mut accumulator) = (0, 0u32);
+        loop {
+            let instruction = program[at];
+            let code = u32::from(instruction.code);
+            at += 1;
+            match code {
+                _ if code == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
+                    accumulator = match instruction.k as usize {
+                        offset if offset == arch_at => arch,
+                        offset if offset == nr_at => nr,
+                        offset => panic!("a load of offset {offset}"),
+                    }
+                }
+                _ if code == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K
+                    || code == libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K =>
+                {
+                    let taken = if code & libc::BPF_JGE == libc::BPF_JGE {
+                        accumulator >= instruction.k
+                    } else {
+                        accumulator == instruction.k
+                    };
+                    at += usize::from(if taken { instruction.jt } else { instruction.jf });
+                }
+                _ if code == libc::BPF_RET | libc::BPF_K => return instruction.k,
+                _ => panic!("an instruction of code {code:#x}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_program_refuses_each_listed_call_and_every_call_of_another_abi_and_allows_the_rest() {
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        for &call in DENIED {
+            assert_eq!(verdict(ARCH, call as u32), eperm, "{call}");
+            if let Some(bit) = X32_SYSCALL_BIT {
+                assert_eq!(verdict(ARCH, call as u32 | bit), enosys, "x32 {call}");
+            }
+        }
+        for call in [libc::SYS_read, libc::SYS_write, libc::SYS_getpid, libc::SYS_clone3, libc::SYS_execve] {
+            assert_eq!(verdict(ARCH, call as u32), libc::SECCOMP_RET_ALLOW, "{call}");
+            if let Some(bit) = X32_SYSCALL_BIT {
+                assert_eq!(verdict(ARCH, call as u32 | bit), enosys, "x32 {call}");
+            }
+        }
+        // i386 (`int 0x80`), whose numbers differ: getpid is 20 there.
+        assert_eq!(verdict(0x4000_0003, 20), enosys);
+    }
 
     /// In a forked child: no_new_privs, the filter, then a refused call, an allowed one, and the
     /// refused one by the x32 ABI. The program is made before the fork: the child of this threaded

@@ -26,7 +26,7 @@ use crate::runner::{ScratchRoot, SupervisorExe};
 /// When a worker stops on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Until {
-    /// Until SIGINT/SIGTERM.
+    /// Until SIGINT/SIGTERM/SIGHUP/SIGQUIT.
     Stopped,
     /// When no due, unclaimed job is left for its tags and its slots are idle.
     Drained,
@@ -131,7 +131,7 @@ struct Shared {
     scratch: ScratchRoot,
     /// The binary attempts' supervisors run as, opened at the start.
     supervisor: SupervisorExe,
-    /// SIGINT/SIGTERM seen: claim nothing more.
+    /// A stop signal seen: claim nothing more.
     stopping: AtomicBool,
     /// The grace is over: stop running jobs and put them back in the queue.
     kill: AtomicBool,

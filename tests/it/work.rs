@@ -292,6 +292,19 @@ fn jobs_claimed_as_the_worker_stops_go_back_unstarted() {
     assert_eq!(queued, 2, "both back in the queue ({ids:?})");
 }
 
+/// Between fork and exec of a worker: SIGHUP and SIGQUIT set to `disposition`, ignored as `nohup`
+/// leaves them or default as a terminal's shell does, whatever this test process was given (a
+/// background job of a script has SIGQUIT ignored, `nohup cargo test` SIGHUP).
+fn hup_and_quit_set_to(disposition: libc::sighandler_t) -> std::io::Result<()> {
+    for signal in [libc::SIGHUP, libc::SIGQUIT] {
+        // SAFETY: sets a disposition, between fork and exec.
+        if unsafe { libc::signal(signal, disposition) } == libc::SIG_ERR {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// A hangup (the terminal the worker ran in is gone) stops the worker as SIGTERM does: its running
 /// job finishes within the grace (before, the signal killed the worker, and the job waited for the
 /// reaper and ran again). Started with SIGHUP ignored (`nohup`), the worker keeps ignoring it.
@@ -301,7 +314,10 @@ fn sighup_stops_a_worker_cleanly_unless_it_was_started_under_nohup() {
     synced(&env);
     let log = path(&env, "runs.log");
     let id = enqueue(&env, "t/sleep", json!({"ms": 1500, "log": log}));
-    let mut hung_up = worker(&env, "hung-up", &["--grace", "30s"]);
+    let mut hung_up = env
+        .wf(["work", "--name", "hung-up", "--grace", "30s"])
+        .before_exec(|| hup_and_quit_set_to(libc::SIG_DFL))
+        .spawn(&env.dir.path().join("hung-up.log"));
     wait_for(Duration::from_secs(30), "the job to start", || executions(&log).first().cloned());
     signal(&hung_up, libc::SIGHUP);
     assert!(hung_up.wait().unwrap().success(), "a clean shutdown exits 0");
@@ -311,13 +327,7 @@ fn sighup_stops_a_worker_cleanly_unless_it_was_started_under_nohup() {
     let ids = enqueue_batch(&env, "t/sleep", &[json!({"ms": 1500, "log": log}), json!({"ms": 1500, "log": log})]);
     let mut nohup = env
         .wf(["work", "--name", "nohup", "--drain", "--concurrency", "1"])
-        .before_exec(|| {
-            // SAFETY: sets a disposition, between fork and exec.
-            match unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) } {
-                libc::SIG_ERR => Err(std::io::Error::last_os_error()),
-                _ => Ok(()),
-            }
-        })
+        .before_exec(|| hup_and_quit_set_to(libc::SIG_IGN))
         .spawn(&env.dir.path().join("nohup.log"));
     wait_for(Duration::from_secs(30), "the job to start", || executions(&log).get(1).cloned());
     signal(&nohup, libc::SIGHUP);
@@ -336,7 +346,10 @@ fn sigquit_puts_the_running_jobs_back_at_once() {
     synced(&env);
     let log = path(&env, "runs.log");
     let id = enqueue(&env, "t/sleep", json!({"ms": 60000, "log": log}));
-    let mut quit = worker(&env, "quit", &["--grace", "120s"]);
+    let mut quit = env
+        .wf(["work", "--name", "quit", "--grace", "120s"])
+        .before_exec(|| hup_and_quit_set_to(libc::SIG_DFL))
+        .spawn(&env.dir.path().join("quit.log"));
     wait_for(Duration::from_secs(30), "the job to start", || executions(&log).first().cloned());
     signal(&quit, libc::SIGQUIT);
     let status = crate::support::checks::wait_exit(&mut quit, Duration::from_secs(30), "the worker");
