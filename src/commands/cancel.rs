@@ -25,9 +25,10 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         let finding = format!("finding the waiting and running jobs of {}", matching.describe());
         let found = ctx.out.spinning(&finding, || cancel::matching(&mut client, &matching))?;
         if found.is_empty() {
-            let unknown =
-                [catalog::not_in_catalog(&mut client, app, action)?, catalog::unknown_tag(&mut client, matching.tag)?];
-            let unknown: String = unknown.into_iter().flatten().map(|unknown| format!("; {unknown}")).collect();
+            let unknown = catalog::hints([
+                catalog::not_in_catalog(&mut client, app, action)?,
+                catalog::unknown_tag(&mut client, matching.tag)?,
+            ]);
             ctx.out.info(&format!("no waiting or running job of {}{unknown}", matching.describe()));
         } else {
             confirm(&format!("cancel {} job(s) of {}", found.len(), matching.describe()), args.yes)?;

@@ -63,12 +63,11 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
         if jobs.is_empty() && args.page > 1 {
             ctx.out.info("no jobs on this page");
         } else if jobs.is_empty() {
-            let unknown = [
+            let unknown = catalog::hints([
                 catalog::not_in_catalog(&mut client, app, action)?,
                 catalog::unknown_tag(&mut client, filter.tag)?,
                 schedule::not_a_schedule(&mut client, filter.schedule)?,
-            ];
-            let unknown: String = unknown.into_iter().flatten().map(|unknown| format!("; {unknown}")).collect();
+            ]);
             ctx.out.info(&format!("no jobs{unknown}"));
         } else if more {
             let last = offset + jobs.len() as i64;

@@ -205,6 +205,11 @@ pub(crate) fn unknown_tag(client: &mut impl GenericClient, tag: Option<&str>) ->
     Ok(Some(format!("no action in the catalog has the tag {tag}, nor any job{}", closest(tag, tags))))
 }
 
+/// What a listing or cancel that matched nothing adds to its "no jobs": each hint found, after "; ".
+pub(crate) fn hints(found: impl IntoIterator<Item = Option<String>>) -> String {
+    found.into_iter().flatten().map(|hint| format!("; {hint}")).collect()
+}
+
 /// " (did you mean NAME?)" for the names close to `wanted` (at most 3), or nothing.
 pub(crate) fn closest(wanted: &str, names: Vec<String>) -> String {
     let mut close: Vec<(usize, String)> = names

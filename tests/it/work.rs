@@ -292,17 +292,28 @@ fn jobs_claimed_as_the_worker_stops_go_back_unstarted() {
     assert_eq!(queued, 2, "both back in the queue ({ids:?})");
 }
 
-/// Between fork and exec of a worker: SIGHUP and SIGQUIT set to `disposition`, ignored as `nohup`
-/// leaves them or default as a terminal's shell does, whatever this test process was given (a
-/// background job of a script has SIGQUIT ignored, `nohup cargo test` SIGHUP).
-fn hup_and_quit_set_to(disposition: libc::sighandler_t) -> std::io::Result<()> {
-    for signal in [libc::SIGHUP, libc::SIGQUIT] {
-        // SAFETY: sets a disposition, between fork and exec.
-        if unsafe { libc::signal(signal, disposition) } == libc::SIG_ERR {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+/// `fixtures::worker`, with SIGHUP and SIGQUIT set to `disposition` between fork and exec: ignored
+/// as `nohup` leaves them, or default as a terminal's shell does, whatever this test process was
+/// given (a background job of a script has SIGQUIT ignored, `nohup cargo test` SIGHUP).
+fn worker_with_hup_and_quit(
+    env: &TestEnv,
+    name: &str,
+    args: &[&str],
+    disposition: libc::sighandler_t,
+) -> crate::support::harness::Process {
+    let mut all = vec!["work", "--name", name];
+    all.extend_from_slice(args);
+    env.wf(all)
+        .before_exec(move || {
+            for signal in [libc::SIGHUP, libc::SIGQUIT] {
+                // SAFETY: sets a disposition, between fork and exec.
+                if unsafe { libc::signal(signal, disposition) } == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        })
+        .spawn(&env.dir.path().join(format!("{name}.log")))
 }
 
 /// A hangup (the terminal the worker ran in is gone) stops the worker as SIGTERM does: its running
@@ -314,10 +325,7 @@ fn sighup_stops_a_worker_cleanly_unless_it_was_started_under_nohup() {
     synced(&env);
     let log = path(&env, "runs.log");
     let id = enqueue(&env, "t/sleep", json!({"ms": 1500, "log": log}));
-    let mut hung_up = env
-        .wf(["work", "--name", "hung-up", "--grace", "30s"])
-        .before_exec(|| hup_and_quit_set_to(libc::SIG_DFL))
-        .spawn(&env.dir.path().join("hung-up.log"));
+    let mut hung_up = worker_with_hup_and_quit(&env, "hung-up", &["--grace", "30s"], libc::SIG_DFL);
     wait_for(Duration::from_secs(30), "the job to start", || executions(&log).first().cloned());
     signal(&hung_up, libc::SIGHUP);
     assert!(hung_up.wait().unwrap().success(), "a clean shutdown exits 0");
@@ -325,10 +333,7 @@ fn sighup_stops_a_worker_cleanly_unless_it_was_started_under_nohup() {
 
     // Under nohup the hangup changes nothing: the worker goes on to its second job.
     let ids = enqueue_batch(&env, "t/sleep", &[json!({"ms": 1500, "log": log}), json!({"ms": 1500, "log": log})]);
-    let mut nohup = env
-        .wf(["work", "--name", "nohup", "--drain", "--concurrency", "1"])
-        .before_exec(|| hup_and_quit_set_to(libc::SIG_IGN))
-        .spawn(&env.dir.path().join("nohup.log"));
+    let mut nohup = worker_with_hup_and_quit(&env, "nohup", &["--drain", "--concurrency", "1"], libc::SIG_IGN);
     wait_for(Duration::from_secs(30), "the job to start", || executions(&log).get(1).cloned());
     signal(&nohup, libc::SIGHUP);
     assert!(nohup.wait().unwrap().success(), "the worker drained the queue");
@@ -346,10 +351,7 @@ fn sigquit_puts_the_running_jobs_back_at_once() {
     synced(&env);
     let log = path(&env, "runs.log");
     let id = enqueue(&env, "t/sleep", json!({"ms": 60000, "log": log}));
-    let mut quit = env
-        .wf(["work", "--name", "quit", "--grace", "120s"])
-        .before_exec(|| hup_and_quit_set_to(libc::SIG_DFL))
-        .spawn(&env.dir.path().join("quit.log"));
+    let mut quit = worker_with_hup_and_quit(&env, "quit", &["--grace", "120s"], libc::SIG_DFL);
     wait_for(Duration::from_secs(30), "the job to start", || executions(&log).first().cloned());
     signal(&quit, libc::SIGQUIT);
     let status = crate::support::checks::wait_exit(&mut quit, Duration::from_secs(30), "the worker");
