@@ -141,7 +141,7 @@ complete -c wf -n "__fish_wf_using_subcommand actions" -l json -d 'Print exactly
 complete -c wf -n "__fish_wf_using_subcommand actions" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand actions" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l input -d 'Input: JSON text, @FILE, or - (or @-) for stdin' -r
-complete -c wf -n "__fish_wf_using_subcommand enqueue" -l batch -d 'One job per line of this JSON Lines file (- for stdin; blank lines skipped), all in one transaction: read and inserted 5,000 lines at a time, so its size is not bounded by memory; a line that is not a JSON object or longer than 64 MiB, or an input the input schema refuses, enqueues none' -r -F
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l batch -d 'One job per line of this JSON Lines file (@FILE as for --input; - or @- for stdin; blank lines skipped), all in one transaction: read and inserted 5,000 lines at a time, so its size is not bounded by memory; a line that is not a JSON object or longer than 64 MiB, or an input the input schema refuses, enqueues none. A file whose name starts with @ is named ./@NAME' -r -F
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l priority -d 'Higher runs first' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l tag -d 'Override the action\'s effective tag' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l at -d 'Run at this time (RFC 3339)' -r

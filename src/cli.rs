@@ -206,10 +206,10 @@ pub(crate) struct EnqueueArgs {
     /// Input: JSON text, @FILE, or - (or @-) for stdin.
     #[arg(long, conflicts_with = "batch")]
     pub input: Option<String>,
-    /// One job per line of this JSON Lines file (- for stdin; blank lines skipped), all in one
-    /// transaction: read and inserted 5,000 lines at a time, so its size is not bounded by memory; a
-    /// line that is not a JSON object or longer than 64 MiB, or an input the input schema refuses,
-    /// enqueues none.
+    /// One job per line of this JSON Lines file (@FILE as for --input; - or @- for stdin; blank
+    /// lines skipped), all in one transaction: read and inserted 5,000 lines at a time, so its size
+    /// is not bounded by memory; a line that is not a JSON object or longer than 64 MiB, or an input
+    /// the input schema refuses, enqueues none. A file whose name starts with @ is named ./@NAME.
     #[arg(long)]
     pub batch: Option<PathBuf>,
     /// Higher runs first.

@@ -38,7 +38,7 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
         ..Request::new(app, action, inputs)
     };
     if let Some(path) = &args.batch {
-        let ids = enqueue_file(ctx, &args.target, &request, path)?;
+        let ids = enqueue_file(ctx, &args.target, &request, batch_path(path))?;
         if ctx.out.json {
             ctx.out.json_field_array("ids", &ids)?;
         } else {
@@ -72,6 +72,15 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
         ctx.out.line(&job.id.to_string())?;
     }
     Ok(Exit::Ok)
+}
+
+/// `--batch`'s file: `@FILE` and `@-` are FILE and `-`, as `--input` reads them.
+fn batch_path(arg: &Path) -> &Path {
+    use std::os::unix::ffi::OsStrExt;
+    match arg.as_os_str().as_bytes().strip_prefix(b"@") {
+        Some(rest) => Path::new(std::ffi::OsStr::from_bytes(rest)),
+        None => arg,
+    }
 }
 
 /// The longest line of a batch file, its newline aside.

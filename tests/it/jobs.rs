@@ -218,6 +218,14 @@ fn batch_enqueues_every_line_in_one_transaction() {
     assert_eq!(piped.code, 0, "{piped:?}");
     assert_eq!(piped.json()["ids"].as_array().map(Vec::len), Some(2), "{piped:?}");
     assert_eq!(job_count(&env), 502);
+    // `@FILE` and `@-`, as --input takes them (they read a file named `@...` before).
+    let at_file = format!("@{}", batch.display());
+    let from_file = env.wf(["enqueue", "t/typed", "--batch", &at_file, "--json"]).ok().json();
+    assert_eq!(from_file["ids"].as_array().map(Vec::len), Some(500), "{from_file}");
+    let at_stdin = env.wf(["enqueue", "t/typed", "--batch", "@-", "--json"]).stdin_bytes(b"{\"n\": 9}\n");
+    assert_eq!(at_stdin.code, 0, "{at_stdin:?}");
+    assert_eq!(at_stdin.json()["ids"].as_array().map(Vec::len), Some(1), "{at_stdin:?}");
+    assert_eq!(job_count(&env), 1003);
 }
 
 /// A batch file longer than the chunks it is enqueued in (5,000 lines each) is still one
