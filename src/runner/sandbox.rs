@@ -98,6 +98,9 @@ const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
 /// which a worker in their group could read.
 const SSL: [&str; 2] = ["ssl/certs", "ssl/openssl.cnf"];
 
+/// Init's process name (`/proc/PID/comm`).
+pub(crate) const INIT_NAME: &std::ffi::CStr = c"wf-sandbox";
+
 /// How often init looks at the sandbox's memory and processes.
 const LIMITS_PERIOD: Duration = Duration::from_millis(100);
 
@@ -289,6 +292,8 @@ fn write_id_maps(pid: i32, user: User) -> Result<()> {
 /// how the attempt ended and exits: once the supervisor has the report, nothing of the attempt runs
 /// any more (what is left is the kernel dismantling the namespaces, which nobody needs to wait for).
 fn init(plan: &Plan, command: &[CString], env: &[CString], requests: bool, go: OwnedFd, report: OwnedFd) -> ! {
+    // Named apart from the supervisor it was forked from, for `ps` on the host.
+    let _ = rustix::thread::set_name(INIT_NAME);
     let outcome = match prepare(plan, &go) {
         Ok(()) => match spawn_bun(plan, command, env, requests) {
             Ok(bun) => watch(bun, plan.limits),

@@ -141,11 +141,18 @@ enum Ending {
 
 /// Exec made this process dumpable again: its plan (the host's paths of the attempt) and the job's
 /// token in its environment would be open to every process of its user. Called first thing by the
-/// supervisor's entry points: until then (its exec and loading, about a millisecond) they are.
+/// supervisor's entry points: until then (its exec and loading, about a millisecond) they are. Also
+/// gives the process its name.
 pub(crate) fn not_dumpable() -> Result<()> {
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-        .context("making the supervisor not dumpable")
+        .context("making the supervisor not dumpable")?;
+    // The name `ps` and `top` show: the worker starts this binary through /proc/self/fd/N, which
+    // would name every supervisor after the descriptor ("3").
+    rustix::thread::set_name(NAME).context("naming the supervisor")
 }
+
+/// The supervisor's process name (`/proc/PID/comm`).
+pub(crate) const NAME: &std::ffi::CStr = c"wf-supervise";
 
 /// Run the command under supervision until it ends or is stopped; every process of the attempt is
 /// dead and reaped when this returns (but one stuck in the kernel past KILL_PATIENCE, left to it).

@@ -215,6 +215,31 @@ fn a_timeout_kills_the_whole_process_tree() {
     assert!(error["message"].as_str().unwrap().contains("3 s"), "{error}");
 }
 
+/// `ps` and `top` on the host name an attempt's processes: its supervisor `wf-supervise` (started
+/// through /proc/self/fd/N, it was named after the descriptor, "3"), the sandbox's init
+/// `wf-sandbox`, and bun.
+#[test]
+fn an_attempts_processes_have_names_an_operator_can_read() {
+    let env = TestEnv::new();
+    synced(&env);
+    for (isolation, supervisors) in [("sandbox", vec!["wf-sandbox", "wf-supervise"]), ("none", vec!["wf-supervise"])] {
+        let pids_file = path(&env, &format!("pids-{isolation}"));
+        let id = enqueue(&env, "t/spawn", json!({"pids": pids_file}));
+        let mut worker = worker(&env, isolation, &["--once", "--isolation", isolation]);
+        let names: Vec<String> = spawned_pids(&id, &pids_file)
+            .iter()
+            .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+            .map(|name| name.trim_end().to_string())
+            .collect();
+        let mut ours: Vec<&str> =
+            names.iter().map(String::as_str).filter(|name| !["bun", "sleep"].contains(name)).collect();
+        ours.sort_unstable();
+        assert_eq!(ours, supervisors, "{isolation}: {names:?}");
+        assert!(names.iter().any(|name| name == "bun"), "{isolation}: {names:?}");
+        assert!(worker.wait().unwrap().success());
+    }
+}
+
 #[test]
 fn a_sigkilled_worker_leaves_no_action_process_behind() {
     let env = TestEnv::new();
