@@ -7,8 +7,9 @@ use postgres::error::SqlState;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Failure {
     /// Gone or busy for now: the connection (class 08, the server shutting down 57P, an io error),
-    /// the server's resources (53: too many clients, out of memory, disk full), a conflict with
-    /// another session (40001, 40P01, 55P03) or a timeout (57014). The same call may succeed later.
+    /// a session that may not write (25006: a standby, or a primary demoted under it), the server's
+    /// resources (53: too many clients, out of memory, disk full), a conflict with another session
+    /// (40001, 40P01, 55P03) or a timeout (57014). The same call may succeed later.
     Transient,
     /// The data cannot be stored as it is (22: data exception, 54: program limit exceeded): the
     /// same statement fails the same way every time.
@@ -37,7 +38,7 @@ pub(crate) fn classify(error: &anyhow::Error) -> Failure {
 
 fn classify_code(code: &SqlState) -> Failure {
     let code = code.code();
-    let transient = ["40001", "40P01", "55P03", "57014"].contains(&code)
+    let transient = [READ_ONLY, "40001", "40P01", "55P03", "57014"].contains(&code)
         || code.starts_with("08")
         || code.starts_with("53")
         || code.starts_with("57P");
@@ -64,13 +65,21 @@ pub(crate) fn sqlstate(error: &anyhow::Error) -> Option<&SqlState> {
     error.chain().find_map(|cause| cause.downcast_ref::<postgres::Error>().and_then(postgres::Error::code))
 }
 
-/// Whether the connection is gone (it must be made again), as opposed to a statement that failed
-/// on a connection still usable.
+/// `read_only_sql_transaction`: a write in a session that may not write. The session stays so (a
+/// standby's; one that began while its role or database said `default_transaction_read_only`), a
+/// new one may not be (the primary a failover made, the setting taken back).
+const READ_ONLY: &str = "25006";
+
+/// Whether the connection is gone or of no more use (it must be made again), as opposed to a
+/// statement that failed on a connection still usable.
 pub(crate) fn is_connection_lost(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| match cause.downcast_ref::<postgres::Error>() {
         Some(pg) => {
             pg.is_closed()
-                || pg.code().is_some_and(|code| code.code().starts_with("08") || code.code().starts_with("57P"))
+                || pg.code().is_some_and(|code| {
+                    let code = code.code();
+                    code.starts_with("08") || code.starts_with("57P") || code == READ_ONLY
+                })
         }
         None => cause.downcast_ref::<std::io::Error>().is_some(),
     })
@@ -82,9 +91,10 @@ mod tests {
 
     #[test]
     fn sqlstates_are_classified_by_what_a_retry_can_change() {
-        for code in
-            ["08006", "08001", "57P01", "57P02", "57P03", "53300", "53200", "53100", "40001", "40P01", "55P03", "57014"]
-        {
+        for code in [
+            "08006", "08001", "57P01", "57P02", "57P03", "25006", "53300", "53200", "53100", "40001", "40P01", "55P03",
+            "57014",
+        ] {
             assert_eq!(classify_code(&SqlState::from_code(code)), Failure::Transient, "{code}");
         }
         for code in ["22P05", "22021", "22001", "54000", "54001"] {

@@ -342,6 +342,37 @@ impl Drop for Closed {
     }
 }
 
+/// A database whose new sessions may not write (as a standby's, or a primary's demoted under its
+/// clients), and the sessions the worker had ended: its writes meet SQLSTATE 25006 until it makes
+/// its connections again after the drop, which lets sessions write.
+struct ReadOnly {
+    admin: postgres::Client,
+    database: String,
+}
+
+impl ReadOnly {
+    fn to_worker(env: &TestEnv, name: &str) -> ReadOnly {
+        let mut admin = postgres::Client::connect(&TestEnv::cluster_url("postgres"), postgres::NoTls).unwrap();
+        let database = format!("\"{}\"", env.dbname);
+        admin.batch_execute(&format!("ALTER DATABASE {database} SET default_transaction_read_only = on")).unwrap();
+        admin
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE $2",
+                &[&env.dbname, &format!("wf work {name}%")],
+            )
+            .unwrap();
+        ReadOnly { admin, database }
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        self.admin
+            .batch_execute(&format!("ALTER DATABASE {} RESET default_transaction_read_only", self.database))
+            .unwrap();
+    }
+}
+
 /// How many connections of the worker `name` the database has.
 fn connections_of(env: &TestEnv, name: &str) -> i64 {
     env.scalar_of(
@@ -649,4 +680,37 @@ fn a_bounded_run_waits_out_an_outage() {
     assert!(status.success(), "{said}");
     assert!(said.contains("failed") && said.contains("retrying"), "the outage was met: {said}");
     assert_eq!(completed(&env, &job).map(|done| done.status).as_deref(), Some("success"), "{said}");
+}
+
+/// A database read-only for a while (a failover's standby, a demoted primary): a session that began
+/// so stays so, and the worker makes its connections again until one may write. The job that ended
+/// meanwhile is recorded once, with its output (before: the worker kept its read-only sessions
+/// after the database could write again, dropped the job's output as refused for good, gave the
+/// completion up after a zombie window, and the job ran again once reaped).
+#[test]
+fn a_database_read_only_for_a_while_records_the_job_that_ended_meanwhile_once() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let job = enqueue(&env, "t/sleep", json!({"ms": 2000, "log": log, "say": "still here"}));
+    let mut w = worker(&env, "w1", &["--once", "--heartbeat", "1s", "--no-reap"]);
+    wait_for(Duration::from_secs(30), "the job to run", || executions(&log).first().cloned());
+    let read_only = ReadOnly::to_worker(&env, "w1");
+    // The job ends and its completion meets the read-only database.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(completed(&env, &job).is_none(), "a read-only database records nothing");
+    drop(read_only);
+    let done =
+        wait_for(Duration::from_secs(20), "the completion, once the database may write", || completed(&env, &job));
+    assert_eq!((done.status.as_str(), done.restarts), ("success", 0), "{done:?}");
+    assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
+    assert_eq!(executions(&log).len(), 1, "the job ran once");
+    let lines: Vec<String> = env
+        .db()
+        .query("SELECT line FROM job_logs WHERE job_id = $1", &[&job.parse::<uuid::Uuid>().unwrap()])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(lines.iter().any(|line| line.contains("still here")), "its output is kept: {lines:?}");
 }

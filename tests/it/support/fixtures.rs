@@ -72,6 +72,7 @@ export async function main(input: any) {
   record(input);
   const ms = (input.ms_by_attempt && input.ms_by_attempt[process.env.WF_ATTEMPT]) ?? input.ms ?? 1000;
   await new Promise((resolve) => setTimeout(resolve, ms));
+  if (input.say) console.log(input.say);
   return { input, slept: ms };
 }
 "#,
