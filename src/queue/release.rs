@@ -23,6 +23,8 @@ pub(crate) enum Why {
     /// The warm runner it was handed to ended before it took the job (what an earlier job left
     /// running ended it): due again at once, for a fresh runner.
     RunnerEnded,
+    /// The claim's answer never reached the worker, which never started the job: due again at once.
+    Unanswered,
 }
 
 impl Why {
@@ -32,6 +34,7 @@ impl Why {
             Why::Shutdown => "worker shutting down",
             Why::CannotStart(_) => "the job could not start here now",
             Why::RunnerEnded => "the warm runner ended before it took the job",
+            Why::Unanswered => "the worker's claim of the job went unanswered",
         }
     }
 }
@@ -74,7 +77,9 @@ pub(crate) fn release(
     } else {
         let (wait, note) = match why {
             Why::Shutdown => (0.0, format!("{}: the job was stopped and put back in the queue", why.said())),
-            Why::RunnerEnded => (0.0, format!("{}: the job is put back in the queue, unstarted", why.said())),
+            Why::RunnerEnded | Why::Unanswered => {
+                (0.0, format!("{}: the job is put back in the queue, unstarted", why.said()))
+            }
             Why::CannotStart(wait) => {
                 let wait = wait.as_secs_f64();
                 (wait, format!("{}: the job is put back in the queue, due in {wait:.0} s", why.said()))
@@ -91,5 +96,24 @@ pub(crate) fn release(
         Released::Requeued
     };
     tx.commit()?;
+    Ok(released)
+}
+
+/// Put back the jobs that `claims` hold (running, owned by one of them), each as `release` does for
+/// `Why::Unanswered`: claims whose statement committed after its worker gave up waiting for the
+/// answer. Returns each job put back (or completed as canceled) and its claim. The running rows
+/// are read by their partial index: as few as the slots of every worker.
+pub(crate) fn release_unanswered(client: &mut Client, claims: &[String]) -> Result<Vec<(Uuid, String)>> {
+    let held = client.query(
+        "SELECT job_id, worker, restarts + releases + 1 FROM job_queue WHERE running AND worker = ANY($1)",
+        &[&claims],
+    )?;
+    let mut released = Vec::new();
+    for row in held {
+        let (job_id, claim): (Uuid, String) = (row.get(0), row.get(1));
+        if release(client, job_id, &claim, row.get(2), &[], Why::Unanswered)? != Released::NotOurs {
+            released.push((job_id, claim));
+        }
+    }
     Ok(released)
 }

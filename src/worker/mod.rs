@@ -7,6 +7,7 @@ mod events;
 mod heart;
 pub(crate) mod registry;
 mod slot;
+mod unanswered;
 mod wake;
 
 use std::collections::{HashSet, VecDeque};
@@ -151,6 +152,8 @@ struct Shared {
     /// The slots that meet the database failing now, and since when the first of them did: an
     /// outage is said once for all slots, and its end once.
     slots_in_trouble: Mutex<(usize, Option<std::time::Instant>)>,
+    /// Claim ids of claims whose answer never came, with when to forget them (`unanswered`).
+    unanswered: Mutex<Vec<(String, Instant)>>,
     /// Why the worker stops on its own with an error (the database's schema moved under it, or a
     /// bounded run met a claim that cannot succeed): no more claims, running jobs finish, exit 1.
     fatal: Mutex<Option<anyhow::Error>>,
@@ -275,6 +278,7 @@ pub(crate) fn run(database: Database, options: Options) -> Result<Summary> {
         idle: AtomicUsize::new(0),
         handed: Mutex::new(VecDeque::new()),
         slots_in_trouble: Mutex::new((0, None)),
+        unanswered: Mutex::new(Vec::new()),
         fatal: Mutex::new(None),
         succeeded: AtomicU64::new(0),
         failed: AtomicU64::new(0),

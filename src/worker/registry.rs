@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::Shared;
 use super::connection::Connection;
+use super::unanswered;
 use crate::diag::diag;
 
 /// Refresh the entry until `done`, then mark it stopped. Failures are not reported: the slots
@@ -32,9 +33,12 @@ pub(super) fn keep_fresh(shared: &Shared, done: &AtomicBool) {
             if let Err(error) = beat(shared, &mut connection, &key_id, &mut warned) {
                 connection.reset_if_lost(&error);
             }
+            unanswered::put_back(shared, &mut connection, options.heartbeat * 2);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    // What a claim given up took after the slots' last looks, if it has committed by now.
+    unanswered::put_back(shared, &mut connection, options.heartbeat * 2);
     let id = shared.worker_id.clone();
     let stopped = connection.bounded(options.heartbeat * 2, move |session| {
         session.execute("UPDATE worker SET stopped_at = now(), last_seen = now() WHERE id = $1", &[&id])

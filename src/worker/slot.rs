@@ -14,6 +14,7 @@ use uuid::Uuid;
 use super::connection::Connection;
 use super::events::{JobEvent, job_event};
 use super::heart::{Heart, Verdict};
+use super::unanswered;
 use super::{Handed, Isolation, Shared, Until};
 use crate::db::failure::{Failure, classify, is_connection_lost};
 use crate::diag::diag;
@@ -275,6 +276,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
             link = run_job(shared, link, next.job, next.claimed_at)?;
             continue;
         }
+        unanswered::put_back(shared, &mut link.connection, look_patience(shared));
         // One claim for this slot, and one for each slot waiting idle: up to k jobs in one statement.
         let claims = reserve_claims(shared);
         if claims.is_empty() {
@@ -286,10 +288,9 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
         // The claim stamps the pings no earlier than this: the self-fence counts from here.
         let claimed_at = Instant::now();
         let reserved = claims.len();
-        let (tags, window) = (shared.options.tags.clone(), shared.options.zombie_timeout);
-        let claimed = link
-            .connection
-            .bounded(look_patience(shared), move |session| claim::claim(session, &tags, &claims, window));
+        let (tags, window, sent) = (shared.options.tags.clone(), shared.options.zombie_timeout, claims.clone());
+        let claimed =
+            link.connection.bounded(look_patience(shared), move |session| claim::claim(session, &tags, &sent, window));
         match claimed {
             Ok(jobs) if !jobs.is_empty() => {
                 trouble.recovered();
@@ -359,6 +360,9 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
             }
             Err(error) => {
                 undeliver(shared, reserved);
+                if is_connection_lost(&error) {
+                    unanswered::remember(shared, claims);
+                }
                 if bounded_run_cannot_claim(shared, &error) {
                     shared.stop_for(error.context("claiming"));
                     continue;
@@ -925,8 +929,8 @@ fn completion(job: &Claimed, (status, result, error): Ending, mut logs: LogBuffe
 /// too, after the claim, when the statement did not record it (another transaction held its queue
 /// row, or the claim lost the job: `complete::then_claim`). Anything
 /// but a clean commit leaves the completion to `record_completion`, which tells whether a commit
-/// whose answer was lost landed; the jobs such a commit may have claimed are never run by this
-/// worker: the reaper recovers them after the window, as it does those of a worker that died.
+/// whose answer was lost landed; the jobs such a commit may have claimed are put back in the queue
+/// by this worker, unstarted (`unanswered`).
 fn record_and_claim(
     shared: &Shared,
     connection: &mut Connection,
@@ -945,9 +949,10 @@ fn record_and_claim(
     }
     let claimed_at = Instant::now();
     let (tags, window) = (shared.options.tags.clone(), shared.options.zombie_timeout);
-    let (sent, reserved) = (Arc::clone(&completion), claims.len());
-    let both = connection
-        .bounded(answer_patience(shared), move |session| complete::then_claim(session, &sent, &tags, &claims, window));
+    let (sent, reserved, claiming) = (Arc::clone(&completion), claims.len(), claims.clone());
+    let both = connection.bounded(answer_patience(shared), move |session| {
+        complete::then_claim(session, &sent, &tags, &claiming, window)
+    });
     match both {
         Ok((recorded, jobs)) if !crate::fault::at("complete-lost-ack") => {
             if recorded {
@@ -965,9 +970,13 @@ fn record_and_claim(
             undeliver(shared, reserved);
             // The commit landed but its answer is lost (a fault injected as such), or the call
             // failed where it may have committed: the completion is retried alone, and finds out.
-            match answer {
-                Ok(_) => connection.reset(),
-                Err(error) => connection.reset_if_lost(&error),
+            let lost = match answer {
+                Ok(_) => true,
+                Err(error) => is_connection_lost(&error),
+            };
+            if lost {
+                connection.reset();
+                unanswered::remember(shared, claims);
             }
             record_completion(shared, connection, job, claimed, completion, true);
             None

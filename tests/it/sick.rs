@@ -714,3 +714,43 @@ fn a_database_read_only_for_a_while_records_the_job_that_ended_meanwhile_once() 
         .collect();
     assert!(lines.iter().any(|line| line.contains("still here")), "its output is kept: {lines:?}");
 }
+
+/// A completion and claim given up on a backend that stopped answering runs when the backend
+/// moves again, long after the slot went on (its completion made on a new connection, then its
+/// next job): the job that stale claim takes is put back in the queue by the worker, unstarted, and
+/// runs once (before, it waited for a reaper, counted a restart, and its log said the live worker
+/// had stopped sending heartbeats).
+#[test]
+fn a_claim_given_up_that_commits_later_has_its_job_put_back_by_the_worker() {
+    let env = TestEnv::new();
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let first = enqueue(&env, "t/sleep", json!({"ms": 2000, "log": log}));
+    let mut w = worker(&env, "w1", &["--concurrency", "1", "--heartbeat", "5s", "--no-reap"]);
+    wait_for(Duration::from_secs(30), "the first job to run", || executions(&log).first().cloned());
+    // Queued behind the first: its completion claims it in the same statement.
+    let second = enqueue(&env, "t/sleep", json!({"ms": 4000, "log": log}));
+    let frozen = Frozen::backends(&env, "wf work w1 slot%");
+    // The completion and claim are given up after two heartbeat periods; the completion is made
+    // on a new connection, and the slot claims the second job there.
+    wait_for(Duration::from_secs(40), "the second job to run", || {
+        executions(&log).iter().any(|(id, _)| *id == second).then_some(())
+    });
+    let third = enqueue(&env, "t/sleep", json!({"ms": 0, "log": log}));
+    // The stopped statement runs now: the first job is completed already, and it claims the third.
+    drop(frozen);
+    let done = wait_for(Duration::from_secs(30), "the third job to be run by the worker", || completed(&env, &third));
+    assert_eq!((done.status.as_str(), done.restarts), ("success", 0), "{done:?}");
+    crate::support::fixtures::signal(&w, libc::SIGTERM);
+    assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
+    let mut runs: Vec<String> = executions(&log).into_iter().map(|(id, _)| id).collect();
+    runs.sort();
+    let mut expected = vec![first.clone(), second.clone(), third.clone()];
+    expected.sort();
+    assert_eq!(runs, expected, "each job ran once");
+    for job in [&first, &second] {
+        assert_eq!(completed(&env, job).map(|done| (done.status, done.restarts)), Some(("success".to_string(), 0)));
+    }
+    let journal = std::fs::read_to_string(env.dir.path().join("w1.log")).unwrap();
+    assert!(journal.contains(&format!("job {third}: the worker's claim of the job went unanswered")), "{journal}");
+}

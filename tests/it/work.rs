@@ -469,12 +469,12 @@ fn a_completion_whose_acknowledgement_was_lost_is_recorded_once() {
 }
 
 /// With a job queued behind it, a success commits together with the slot's next claim. When that
-/// commit's answer is lost, the completion is still recorded once, and the job the commit claimed is
-/// never run by this worker (it does not know it has it): a reaper puts it back once its window has
-/// passed, and it runs once.
+/// commit's answer is lost, the completion is still recorded once, and the job the commit claimed
+/// (which the worker never started: it does not know it has it) is put back in the queue by the
+/// worker itself, unstarted, and run once (before, it waited for a reaper and counted a restart).
 #[test]
 fn a_completion_and_claim_whose_acknowledgement_was_lost_lose_no_job_and_run_none_twice() {
-    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
+    let env = TestEnv::new();
     synced(&env);
     let log = path(&env, "runs.log");
     let ids = enqueue_batch(&env, "t/echo", &[json!({"log": log}), json!({"log": log})]);
@@ -483,23 +483,24 @@ fn a_completion_and_claim_whose_acknowledgement_was_lost_lose_no_job_and_run_non
         .env("WF_FAULT", "complete-lost-ack")
         .ok();
     let summary = run.json();
-    assert_eq!((&summary["succeeded"], &summary["fenced"]), (&json!(1), &json!(0)), "{run:?}");
-    assert_eq!(executions(&log).len(), 1, "the job claimed by the unacknowledged commit did not run");
-    let orphan: String = env.scalar("SELECT job_id::text FROM job_queue WHERE running");
-    assert!(ids.contains(&orphan), "the second job is held by the lost claim");
-    wait_for(Duration::from_secs(30), "the lost claim's window to pass", || {
-        let reaped = env.wf(["reap", "--json", "--zombie-timeout", "3s"]).ok().json();
-        (reaped["requeued"] == 1).then_some(())
-    });
-    // Put back with a restart's backoff: --once waits until it is due.
-    env.wf(["work", "--once", "--heartbeat", "1s", "--no-reap"]).ok();
-    let mut runs: Vec<String> = executions(&log).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(
+        (&summary["succeeded"], &summary["released"], &summary["fenced"]),
+        (&json!(2), &json!(1), &json!(0)),
+        "{run:?}"
+    );
+    let mut runs = executions(&log);
     runs.sort();
-    let mut expected = ids.clone();
+    let mut expected: Vec<(String, i32)> = vec![(ids[0].clone(), 1), (ids[1].clone(), 2)];
     expected.sort();
-    assert_eq!(runs, expected, "each job ran exactly once");
-    let completions: i64 = env.scalar("SELECT count(*) FROM job_completed WHERE status = 'success'");
-    assert_eq!(completions, 2);
+    assert_eq!(runs, expected, "each job ran once, the one the lost claim held as its second attempt");
+    let restarts: i64 = env.scalar("SELECT count(*) FROM job_completed WHERE status = 'success' AND restarts = 0");
+    assert_eq!(restarts, 2, "no restart counted");
+    let said: String = env.scalar_of(
+        "SELECT string_agg(line, ' ') FROM job_logs WHERE job_id = $1::text::uuid AND stream = 'wf'",
+        &[&ids[1]],
+    );
+    assert!(said.contains("claim of the job went unanswered"), "{said}");
+    assert!(run.stderr.contains("went unanswered: put back in the queue, unstarted"), "{run:?}");
 }
 
 /// Another transaction holds the finished job's queue row when its completion commits with the
