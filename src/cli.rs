@@ -345,8 +345,8 @@ pub(crate) struct CancelArgs {
 pub(crate) struct ReapArgs {
     /// A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S);
     /// never sooner than the window its worker claimed it with (a worker that pings more slowly
-    /// than this pass expects is not robbed of its job).
-    #[arg(long, value_parser = parse_duration)]
+    /// than this pass expects is not robbed of its job). From 1s to 7d.
+    #[arg(long, value_parser = parse_window)]
     pub zombie_timeout: Option<Duration>,
     /// Restarts before a dying job completes as failure (default WF_RESTART_LIMIT).
     #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
@@ -609,6 +609,7 @@ pub(crate) fn parse_moment(text: &str) -> Result<Moment, String> {
     if let Ok(at) = time {
         return Ok(Moment::At(at.with_timezone(&chrono::Utc)));
     }
+    no_calendar_units(text)?;
     match humantime::parse_duration(text.trim()) {
         Ok(duration) => within_bounds(text, duration).map(Moment::Ago),
         Err(_) => Err(format!(
@@ -631,8 +632,34 @@ const DURATION_MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Durations as operators write them: `30s`, `5m`, `2h`, `30d`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    no_calendar_units(text)?;
     let duration = humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (examples: 30s, 5m, 2h, 30d)"))?;
     within_bounds(text, duration)
+}
+
+/// Months and years are refused: their length varies, and `5M` (five months to the duration
+/// parser) is a typo of `5m` more often than not.
+fn no_calendar_units(text: &str) -> Result<(), String> {
+    let units = text.split(|c: char| !c.is_alphabetic()).filter(|unit| !unit.is_empty());
+    for unit in units {
+        if unit == "M" || unit.starts_with("month") || ["y", "year", "years"].contains(&unit) {
+            return Err(format!(
+                "{text:?}: months and years are not taken (their length varies): say days (30d), or minutes with a \
+                 small m (5m)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The reaper's window (`wf reap --zombie-timeout`): from a second to 7 days, as WF_ZOMBIE_TIMEOUT_S.
+fn parse_window(text: &str) -> Result<Duration, String> {
+    let window = parse_duration(text)?;
+    let seconds = crate::config::MAX_ZOMBIE_TIMEOUT_S;
+    if window < Duration::from_secs(1) || window > Duration::from_secs(seconds) {
+        return Err(format!("{text:?}: the reaper's window is from 1 s to {seconds} s (7 days)"));
+    }
+    Ok(window)
 }
 
 /// A heartbeat period (`wf work --heartbeat`): each heartbeat is a statement given the period to
@@ -747,8 +774,25 @@ mod tests {
             "{printed}"
         );
         assert!(matches!(parse_moment("2h"), Ok(Moment::Ago(ago)) if ago == Duration::from_secs(7200)));
+        assert!(parse_moment("5M").is_err_and(|error| error.contains("months")));
         for text in ["2026-12-04 19:12:00", "2026-12-04 19:12 +00:00", "yesterday"] {
             assert!(parse_moment(text).is_err(), "{text:?}");
         }
+    }
+
+    #[test]
+    fn a_duration_is_never_in_months_or_years() {
+        for (text, seconds) in
+            [("30s", 30), ("5m", 300), ("2h", 7200), ("30d", 2_592_000), ("1h30m", 5400), ("2 min", 120)]
+        {
+            assert_eq!(parse_duration(text), Ok(Duration::from_secs(seconds)), "{text:?}");
+        }
+        for text in ["5M", "1y", "2years", "1month", "3months", "1h5M"] {
+            let error = parse_duration(text).unwrap_err();
+            assert!(error.contains("months and years are not taken"), "{text:?}: {error}");
+        }
+        assert!(parse_window("0s").is_err_and(|error| error.contains("from 1 s")));
+        assert!(parse_window("8d").is_err());
+        assert_eq!(parse_window("7d"), Ok(Duration::from_secs(604_800)));
     }
 }

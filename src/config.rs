@@ -203,7 +203,7 @@ impl Config {
 }
 
 /// The longest reaper's window, in seconds: 7 days.
-const MAX_ZOMBIE_TIMEOUT_S: u64 = 7 * 24 * 3600;
+pub(crate) const MAX_ZOMBIE_TIMEOUT_S: u64 = 7 * 24 * 3600;
 
 fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())
