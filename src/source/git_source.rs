@@ -131,29 +131,69 @@ pub(crate) fn remove(client: &mut Client, name: &str, home: &Path, progress: &dy
     Ok(removed)
 }
 
-/// Anything with a scheme or an scp-like `host:path` is kept as is; anything else is a local path,
-/// stored absolute so that a sync from another directory finds the same repository.
+/// The schemes git fetches over.
+const SCHEMES: [&str; 7] = ["https", "http", "ssh", "git", "git+ssh", "ssh+git", "file"];
+
+/// A URL is kept as is once it names a host (or, with file://, a local repository); an scp-like
+/// `host:path` as is; anything else is a local path, stored absolute so that a sync from another
+/// directory finds the same repository. What is refused here would only fail at the first sync.
 fn normalize_url(url: &str) -> Result<String> {
     if url.is_empty() {
         bail!("the source URL is empty");
     }
-    if url.contains("://") || is_scp_like(url) {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let scheme = scheme.to_ascii_lowercase();
+        if !SCHEMES.contains(&scheme.as_str()) {
+            bail!(
+                "{url}: git does not fetch over {scheme}://; give an https://, ssh://, git:// or file:// URL, or a path"
+            );
+        }
+        if scheme == "file" {
+            let path = rest.strip_prefix("localhost").unwrap_or(rest);
+            if !path.starts_with('/') {
+                bail!("{url}: a file:// URL names an absolute path on this machine (file:///srv/repo.git)");
+            }
+            // Escaped characters are git's to read.
+            if !path.contains('%') {
+                open_repository(Path::new(path))?;
+            }
+        } else if host(rest).is_empty() {
+            bail!("{url} names no host; give a URL such as https://git.example.com/team/repo.git");
+        }
+        return Ok(url.to_string());
+    }
+    if is_scp_like(url) {
         return Ok(url.to_string());
     }
     let path = Path::new(url);
     let absolute = path.canonicalize().with_context(|| {
         format!("{url} is not a URL and not an existing local path; give a URL (https://, ssh://, file://) or the path of a git repository")
     })?;
-    // As a fetch finds it: that folder itself (or its `.git`), never a repository above it.
+    open_repository(&absolute)?;
+    absolute.to_str().map(str::to_string).with_context(|| format!("the path {} is not valid UTF-8", absolute.display()))
+}
+
+/// The host of a URL's part after `scheme://`: without its user and port.
+fn host(rest: &str) -> &str {
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+        None => host.split(':').next().unwrap_or_default(),
+    }
+}
+
+/// Refuse a folder that is not a git repository as a fetch finds one: that folder itself (or its
+/// `.git`), never a repository above it.
+fn open_repository(path: &Path) -> Result<()> {
     let flags = git2::RepositoryOpenFlags::NO_SEARCH;
-    match git2::Repository::open_ext(&absolute, flags, std::iter::empty::<&std::ffi::OsStr>()) {
-        Ok(_) => {}
+    match git2::Repository::open_ext(path, flags, std::iter::empty::<&std::ffi::OsStr>()) {
+        Ok(_) => Ok(()),
         Err(error) if error.code() == git2::ErrorCode::NotFound => bail!(
             "{} is not a git repository (nor its .git); give the path of a git repository, or a URL",
-            absolute.display()
+            path.display()
         ),
         // One there that cannot be opened (its owner, its permissions, damage): git's own words.
-        Err(error) => bail!("{} cannot be opened as a git repository: {}", absolute.display(), error.message()),
+        Err(error) => bail!("{} cannot be opened as a git repository: {}", path.display(), error.message()),
     }
-    absolute.to_str().map(str::to_string).with_context(|| format!("the path {} is not valid UTF-8", absolute.display()))
 }

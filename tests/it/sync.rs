@@ -1085,6 +1085,23 @@ fn source_add_list_rm_and_actions_print_their_documents() {
         assert_eq!(refused.code, 1, "{refused:?}");
         assert!(refused.stderr.contains("is not a git repository"), "{refused:?}");
     }
+    // So is a URL that names no repository of this machine, no host, or a scheme git does not
+    // fetch over; a file:// URL of a repository is taken as given.
+    let nowhere = format!("file://{}/nowhere", plain.path().display());
+    for (url, said) in [
+        (nowhere.as_str(), "is not a git repository"),
+        ("file://srv/repo", "names an absolute path"),
+        ("https://", "names no host"),
+        ("ssh://git@:22/repo.git", "names no host"),
+        ("ftp://example.com/repo.git", "does not fetch over ftp://"),
+    ] {
+        let refused = env.wf(["source", "add", "bad", url]).run();
+        assert_eq!(refused.code, 1, "{url}: {refused:?}");
+        assert!(refused.stderr.contains(said), "{url}: {refused:?}");
+    }
+    let file_url = format!("file://{}", repo.path().display());
+    assert_eq!(env.wf(["source", "add", "byfile", &file_url, "--json"]).ok().json()["url"], file_url);
+    env.wf(["source", "rm", "byfile", "--yes"]).ok();
 
     let sha = sync_json(&env, &["acme"])["commit_sha"].as_str().unwrap().to_string();
     // A remote that cannot be fetched fails the sync, naming the URL, and changes nothing.
