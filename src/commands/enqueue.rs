@@ -55,11 +55,17 @@ pub(super) fn run(ctx: &Ctx, args: EnqueueArgs) -> CommandResult {
 
     let job = &jobs[0];
     if job.existing {
-        ctx.out.info(&format!(
+        let note = format!(
             "job {} has the key {:?} already: nothing was enqueued",
             job.id,
             args.key.as_deref().unwrap_or_default()
-        ));
+        );
+        // `--json --wait` prints the job's result, without `existing`: the note goes beside the id.
+        if args.wait {
+            diag!("{note}");
+        } else {
+            ctx.out.info(&note);
+        }
     }
     if args.wait {
         diag!("{}", job.id);

@@ -385,6 +385,10 @@ fn an_idempotency_key_returns_the_job_it_enqueued_while_that_job_exists() {
     let text = env.wf(["enqueue", "t/echo", "--key", "order-42"]).ok();
     assert_eq!(text.stdout.trim(), first["id"].as_str().unwrap());
     assert!(text.stderr.contains("has the key \"order-42\" already"), "{}", text.stderr);
+    // Also with `--json --wait`, whose document has no `existing`.
+    let waited = env.wf(["enqueue", "t/echo", "--key", "order-42", "--json", "--wait", "--timeout", "1s"]).run();
+    assert_eq!(waited.code, 3, "not run: no worker: {waited:?}");
+    assert!(waited.stderr.contains("has the key \"order-42\" already"), "{waited:?}");
     let elsewhere = env.wf(["enqueue", "other/echo", "--key", "order-42"]).run().expect_code(1);
     assert!(elsewhere.stderr.contains("belongs to job"), "{}", elsewhere.stderr);
     assert_eq!(show(&env, first["id"].as_str().unwrap())["key"], "order-42");
