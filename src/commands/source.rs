@@ -21,8 +21,9 @@ pub(super) fn run(ctx: &Ctx, command: SourceCommand) -> CommandResult {
 }
 
 fn add(ctx: &Ctx, args: SourceAddArgs) -> CommandResult {
+    let url = git_source::normalize_url(&args.url)?;
     let mut client = ctx.connect()?;
-    let source = git_source::add(&mut client, &args.name, &args.url, args.branch.as_deref())?;
+    let source = git_source::add(&mut client, &args.name, &url, args.branch.as_deref())?;
     if ctx.out.json {
         ctx.out.json(&AddedDocument {
             id: source.id,

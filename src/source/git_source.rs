@@ -45,7 +45,8 @@ pub(crate) struct Removed {
     pub actions: i64,
 }
 
-/// Register a source under a new id. A name already taken is refused.
+/// Register a source under a new id, at `url` as given (an operator's goes through
+/// `normalize_url` first). A name already taken is refused.
 pub(crate) fn add(client: &mut impl GenericClient, name: &str, url: &str, branch: Option<&str>) -> Result<GitSource> {
     if !is_valid_key(name) {
         bail!("source name {name:?} must match {KEY_PATTERN}");
@@ -55,7 +56,6 @@ pub(crate) fn add(client: &mut impl GenericClient, name: &str, url: &str, branch
     {
         bail!("--branch {branch:?} is not a valid branch name");
     }
-    let url = normalize_url(url)?;
     let id = Uuid::new_v4();
     let row = client
         .query_opt(
@@ -137,7 +137,7 @@ const SCHEMES: [&str; 7] = ["https", "http", "ssh", "git", "git+ssh", "ssh+git",
 /// A URL is kept as is once it names a host (or, with file://, a local repository); an scp-like
 /// `host:path` as is; anything else is a local path, stored absolute so that a sync from another
 /// directory finds the same repository. What is refused here would only fail at the first sync.
-fn normalize_url(url: &str) -> Result<String> {
+pub(crate) fn normalize_url(url: &str) -> Result<String> {
     if url.is_empty() {
         bail!("the source URL is empty");
     }
