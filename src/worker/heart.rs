@@ -6,7 +6,9 @@
 //! decision about the attempt (its timeout, a cancel, the self-fence when heartbeats stop
 //! succeeding) is made by the slot on its own monotonic clock from what the heart last learned, so
 //! no database call, not even one that never returns (a frozen backend, a partition), can hold it
-//! up. A heart stuck in such a call is left behind; the slot starts another.
+//! up. The heart gives each call up after two periods and makes the next on a new connection; one
+//! still in flight when the attempt ends, past the slot's patience, leaves the heart behind, and
+//! the slot starts another.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -176,6 +178,7 @@ struct Round {
     claim: String,
     attempt: i32,
     window: Duration,
+    period: Duration,
     beat: bool,
     lines: Vec<LogLine>,
 }
@@ -217,23 +220,29 @@ fn beat(shared: &Shared) {
                 claim: beating.claim.clone(),
                 attempt: beating.attempt,
                 window: beating.window,
+                period: beating.period,
                 beat,
                 lines: std::mem::take(&mut beating.lines),
             };
             (round, state.connection.take().expect("checked above"))
         };
 
+        // Each call is given up after two periods: a backend that stops answering (stopped, stuck
+        // in the kernel) runs no timeout of the server's, and the heart would wait for it until the
+        // slot stopped the job for want of a heartbeat. The next round makes a new connection.
+        let patience = round.period * 2;
         let beaten = round.beat.then(|| {
             let started = Instant::now();
-            let beat = connection
-                .client()
-                .and_then(|client| heartbeat::heartbeat(client, round.job_id, &round.claim, round.window));
+            let (job_id, claim, window) = (round.job_id, round.claim.clone(), round.window);
+            let beat =
+                connection.bounded(patience, move |session| heartbeat::heartbeat(session, job_id, &claim, window));
             (started, beat)
         });
-        let written = (!round.lines.is_empty()).then(|| {
-            connection
-                .client()
-                .and_then(|client| logs::append(client, round.job_id, &round.claim, round.attempt, &round.lines))
+        // Shared with the call's thread, and taken back when the call failed for now.
+        let lines = Arc::new(round.lines);
+        let written = (!lines.is_empty()).then(|| {
+            let (job_id, claim, attempt, sent) = (round.job_id, round.claim.clone(), round.attempt, Arc::clone(&lines));
+            connection.bounded(patience, move |session| logs::append(session, job_id, &claim, attempt, &sent))
         });
 
         let mut state = shared.lock();
@@ -271,7 +280,8 @@ fn beat(shared: &Shared) {
                     match classify(&error) {
                         // Tried again with the next round, before the newer lines.
                         Failure::Transient => {
-                            let newer = std::mem::replace(&mut beating.lines, round.lines);
+                            let unwritten = Arc::try_unwrap(lines).unwrap_or_else(|shared| shared.as_ref().clone());
+                            let newer = std::mem::replace(&mut beating.lines, unwritten);
                             beating.lines.extend(newer);
                         }
                         // The same lines would fail the same way every time: dropped, said once.

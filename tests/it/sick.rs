@@ -754,3 +754,28 @@ fn a_claim_given_up_that_commits_later_has_its_job_put_back_by_the_worker() {
     let journal = std::fs::read_to_string(env.dir.path().join("w1.log")).unwrap();
     assert!(journal.contains(&format!("job {third}: the worker's claim of the job went unanswered")), "{journal}");
 }
+
+/// A slot's backend that stops answering while its job runs (the server and the other connections
+/// well): the heartbeat gives its call up after two periods and beats on a new connection, so the
+/// job runs to its end and is recorded once (before, the heart waited for the stopped backend, and
+/// the slot stopped the job for want of a heartbeat a period before its window, recording nothing).
+#[test]
+fn a_heartbeat_on_a_backend_that_stops_answering_goes_on_on_a_new_connection() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "6");
+    synced(&env);
+    let log = path(&env, "runs.log");
+    let job = enqueue(&env, "t/sleep", json!({"ms": 12000, "log": log}));
+    let mut w = worker(&env, "w1", &["--once", "--heartbeat", "1s", "--no-reap"]);
+    wait_for(Duration::from_secs(30), "the job to run", || executions(&log).first().cloned());
+    let frozen = Frozen::backends(&env, "wf work w1 slot%");
+    let done = wait_for(Duration::from_secs(40), "the job to end, while its slot's first backend is stopped", || {
+        completed(&env, &job)
+    });
+    drop(frozen);
+    assert_eq!((done.status.as_str(), done.restarts), ("success", 0), "{done:?}");
+    assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
+    let journal = std::fs::read_to_string(env.dir.path().join("w1.log")).unwrap();
+    assert!(journal.contains("did not answer within 2s"), "{journal}");
+    assert!(!journal.contains("no heartbeat of job"), "{journal}");
+    assert_eq!(executions(&log).len(), 1);
+}
