@@ -50,9 +50,9 @@ pub(crate) enum Released {
     NotOurs,
 }
 
-/// Put a job back in the queue (not a crash: restarts unchanged; its next run is the next attempt),
-/// with the attempt's last log lines in the same transaction. Gated by ownership; a job with a
-/// cancel mark is completed as canceled instead.
+/// Put a job back in the queue (not a crash: restarts unchanged; its next run is the next attempt,
+/// but for a job no runner took), with the attempt's last log lines in the same transaction. Gated
+/// by ownership; a job with a cancel mark is completed as canceled instead.
 pub(crate) fn release(
     client: &mut Client,
     job_id: Uuid,
@@ -75,20 +75,24 @@ pub(crate) fn release(
         complete::finish_locked(&mut tx, &[job_id], JobStatus::Canceled, None, None, None)?;
         Released::Canceled
     } else {
+        // A job whose claim never reached a runner that took it keeps its place in the queue and
+        // its attempt number: its next run is the attempt this claim would have been. Otherwise
+        // the next run is a new attempt, due after `wait`.
         let (wait, note) = match why {
-            Why::Shutdown => (0.0, format!("{}: the job was stopped and put back in the queue", why.said())),
+            Why::Shutdown => (Some(0.0), format!("{}: the job was stopped and put back in the queue", why.said())),
             Why::RunnerEnded | Why::Unanswered => {
-                (0.0, format!("{}: the job is put back in the queue, unstarted", why.said()))
+                (None, format!("{}: the job is put back in the queue, unstarted", why.said()))
             }
             Why::CannotStart(wait) => {
                 let wait = wait.as_secs_f64();
-                (wait, format!("{}: the job is put back in the queue, due in {wait:.0} s", why.said()))
+                (Some(wait), format!("{}: the job is put back in the queue, due in {wait:.0} s", why.said()))
             }
         };
         logs::note(&mut tx, job_id, attempt, &note)?;
         tx.execute(
             "UPDATE job_queue SET running = false, worker = NULL, started_at = NULL, ping = NULL, window_s = NULL,
-                                 scheduled_for = now() + make_interval(secs => $3), releases = releases + 1
+                                 scheduled_for = coalesce(now() + make_interval(secs => $3), scheduled_for),
+                                 releases = releases + CASE WHEN $3 IS NULL THEN 0 ELSE 1 END
               WHERE job_id = $1 AND worker = $2",
             &[&job_id, &claim, &wait],
         )?;

@@ -602,7 +602,11 @@ fn run_job(shared: &Shared, mut link: Link, job: Claimed, claimed: Instant) -> R
     let failure = |error: JobError| (JobStatus::Failure, None, Some(error.to_value()));
     let (status, result, error) = match (stop, outcome) {
         (Some(StopReason::Lost), _) => {
-            diag!("worker {name}: job {} is no longer ours (reaped?): killed it, recorded nothing", job.id);
+            diag!(
+                "worker {name}: job {}: killed it, recorded nothing (no longer ours, or no heartbeat could say it \
+                 still is: a reaper puts it back)",
+                job.id
+            );
             shared.fenced.fetch_add(1, Ordering::SeqCst);
             return Ok(link);
         }
