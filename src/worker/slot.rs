@@ -278,7 +278,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
         }
         unanswered::put_back(shared, &mut link.connection, look_patience(shared));
         // One claim for this slot, and one for each slot waiting idle: up to k jobs in one statement.
-        let claims = reserve_claims(shared);
+        let claims: Arc<[String]> = reserve_claims(shared).into();
         if claims.is_empty() {
             link.end();
             return Ok(());
@@ -288,7 +288,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
         // The claim stamps the pings no earlier than this: the self-fence counts from here.
         let claimed_at = Instant::now();
         let reserved = claims.len();
-        let (tags, window, sent) = (shared.options.tags.clone(), shared.options.zombie_timeout, claims.clone());
+        let (tags, window, sent) = (shared.options.tags.clone(), shared.options.zombie_timeout, Arc::clone(&claims));
         let claimed =
             link.connection.bounded(look_patience(shared), move |session| claim::claim(session, &tags, &sent, window));
         match claimed {
@@ -361,7 +361,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
             Err(error) => {
                 undeliver(shared, reserved);
                 if is_connection_lost(&error) {
-                    unanswered::remember(shared, claims);
+                    unanswered::remember(shared, &claims);
                 }
                 if bounded_run_cannot_claim(shared, &error) {
                     shared.stop_for(error.context("claiming"));
@@ -946,14 +946,14 @@ fn record_and_claim(
     // Shared with the connection's caller thread, not copied: a result may be a megabyte.
     let completion = Arc::new(completion(job, ending, logs));
     let alone = matches!(completion.status, JobStatus::Failure) || shared.stopping.load(Ordering::SeqCst);
-    let claims = if alone { Vec::new() } else { reserve_claims(shared) };
+    let claims: Arc<[String]> = if alone { Arc::new([]) } else { reserve_claims(shared).into() };
     if claims.is_empty() {
         record_completion(shared, connection, job, claimed, completion, false);
         return None;
     }
     let claimed_at = Instant::now();
     let (tags, window) = (shared.options.tags.clone(), shared.options.zombie_timeout);
-    let (sent, reserved, claiming) = (Arc::clone(&completion), claims.len(), claims.clone());
+    let (sent, reserved, claiming) = (Arc::clone(&completion), claims.len(), Arc::clone(&claims));
     let both = connection.bounded(answer_patience(shared), move |session| {
         complete::then_claim(session, &sent, &tags, &claiming, window)
     });
@@ -980,7 +980,7 @@ fn record_and_claim(
             };
             if lost {
                 connection.reset();
-                unanswered::remember(shared, claims);
+                unanswered::remember(shared, &claims);
             }
             record_completion(shared, connection, job, claimed, completion, true);
             None

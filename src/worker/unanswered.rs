@@ -15,10 +15,10 @@ use crate::diag::diag;
 use crate::queue::release;
 
 /// Remember the claim ids of a claim whose answer never came.
-pub(super) fn remember(shared: &Shared, claims: Vec<String>) {
+pub(super) fn remember(shared: &Shared, claims: &[String]) {
     let until = Instant::now() + shared.options.zombie_timeout * 2;
     let mut unanswered = shared.unanswered.lock().unwrap_or_else(PoisonError::into_inner);
-    unanswered.extend(claims.into_iter().map(|claim| (claim, until)));
+    unanswered.extend(claims.iter().map(|claim| (claim.clone(), until)));
 }
 
 /// Put back in the queue what the remembered claims hold, if anything, waiting at most `patience`

@@ -314,63 +314,45 @@ fn refuse_poison_lines(env: &TestEnv) {
         .unwrap();
 }
 
-/// A database closed to a worker: new connections refused, and those it had ended. Open again
-/// when dropped.
-struct Closed {
+/// The test's database altered (`ALTER DATABASE db <change>`) and the connections of worker `name`
+/// ended, so that the ones it makes again meet the change; `undo` is applied when dropped.
+struct Altered {
     admin: postgres::Client,
-    database: String,
+    undo: String,
 }
 
-impl Closed {
-    fn to_worker(env: &TestEnv, name: &str) -> Closed {
+impl Altered {
+    fn for_worker(env: &TestEnv, name: &str, change: &str, undo: &str) -> Altered {
         let mut admin = postgres::Client::connect(&TestEnv::cluster_url("postgres"), postgres::NoTls).unwrap();
         let database = format!("\"{}\"", env.dbname);
-        admin.batch_execute(&format!("ALTER DATABASE {database} WITH ALLOW_CONNECTIONS false")).unwrap();
+        admin.batch_execute(&format!("ALTER DATABASE {database} {change}")).unwrap();
         admin
             .execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE $2",
                 &[&env.dbname, &format!("wf work {name}%")],
             )
             .unwrap();
-        Closed { admin, database }
+        Altered { admin, undo: format!("ALTER DATABASE {database} {undo}") }
     }
 }
 
-impl Drop for Closed {
+impl Drop for Altered {
     fn drop(&mut self) {
-        self.admin.batch_execute(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true", self.database)).unwrap();
+        self.admin.batch_execute(&self.undo).unwrap();
     }
+}
+
+/// A database closed to a worker: new connections refused, and those it had ended. Open again
+/// when dropped.
+fn closed_to_worker(env: &TestEnv, name: &str) -> Altered {
+    Altered::for_worker(env, name, "WITH ALLOW_CONNECTIONS false", "WITH ALLOW_CONNECTIONS true")
 }
 
 /// A database whose new sessions may not write (as a standby's, or a primary's demoted under its
 /// clients), and the sessions the worker had ended: its writes meet SQLSTATE 25006 until it makes
 /// its connections again after the drop, which lets sessions write.
-struct ReadOnly {
-    admin: postgres::Client,
-    database: String,
-}
-
-impl ReadOnly {
-    fn to_worker(env: &TestEnv, name: &str) -> ReadOnly {
-        let mut admin = postgres::Client::connect(&TestEnv::cluster_url("postgres"), postgres::NoTls).unwrap();
-        let database = format!("\"{}\"", env.dbname);
-        admin.batch_execute(&format!("ALTER DATABASE {database} SET default_transaction_read_only = on")).unwrap();
-        admin
-            .execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE $2",
-                &[&env.dbname, &format!("wf work {name}%")],
-            )
-            .unwrap();
-        ReadOnly { admin, database }
-    }
-}
-
-impl Drop for ReadOnly {
-    fn drop(&mut self) {
-        self.admin
-            .batch_execute(&format!("ALTER DATABASE {} RESET default_transaction_read_only", self.database))
-            .unwrap();
-    }
+fn read_only_to_worker(env: &TestEnv, name: &str) -> Altered {
+    Altered::for_worker(env, name, "SET default_transaction_read_only = on", "RESET default_transaction_read_only")
 }
 
 /// How many connections of the worker `name` the database has.
@@ -391,7 +373,7 @@ fn an_outage_is_one_line_and_its_end_one_more() {
     let log = env.dir.path().join("w1.log");
     let mut worker = env.wf(["work", "--name", "w1", "--tag", "quiet", "--concurrency", "2"]).spawn(&log);
     wait_for(Duration::from_secs(30), "the worker to connect", || (connections_of(&env, "w1") >= 3).then_some(()));
-    let closed = Closed::to_worker(&env, "w1");
+    let closed = closed_to_worker(&env, "w1");
     std::thread::sleep(Duration::from_secs(5));
     drop(closed);
     wait_for(Duration::from_secs(30), "the worker to say the database answers again", || {
@@ -427,7 +409,7 @@ fn a_completion_given_up_in_an_outage_leaves_its_end_said() {
     );
     enqueue(&env, "t/sleep", json!({"ms": 2000, "log": runs}));
     wait_for(Duration::from_secs(30), "the job to start", || executions(&runs).first().cloned());
-    let closed = Closed::to_worker(&env, "w1");
+    let closed = closed_to_worker(&env, "w1");
     let journal = || std::fs::read_to_string(&log).unwrap();
     let given_up =
         |journal: &str| journal.find("giving up completing job").or_else(|| journal.find("could not release job"));
@@ -670,7 +652,7 @@ fn a_bounded_run_waits_out_an_outage() {
     let journal = env.dir.path().join("w1.log");
     let mut worker = env.wf(["work", "--name", "w1", "--max-jobs", "1", "--no-reap"]).spawn(&journal);
     wait_for(Duration::from_secs(30), "the worker to connect", || (connections_of(&env, "w1") >= 3).then_some(()));
-    let closed = Closed::to_worker(&env, "w1");
+    let closed = closed_to_worker(&env, "w1");
     // Its idle slot looks at the queue every 5 s.
     std::thread::sleep(Duration::from_secs(7));
     drop(closed);
@@ -695,7 +677,7 @@ fn a_database_read_only_for_a_while_records_the_job_that_ended_meanwhile_once() 
     let job = enqueue(&env, "t/sleep", json!({"ms": 2000, "log": log, "say": "still here"}));
     let mut w = worker(&env, "w1", &["--once", "--heartbeat", "1s", "--no-reap"]);
     wait_for(Duration::from_secs(30), "the job to run", || executions(&log).first().cloned());
-    let read_only = ReadOnly::to_worker(&env, "w1");
+    let read_only = read_only_to_worker(&env, "w1");
     // The job ends and its completion meets the read-only database.
     std::thread::sleep(Duration::from_secs(5));
     assert!(completed(&env, &job).is_none(), "a read-only database records nothing");
