@@ -80,7 +80,8 @@ fn apply_locked(client: &mut Client) -> Result<Vec<Applied>> {
             continue;
         }
         let mut tx = client.transaction()?;
-        apply_waiting_said(&mut tx, name, sql)?;
+        // A wait for its tables' locks is said by the lock watch of the connection.
+        tx.batch_execute(sql).with_context(|| format!("applying migration {name}"))?;
         tx.execute(
             "INSERT INTO wf_migration (version, name, checksum) VALUES ($1, $2, $3)",
             &[&version, &name, &checksum(sql)],
@@ -89,42 +90,6 @@ fn apply_locked(client: &mut Client) -> Result<Vec<Applied>> {
         done.push(Applied { version, name });
     }
     Ok(done)
-}
-
-/// How long a migration waits for the locks of its tables before saying so: a long transaction
-/// or a busy queue can hold them, and a migration that waited without a word looked hung.
-const LOCK_WAIT_SAID_AFTER: &str = "3s";
-
-/// Run a migration's `sql` in `tx`; when its tables' locks are not had within
-/// `LOCK_WAIT_SAID_AFTER`, say what holds them and wait on (as long as it takes, as before).
-fn apply_waiting_said(tx: &mut postgres::Transaction<'_>, name: &str, sql: &str) -> Result<()> {
-    let setting: String = tx.query_one("SELECT current_setting('lock_timeout')", &[])?.get(0);
-    let mut attempt = tx.transaction()?;
-    attempt.execute("SELECT set_config('lock_timeout', $1, true)", &[&LOCK_WAIT_SAID_AFTER])?;
-    match attempt.batch_execute(sql) {
-        Ok(()) => {
-            attempt.execute("SELECT set_config('lock_timeout', $1, true)", &[&setting])?;
-            return Ok(attempt.commit()?);
-        }
-        Err(error) if error.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => attempt.rollback()?,
-        Err(error) => return Err(error).with_context(|| format!("applying migration {name}")),
-    }
-    let holders: Vec<String> = tx
-        .query(
-            "SELECT format('%s (%s, %s)', pid, coalesce(nullif(application_name, ''), 'no name'), state)
-               FROM pg_stat_activity
-              WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
-              ORDER BY xact_start LIMIT 5",
-            &[],
-        )?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    crate::diag::diag!(
-        "migration {name} waits for its tables, held by other transactions (the oldest: {}); it goes on when they end",
-        holders.join(", ")
-    );
-    tx.batch_execute(sql).with_context(|| format!("applying migration {name}"))
 }
 
 fn applied_migrations(client: &mut Client) -> Result<Vec<(i32, String, String)>> {

@@ -3,6 +3,7 @@
 pub mod embedded;
 pub(crate) mod failure;
 pub(crate) mod listen;
+mod lock_watch;
 pub mod migrate;
 mod passfile;
 mod session;
@@ -73,18 +74,23 @@ impl Database {
     /// Make the schema usable: the embedded cluster is migrated on demand (returns the migrations
     /// applied); an external one is checked to be at this wf's schema version.
     pub fn prepare(&self) -> Result<Vec<migrate::Applied>> {
-        let mut client = self.connect()?;
-        if self.is_embedded() {
+        let mut client = self.connect_as("wf")?;
+        let session = lock_watch::watch(self, &mut client)?;
+        let prepared = if self.is_embedded() {
             migrate::apply(&mut client)
         } else {
-            migrate::check_current(&mut client)?;
-            Ok(Vec::new())
-        }
+            migrate::check_current(&mut client).map(|()| Vec::new())
+        };
+        lock_watch::unwatch(session);
+        prepared
     }
 
-    /// A new connection.
+    /// A new connection for a command: a lock its statements wait for is said after a while
+    /// (`lock_watch`).
     pub fn connect(&self) -> Result<Client> {
-        self.connect_as("wf")
+        let mut client = self.connect_as("wf")?;
+        lock_watch::watch(self, &mut client)?;
+        Ok(client)
     }
 
     /// A new connection that names itself in pg_stat_activity (e.g. `wf work NAME slot 0`).

@@ -334,3 +334,31 @@ fn a_cancel_naming_an_unknown_id_or_refused_changes_nothing() {
     assert!(out.values().all(|outcome| outcome == "canceled"), "{out:?}");
     assert_queue_empty(&env);
 }
+
+/// A cancel whose job another transaction holds (a psql `SELECT ... FOR UPDATE`) waits for it, and
+/// after a few seconds says which session it waits for; it cancels the job when that ends. It waited
+/// without a word, and looked hung.
+#[test]
+fn a_cancel_waiting_for_a_held_job_says_who_holds_it_and_goes_on() {
+    let env = TestEnv::new();
+    synced(&env);
+    let job = enqueue(&env, "t/echo", json!({"n": 1}));
+    let mut holder_connection = env.db();
+    let mut holder = holder_connection.transaction().unwrap();
+    holder
+        .execute("SET application_name = 'the holder'", &[])
+        .and_then(|_| holder.execute("SELECT 1 FROM job_queue WHERE job_id = $1::text::uuid FOR UPDATE", &[&job]))
+        .unwrap();
+    let log = env.dir.path().join("cancel.log");
+    let mut canceling = env.wf(["cancel", "--yes", &job]).spawn(&log);
+    wait_for(Duration::from_secs(60), "the cancel to say what it waits for", || {
+        std::fs::read_to_string(&log).unwrap().contains("waiting for a lock held by other transactions").then_some(())
+    });
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("the holder") && said.contains("idle in transaction"), "{said}");
+    assert!(canceling.try_wait().unwrap().is_none(), "it waits: {said}");
+    assert!(completed(&env, &job).is_none(), "nothing is canceled while the job is held");
+    holder.rollback().unwrap();
+    assert!(canceling.wait().unwrap().success(), "{}", std::fs::read_to_string(&log).unwrap());
+    assert_eq!(completed(&env, &job).expect("canceled once let go").status, "canceled");
+}
