@@ -12,6 +12,7 @@
 //! connections are bounded otherwise (`Database::connect_bounded`).
 
 use std::collections::HashSet;
+use std::io::IsTerminal;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -86,8 +87,10 @@ fn look_on() {
                     // Each wait said once (the same waiter for the same holders), the new ones as they come.
                     for (waiter, holders) in waits {
                         if said.insert((waiter, holders.clone())) {
+                            // On a terminal, over the line a spinner may be drawing.
+                            let clear = if std::io::stderr().is_terminal() { "\r\x1b[2K" } else { "" };
                             diag!(
-                                "waiting for a lock held by other transactions: {holders}; this goes on \
+                                "{clear}waiting for a lock held by other transactions: {holders}; this goes on \
                                  when they end (ctrl-c to give up)"
                             );
                         }
