@@ -84,9 +84,10 @@ fn look_on() {
         if let Some(client) = connection.as_mut() {
             match waits(client, &pids, &starts) {
                 Ok(waits) => {
-                    // Each wait said once (the same waiter for the same holders), the new ones as they come.
-                    for (waiter, holders) in waits {
-                        if said.insert((waiter, holders.clone())) {
+                    // Each wait said once (the same waiter for the same holders, however long), the new ones as
+                    // they come.
+                    for (waiter, holder_pids, holders) in waits {
+                        if said.insert((waiter, holder_pids)) {
                             // On a terminal, over the line a spinner may be drawing.
                             let clear = if std::io::stderr().is_terminal() { "\r\x1b[2K" } else { "" };
                             diag!(
@@ -105,10 +106,15 @@ fn look_on() {
 }
 
 /// The sessions among `pids` (started at `starts`) whose statement has waited `SAID_AFTER` or more
-/// for a lock, each with a description of the sessions it waits for.
-fn waits(client: &mut Client, pids: &[i32], starts: &[DateTime<Utc>]) -> Result<Vec<(i32, String)>, postgres::Error> {
+/// for a lock, each with the sessions it waits for: their pids, and a description of them.
+fn waits(
+    client: &mut Client,
+    pids: &[i32],
+    starts: &[DateTime<Utc>],
+) -> Result<Vec<(i32, Vec<i32>, String)>, postgres::Error> {
     let rows = client.query(
         "SELECT waiter.pid,
+                array_agg(holder.pid ORDER BY holder.pid),
                 string_agg(format('pid %s (%s, %s%s)', holder.pid,
                                   coalesce(nullif(holder.application_name, ''), 'no name'),
                                   coalesce(holder.state, 'state hidden'),
@@ -122,5 +128,5 @@ fn waits(client: &mut Client, pids: &[i32], starts: &[DateTime<Utc>]) -> Result<
           GROUP BY waiter.pid",
         &[&pids, &starts, &SAID_AFTER.as_secs_f64()],
     )?;
-    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+    Ok(rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))).collect())
 }

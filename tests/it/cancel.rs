@@ -354,8 +354,11 @@ fn a_cancel_waiting_for_a_held_job_says_who_holds_it_and_goes_on() {
     wait_for(Duration::from_secs(60), "the cancel to say what it waits for", || {
         std::fs::read_to_string(&log).unwrap().contains("waiting for a lock held by other transactions").then_some(())
     });
+    // Said once, however long it waits (the watcher looks every second).
+    std::thread::sleep(Duration::from_secs(3));
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(said.contains("the holder") && said.contains("idle in transaction"), "{said}");
+    assert_eq!(said.matches("waiting for a lock").count(), 1, "{said}");
     assert!(canceling.try_wait().unwrap().is_none(), "it waits: {said}");
     assert!(completed(&env, &job).is_none(), "nothing is canceled while the job is held");
     holder.rollback().unwrap();
