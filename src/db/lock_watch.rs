@@ -42,18 +42,25 @@ static WATCHER: OnceLock<()> = OnceLock::new();
 pub(super) type Session = (i32, DateTime<Utc>);
 
 /// Watch `client`, a new connection of `database`: the watcher thread starts with the first.
-pub(super) fn watch(database: &Database, client: &mut Client) -> anyhow::Result<Session> {
+/// None when the session cannot be found (its statement failed, a server that hides it): the
+/// command goes on unwatched, and a broken connection fails its next statement.
+pub(super) fn watch(database: &Database, client: &mut Client) -> Option<Session> {
     let row = client
-        .query_one("SELECT pg_backend_pid(), backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()", &[])?;
+        .query_opt(
+            "SELECT pg_backend_pid(), backend_start FROM pg_stat_activity
+              WHERE pid = pg_backend_pid() AND backend_start IS NOT NULL",
+            &[],
+        )
+        .ok()??;
+    let session = (row.get(0), row.get(1));
     let mut watched = WATCHED.lock().unwrap_or_else(PoisonError::into_inner);
     let watched = watched.get_or_insert_with(|| Watched { database: database.clone(), sessions: Vec::new() });
-    let session = (row.get(0), row.get(1));
     watched.sessions.push(session);
     WATCHER.get_or_init(|| {
         // Without the thread no wait is said; the command itself goes on all the same.
         drop(std::thread::Builder::new().name("wf lock watch".to_string()).spawn(look_on));
     });
-    Ok(session)
+    Some(session)
 }
 
 /// Watch `session` no more: its connection is dropped, and a process whose watched sessions are all

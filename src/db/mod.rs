@@ -75,13 +75,15 @@ impl Database {
     /// applied); an external one is checked to be at this wf's schema version.
     pub fn prepare(&self) -> Result<Vec<migrate::Applied>> {
         let mut client = self.connect_as("wf")?;
-        let session = lock_watch::watch(self, &mut client)?;
+        let session = lock_watch::watch(self, &mut client);
         let prepared = if self.is_embedded() {
             migrate::apply(&mut client)
         } else {
             migrate::check_current(&mut client).map(|()| Vec::new())
         };
-        lock_watch::unwatch(session);
+        if let Some(session) = session {
+            lock_watch::unwatch(session);
+        }
         prepared
     }
 
@@ -89,7 +91,7 @@ impl Database {
     /// (`lock_watch`).
     pub fn connect(&self) -> Result<Client> {
         let mut client = self.connect_as("wf")?;
-        lock_watch::watch(self, &mut client)?;
+        lock_watch::watch(self, &mut client);
         Ok(client)
     }
 
