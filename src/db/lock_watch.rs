@@ -98,7 +98,7 @@ fn look_on() {
                             // On a terminal, over the line a spinner may be drawing.
                             let clear = if std::io::stderr().is_terminal() { "\r\x1b[2K" } else { "" };
                             diag!(
-                                "{clear}waiting for a lock held by other transactions: {holders}; this goes on \
+                                "{clear}waiting for a lock held by other sessions: {holders}; this goes on \
                                  when they end (ctrl-c to give up)"
                             );
                         }

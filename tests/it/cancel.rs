@@ -352,7 +352,7 @@ fn a_cancel_waiting_for_a_held_job_says_who_holds_it_and_goes_on() {
     let log = env.dir.path().join("cancel.log");
     let mut canceling = env.wf(["cancel", "--yes", &job]).spawn(&log);
     wait_for(Duration::from_secs(60), "the cancel to say what it waits for", || {
-        std::fs::read_to_string(&log).unwrap().contains("waiting for a lock held by other transactions").then_some(())
+        std::fs::read_to_string(&log).unwrap().contains("waiting for a lock held by other sessions").then_some(())
     });
     // Said once, however long it waits (the watcher looks every second).
     std::thread::sleep(Duration::from_secs(3));

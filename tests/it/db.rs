@@ -64,7 +64,7 @@ fn a_migration_waiting_for_its_tables_says_so_and_goes_on() {
     let log = env.dir.path().join("migrate.log");
     let mut migrate = env.wf(["db", "migrate"]).spawn(&log);
     crate::support::harness::wait_for(std::time::Duration::from_secs(60), "the migration to say it waits", || {
-        std::fs::read_to_string(&log).unwrap().contains("waiting for a lock held by other transactions").then_some(())
+        std::fs::read_to_string(&log).unwrap().contains("waiting for a lock held by other sessions").then_some(())
     });
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(said.contains("the holder"), "{said}");
