@@ -16,6 +16,7 @@ pub mod source;
 pub mod token;
 pub(crate) mod worker;
 
+use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::process::ExitCode;
 
@@ -29,6 +30,14 @@ pub fn run() -> ExitCode {
     std::panic::set_hook(Box::new(report_panic));
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
+        // `wf --json --version`: a document, as every --json asks.
+        Err(error)
+            if error.kind() == clap::error::ErrorKind::DisplayVersion && asks_for_json(std::env::args_os().skip(1)) =>
+        {
+            let document = serde_json::json!({ "version": env!("CARGO_PKG_VERSION") });
+            let _ = writeln!(std::io::stdout(), "{document}");
+            return Exit::Ok.into();
+        }
         Err(error) => {
             let _ = error.print();
             return if error.use_stderr() { ErrorKind::Usage.into() } else { Exit::Ok.into() };
@@ -47,6 +56,14 @@ pub fn run() -> ExitCode {
             error.kind().into()
         }
     }
+}
+
+/// Whether the command line asks for JSON (`--json`, `--output json`, `--output=json`), read as
+/// clap reads it up to the first `--`.
+fn asks_for_json(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let args: Vec<_> = args.take_while(|arg| arg != "--").collect();
+    args.iter().any(|arg| arg == "--json" || arg == "--output=json")
+        || args.windows(2).any(|pair| pair[0] == "--output" && pair[1] == "json")
 }
 
 /// A bug is still reported as one `error:` line, never as a panic message with a backtrace. It

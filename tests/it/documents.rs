@@ -786,3 +786,16 @@ fn generate_docs() {
     assert!(files > 3 && paths.iter().all(|path| path.starts_with("<dir>/docs/")), "{paths:?}");
     pin(&written, env.dir.path(), &[], &serde_json::to_string_pretty(&json!({ "files": paths })).unwrap());
 }
+
+/// `--version` with `--json` (or `--output json`) prints a document; without, the plain line.
+#[test]
+fn the_version_is_a_document_when_json_is_asked_for() {
+    let env = TestEnv::new();
+    let version = env!("CARGO_PKG_VERSION");
+    for args in [&["--json", "--version"][..], &["--version", "--output", "json"], &["--output=json", "-V"]] {
+        let run = env.wf(args.iter().copied()).ok();
+        assert_eq!(run.json(), json!({ "version": version }), "{args:?}: {run:?}");
+    }
+    let plain = env.wf(["--version"]).ok();
+    assert_eq!(plain.stdout.trim(), format!("wf {version}"));
+}
