@@ -18,7 +18,10 @@ use crate::queue::job::{JobStatus, TriggerKind};
     long_about = "Administer windforce: sync TypeScript actions from git, enqueue jobs, run workers \
                   that execute them with bun, cancel, reap zombies, schedule, inspect and prune.\n\n\
                   Exit codes: 0 ok; 1 error; 2 usage; 3 refused or not finished; \
-                  4 the job itself ended failure or canceled."
+                  4 the job itself ended failure or canceled.\n\n\
+                  A command that waits more than 3 s for a lock another session holds (a psql \
+                  transaction holding a job's row) says on stderr which sessions it waits for, \
+                  and goes on waiting; Ctrl-C gives up and changes nothing."
 )]
 pub(crate) struct Cli {
     /// PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey;
