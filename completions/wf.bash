@@ -1686,12 +1686,16 @@ _wf() {
             return 0
             ;;
         wf__subcmd__schedule__subcmd__update)
-            opts="-q -h --cron --tz --input --priority --tag --no-overlap --database-url --json --output --quiet --help"
+            opts="-q -h --action --cron --tz --input --priority --tag --no-tag --no-overlap --database-url --json --output --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --action)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --cron)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

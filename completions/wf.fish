@@ -289,7 +289,7 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subc
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "add" -d 'Add a schedule'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "list" -d 'List schedules: state, how far they are enqueued, their next fire time'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again at once as it now says (its runs\' retries stay)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "update" -d 'Change a schedule\'s action, cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again at once as it now says (its runs\' retries stay)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "rm" -d 'Remove a schedule; the jobs it enqueued ahead and its runs\' retries waiting are withdrawn (canceled), the others stay; a run failing after it is not retried'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "pause" -d 'Stop enqueueing for a schedule; the jobs it enqueued ahead and its runs\' retries waiting are withdrawn (canceled); a run failing while it is paused is not retried'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subcommand_from add list update rm pause resume tick help" -f -a "resume" -d 'Enqueue again for a paused schedule: at once, as a tick would, its fire times up to now + horizon (those missed while paused are not replayed)'
@@ -313,6 +313,7 @@ json\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l action -d 'Another action, APP/ACTION: one renamed, or removed by a sync (the schedule is broken)' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l cron -d 'A new cron expression (as for `schedule add`)' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l tz -d 'A new time zone' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l input -d 'A new input: JSON text, @FILE, or - (or @-) for stdin' -r
@@ -323,20 +324,21 @@ false\t''"
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l no-tag -d 'No tag override any more: the jobs go to the action\'s own tag'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l yes -d 'Do not ask for confirmation (rm)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l yes -d 'Do not ask for confirmation'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l yes -d 'Do not ask for confirmation (rm)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l yes -d 'Accepted as before, when pause took the arguments of rm; it asks nothing'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s h -l help -d 'Print help'
@@ -357,7 +359,7 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from tick" -s h -l help -d 'Print help'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "add" -d 'Add a schedule'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "list" -d 'List schedules: state, how far they are enqueued, their next fire time'
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again at once as it now says (its runs\' retries stay)'
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "update" -d 'Change a schedule\'s action, cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again at once as it now says (its runs\' retries stay)'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "rm" -d 'Remove a schedule; the jobs it enqueued ahead and its runs\' retries waiting are withdrawn (canceled), the others stay; a run failing after it is not retried'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "pause" -d 'Stop enqueueing for a schedule; the jobs it enqueued ahead and its runs\' retries waiting are withdrawn (canceled); a run failing while it is paused is not retried'
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from help" -f -a "resume" -d 'Enqueue again for a paused schedule: at once, as a tick would, its fire times up to now + horizon (those missed while paused are not replayed)'
@@ -417,7 +419,7 @@ complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_f
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "verify" -d 'Print a token\'s claims; exit 1 when forged, malformed, expired, or no longer current (its attempt has ended, or the job is no longer that claim\'s)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "add" -d 'Add a schedule'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "list" -d 'List schedules: state, how far they are enqueued, their next fire time'
-complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "update" -d 'Change a schedule\'s cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again at once as it now says (its runs\' retries stay)'
+complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "update" -d 'Change a schedule\'s action, cron, time zone, input, priority or tag; the jobs it enqueued ahead are withdrawn and enqueued again at once as it now says (its runs\' retries stay)'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "rm" -d 'Remove a schedule; the jobs it enqueued ahead and its runs\' retries waiting are withdrawn (canceled), the others stay; a run failing after it is not retried'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "pause" -d 'Stop enqueueing for a schedule; the jobs it enqueued ahead and its runs\' retries waiting are withdrawn (canceled); a run failing while it is paused is not retried'
 complete -c wf -n "__fish_wf_using_subcommand help; and __fish_seen_subcommand_from schedule" -f -a "resume" -d 'Enqueue again for a paused schedule: at once, as a tick would, its fire times up to now + horizon (those missed while paused are not replayed)'

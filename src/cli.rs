@@ -448,7 +448,7 @@ pub(crate) enum ScheduleCommand {
     Add(ScheduleAddArgs),
     /// List schedules: state, how far they are enqueued, their next fire time.
     List,
-    /// Change a schedule's cron, time zone, input, priority or tag; the jobs it enqueued ahead are
+    /// Change a schedule's action, cron, time zone, input, priority or tag; the jobs it enqueued ahead are
     /// withdrawn and enqueued again at once as it now says (its runs' retries stay).
     Update(ScheduleUpdateArgs),
     /// Remove a schedule; the jobs it enqueued ahead and its runs' retries waiting are withdrawn
@@ -456,7 +456,7 @@ pub(crate) enum ScheduleCommand {
     Rm(ScheduleNameArgs),
     /// Stop enqueueing for a schedule; the jobs it enqueued ahead and its runs' retries waiting are
     /// withdrawn (canceled); a run failing while it is paused is not retried.
-    Pause(ScheduleNameArgs),
+    Pause(SchedulePauseArgs),
     /// Enqueue again for a paused schedule: at once, as a tick would, its fire times up to now +
     /// horizon (those missed while paused are not replayed).
     Resume(ScheduleResumeArgs),
@@ -492,10 +492,13 @@ pub(crate) struct ScheduleAddArgs {
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("changes").required(true).multiple(true)
-    .args(["cron", "tz", "input", "priority", "tag", "no_overlap"])))]
+    .args(["action", "cron", "tz", "input", "priority", "tag", "no_tag", "no_overlap"])))]
 pub(crate) struct ScheduleUpdateArgs {
     /// Schedule name.
     pub name: String,
+    /// Another action, APP/ACTION: one renamed, or removed by a sync (the schedule is broken).
+    #[arg(long, value_name = "APP/ACTION")]
+    pub action: Option<String>,
     /// A new cron expression (as for `schedule add`).
     #[arg(long)]
     pub cron: Option<String>,
@@ -508,8 +511,11 @@ pub(crate) struct ScheduleUpdateArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub priority: Option<i32>,
     /// A new tag override.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_tag")]
     pub tag: Option<String>,
+    /// No tag override any more: the jobs go to the action's own tag.
+    #[arg(long)]
+    pub no_tag: bool,
     /// Skip fire times while an earlier run is still running (`--no-overlap true`), or not.
     #[arg(long, value_name = "BOOL")]
     pub no_overlap: Option<bool>,
@@ -518,9 +524,17 @@ pub(crate) struct ScheduleUpdateArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ScheduleNameArgs {
     pub name: String,
-    /// Do not ask for confirmation (rm).
+    /// Do not ask for confirmation.
     #[arg(long)]
     pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SchedulePauseArgs {
+    pub name: String,
+    /// Accepted as before, when pause took the arguments of rm; it asks nothing.
+    #[arg(long = "yes", hide = true)]
+    pub _yes: bool,
 }
 
 #[derive(Debug, Args)]
@@ -797,5 +811,17 @@ mod tests {
         assert!(parse_window("0s").is_err_and(|error| error.contains("from 1 s")));
         assert!(parse_window("8d").is_err());
         assert_eq!(parse_window("7d"), Ok(Duration::from_secs(604_800)));
+    }
+
+    /// A duration wf prints (a horizon, a retry's wait) reads back as the same duration, and never
+    /// in months, which the flags refuse (humantime printed 40 days as `1month 9days 13h 30m 36s`).
+    #[test]
+    fn a_duration_printed_reads_back_the_same() {
+        for (seconds, printed) in [(0, "0s"), (90, "1m 30s"), (7200, "2h"), (3_456_000, "40d"), (93_784, "1d 2h 3m 4s")]
+        {
+            let duration = Duration::from_secs(seconds);
+            assert_eq!(crate::output::duration(duration), printed);
+            assert_eq!(parse_duration(printed), Ok(duration), "{printed:?}");
+        }
     }
 }

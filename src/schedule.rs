@@ -5,7 +5,8 @@
 //! "enqueued up to" (its `last_fire_time`) up to now + horizon. A fire time already due when the
 //! tick comes (the previous tick was longer ago than its horizon) is enqueued at once if it was
 //! missed by at most the horizon, and counted as late; of those missed by longer (ticks not
-//! running, a paused schedule), only the latest runs, when no later one does.
+//! running, a paused schedule), only the latest runs (late), when no later one does, and the others
+//! are counted as skipped.
 //!
 //! An update or a resume enqueues too, in its own transaction, so that no fire time between it and
 //! the next tick is left to that tick (to run late): an update enqueues again, as the schedule now
@@ -462,7 +463,7 @@ pub(crate) fn resume(client: &mut Client, name: &str, horizon: Duration) -> Resu
         return Ok(None);
     };
     let schedule = Schedule::from_row(&row);
-    let none = Fired { schedule: schedule.name.clone(), jobs: Vec::new(), late: 0, error: None };
+    let none = Fired { schedule: schedule.name.clone(), jobs: Vec::new(), late: 0, skipped: 0, error: None };
     let now = crate::db::now(&mut tx)?;
     let horizon = chrono::Duration::from_std(horizon).context("horizon too long")?;
     let fired = fire(&mut tx, schedule, now, horizon)?.unwrap_or(none);
@@ -473,11 +474,14 @@ pub(crate) fn resume(client: &mut Client, name: &str, horizon: Duration) -> Resu
 /// What `wf schedule update` changes; None keeps.
 #[derive(Debug, Default)]
 pub(crate) struct Changes<'a> {
+    /// Another action (app, action): one renamed, or removed by a sync.
+    pub action: Option<(&'a str, &'a str)>,
     pub cron: Option<&'a str>,
     pub tz: Option<&'a str>,
     pub input: Option<Value>,
     pub priority: Option<i32>,
-    pub tag: Option<&'a str>,
+    /// `Some(None)` takes the tag override away: the action's own tag again.
+    pub tag: Option<Option<&'a str>>,
     pub no_overlap: Option<bool>,
 }
 
@@ -504,6 +508,9 @@ pub(crate) fn update(client: &mut Client, name: &str, changes: Changes<'_>, by: 
         .query_opt(&format!("SELECT {COLUMNS} FROM schedule WHERE name = $1 FOR UPDATE"), &[&name])?
         .with_context(|| format!("no such schedule: {name}"))?;
     let mut schedule = Schedule::from_row(&row);
+    if let Some((app, action)) = changes.action {
+        (schedule.app, schedule.action) = (app.to_string(), action.to_string());
+    }
     if let Some(cron) = changes.cron {
         schedule.cron = cron.to_string();
     }
@@ -514,7 +521,7 @@ pub(crate) fn update(client: &mut Client, name: &str, changes: Changes<'_>, by: 
         schedule.priority = priority;
     }
     if let Some(tag) = changes.tag {
-        schedule.tag = Some(tag.to_string());
+        schedule.tag = tag.map(str::to_string);
     }
     if let Some(no_overlap) = changes.no_overlap {
         schedule.no_overlap = no_overlap;
@@ -549,7 +556,7 @@ pub(crate) fn update(client: &mut Client, name: &str, changes: Changes<'_>, by: 
     let row = tx.query_one(
         &format!(
             "UPDATE schedule SET cron = $2, tz = $3, input = $4, priority = $5, tag = $6, no_overlap = $7,
-                                 last_fire_time = $8
+                                 last_fire_time = $8, app_key = $9, action_key = $10
               WHERE name = $1
              RETURNING {COLUMNS}"
         ),
@@ -562,6 +569,8 @@ pub(crate) fn update(client: &mut Client, name: &str, changes: Changes<'_>, by: 
             &schedule.tag,
             &schedule.no_overlap,
             &schedule.last_fire_time,
+            &schedule.app,
+            &schedule.action,
         ],
     )?;
     tx.commit()?;
@@ -575,6 +584,8 @@ pub struct Fired {
     pub(crate) jobs: Vec<Enqueued>,
     /// Fire times enqueued after they were due: the tick before came later than its horizon.
     pub late: usize,
+    /// Fire times missed by more than the horizon, not enqueued (counted up to `MAX_SKIPPED_COUNTED`).
+    pub skipped: usize,
     /// Why this schedule enqueued nothing this time (its action is gone, its input no longer fits).
     pub error: Option<String>,
 }
@@ -616,6 +627,7 @@ fn fire(
         schedule: schedule.name,
         jobs: Vec::new(),
         late: 0,
+        skipped: 0,
         error: Some(format!("{error:#}")),
     };
     let plan = match plan(&schedule, now, horizon) {
@@ -633,7 +645,7 @@ fn fire(
     };
     savepoint.execute("UPDATE schedule SET last_fire_time = $2 WHERE name = $1", &[&schedule.name, &last])?;
     savepoint.commit()?;
-    Ok(Some(Fired { schedule: schedule.name, jobs, late: plan.late, error: None }))
+    Ok(Some(Fired { schedule: schedule.name, jobs, late: plan.late, skipped: plan.skipped, error: None }))
 }
 
 /// Enqueue these fire times of a schedule as it says, through the single enqueue path; one found
@@ -660,7 +672,13 @@ struct Plan {
     fires: Vec<DateTime<Utc>>,
     /// Of them, those already due although the schedule had been enqueued before.
     late: usize,
+    /// Fire times missed by more than the horizon and not enqueued (counted up to
+    /// `MAX_SKIPPED_COUNTED`); the latest of them is enqueued instead when no later one is missed.
+    skipped: usize,
 }
+
+/// Skipped fire times are counted up to this many (a cron with seconds misses 86,400 a day).
+pub(crate) const MAX_SKIPPED_COUNTED: usize = 10_000;
 
 /// Every fire time after the schedule's "enqueued up to" and no older than `now - horizon`, up to
 /// `now + horizon`; when none of them was missed, the latest fire time missed by longer.
@@ -675,16 +693,21 @@ fn plan(schedule: &Schedule, now: DateTime<Utc>, horizon: chrono::Duration) -> R
         }
         fires.push(fire);
     }
-    let missed = fires.iter().take_while(|fire| **fire <= now).count();
-    if missed == 0
-        && after < catch_up
-        && let Some(latest) = timing.latest_at_or_before(catch_up)
-        && latest > after
-    {
-        fires.insert(0, latest);
+    let mut skipped = 0;
+    if after < catch_up {
+        skipped = timing.fires_after(after).take_while(|fire| *fire <= catch_up).take(MAX_SKIPPED_COUNTED + 1).count();
+        let missed_within_horizon = fires.first().is_some_and(|fire| *fire <= now);
+        if !missed_within_horizon
+            && let Some(latest) = timing.latest_at_or_before(catch_up)
+            && latest > after
+        {
+            fires.insert(0, latest);
+            skipped -= 1;
+        }
     }
-    let late = if schedule.last_fire_time.is_some() { missed } else { 0 };
-    Ok(Plan { fires, late })
+    let late =
+        if schedule.last_fire_time.is_some() { fires.iter().take_while(|fire| **fire <= now).count() } else { 0 };
+    Ok(Plan { fires, late, skipped: skipped.min(MAX_SKIPPED_COUNTED) })
 }
 
 #[cfg(test)]

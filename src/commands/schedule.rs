@@ -8,7 +8,8 @@ use uuid::Uuid;
 use super::args::{read_input, split_target};
 use super::{CommandResult, Ctx};
 use crate::cli::{
-    ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, ScheduleResumeArgs, ScheduleTickArgs, ScheduleUpdateArgs,
+    ScheduleAddArgs, ScheduleCommand, ScheduleNameArgs, SchedulePauseArgs, ScheduleResumeArgs, ScheduleTickArgs,
+    ScheduleUpdateArgs,
 };
 use crate::db;
 use crate::diag::diag;
@@ -116,28 +117,27 @@ fn in_zone(schedule: &Schedule, time: Option<DateTime<Utc>>) -> String {
 
 fn update(ctx: &Ctx, args: ScheduleUpdateArgs) -> CommandResult {
     let changes = Changes {
+        action: args.action.as_deref().map(split_target).transpose()?,
         cron: args.cron.as_deref(),
         tz: args.tz.as_deref(),
         input: args.input.as_deref().map(|input| read_input(Some(input))).transpose()?,
         priority: args.priority,
-        tag: args.tag.as_deref(),
+        tag: if args.no_tag { Some(None) } else { args.tag.as_deref().map(Some) },
         no_overlap: args.no_overlap,
     };
     let mut client = ctx.connect()?;
     let updated = schedule::update(&mut client, &args.name, changes, &ctx.config.operator)?;
-    let (s, next) = (&updated.schedule, Some(updated.next));
+    let s = &updated.schedule;
+    // A paused schedule fires next at no time, as `list` shows it.
+    let next = s.enabled.then_some(updated.next);
     if ctx.out.json {
         ctx.out.json(&ScheduleDocument::new(s, next, None, Some(updated.withdrawn), Some(updated.enqueued)))?;
     } else {
+        let next = if s.enabled { format!("next fire {}", in_zone(s, next)) } else { "paused".to_string() };
         ctx.out.info(&format!(
-            "updated schedule {} ({} in {}), next fire {}; {} job(s) enqueued ahead withdrawn, {} enqueued again \
+            "updated schedule {} ({}/{}, {} in {}), {next}; {} job(s) enqueued ahead withdrawn, {} enqueued again \
              as it now says",
-            s.name,
-            s.cron,
-            s.tz,
-            in_zone(s, next),
-            updated.withdrawn,
-            updated.enqueued
+            s.name, s.app, s.action, s.cron, s.tz, updated.withdrawn, updated.enqueued
         ));
     }
     Ok(Exit::Ok)
@@ -162,11 +162,17 @@ fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> CommandResult {
     Ok(Exit::Ok)
 }
 
-fn pause(ctx: &Ctx, args: ScheduleNameArgs) -> CommandResult {
+fn pause(ctx: &Ctx, args: SchedulePauseArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let withdrawn = schedule::pause(&mut client, &args.name, &ctx.config.operator)?;
     if ctx.out.json {
-        ctx.out.json(&EnabledDocument { name: &args.name, enabled: false, withdrawn, enqueued: None })?;
+        ctx.out.json(&EnabledDocument {
+            name: &args.name,
+            enabled: false,
+            withdrawn,
+            enqueued: None,
+            resumed: None,
+        })?;
     } else {
         ctx.out.info(&format!("schedule {} paused; {withdrawn} job(s) it enqueued ahead withdrawn", args.name));
     }
@@ -178,7 +184,13 @@ fn resume(ctx: &Ctx, args: ScheduleResumeArgs) -> CommandResult {
     let fired = schedule::resume(&mut client, &args.name, args.horizon)?;
     let enqueued = fired.as_ref().map_or(0, |f| f.jobs.len());
     if ctx.out.json {
-        ctx.out.json(&EnabledDocument { name: &args.name, enabled: true, withdrawn: 0, enqueued: Some(enqueued) })?;
+        ctx.out.json(&EnabledDocument {
+            name: &args.name,
+            enabled: true,
+            withdrawn: 0,
+            enqueued: Some(enqueued),
+            resumed: Some(fired.is_some()),
+        })?;
     } else if fired.is_none() {
         ctx.out.info(&format!("schedule {} is active already", args.name));
     } else {
@@ -190,7 +202,7 @@ fn resume(ctx: &Ctx, args: ScheduleResumeArgs) -> CommandResult {
                 crate::output::time_cell(Some(last)),
                 schedule::MAX_FIRES_PER_TICK
             ),
-            _ => format!("up to now + {}", humantime::format_duration(args.horizon)),
+            _ => format!("up to now + {}", crate::output::duration(args.horizon)),
         };
         ctx.out.info(&format!(
             "schedule {} resumed; {enqueued} job(s) enqueued {up_to} (fire times missed while paused are not replayed)",
@@ -207,6 +219,7 @@ fn resume(ctx: &Ctx, args: ScheduleResumeArgs) -> CommandResult {
 fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> CommandResult {
     let mut client = ctx.connect()?;
     let fired = schedule::tick(&mut client, args.horizon, None)?;
+    let horizon = crate::output::duration(args.horizon);
     if ctx.out.json {
         let document: Vec<FiredDocument> = fired
             .iter()
@@ -214,6 +227,7 @@ fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> CommandResult {
                 schedule: &f.schedule,
                 ids: f.jobs.iter().map(|job| job.id).collect(),
                 late: f.late,
+                skipped: f.skipped,
                 error: f.error.as_deref(),
             })
             .collect();
@@ -226,18 +240,35 @@ fn tick(ctx: &Ctx, args: ScheduleTickArgs) -> CommandResult {
             }
         }
     }
+    for f in fired.iter().filter(|f| f.skipped > 0) {
+        let count = if f.skipped >= schedule::MAX_SKIPPED_COUNTED {
+            format!("{} or more", schedule::MAX_SKIPPED_COUNTED)
+        } else {
+            f.skipped.to_string()
+        };
+        ctx.out.warn(&format!(
+            "{}: {count} fire time(s) missed by more than --horizon {horizon} were skipped (missed fire times are not \
+             replayed; only the latest runs, when no later one was missed): no tick ran for that long",
+            f.schedule
+        ));
+    }
     for f in fired.iter().filter(|f| f.late > 0) {
         ctx.out.warn(&format!(
             "{}: {} fire time(s) were due before this tick enqueued them (they run late): the previous tick was \
-             longer ago than --horizon {} (or the schedule was resumed with a shorter --horizon); tick more often or \
-             with a longer horizon",
-            f.schedule,
-            f.late,
-            humantime::format_duration(args.horizon)
+             longer ago than --horizon {horizon} (or the schedule was resumed with a shorter --horizon); tick more \
+             often or with a longer horizon",
+            f.schedule, f.late
         ));
     }
-    if fired.iter().any(|f| f.error.is_some()) {
-        return Err(anyhow::anyhow!("some schedules could not enqueue (see above)").into());
+    let broken: Vec<&str> = fired.iter().filter(|f| f.error.is_some()).map(|f| f.schedule.as_str()).collect();
+    if !broken.is_empty() {
+        let said = if ctx.out.json { "the `error` of each in the document" } else { "above" };
+        return Err(anyhow::anyhow!(
+            "{} schedule(s) could not enqueue: {} (see {said})",
+            broken.len(),
+            broken.join(", ")
+        )
+        .into());
     }
     Ok(Exit::Ok)
 }
@@ -321,6 +352,9 @@ struct EnabledDocument<'a> {
     /// Jobs a resume enqueued.
     #[serde(skip_serializing_if = "Option::is_none")]
     enqueued: Option<usize>,
+    /// Whether a resume found the schedule paused (false: it was active already, nothing changed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resumed: Option<bool>,
 }
 
 /// What one tick enqueued, per schedule.
@@ -335,6 +369,8 @@ struct FiredDocument<'a> {
     ids: Vec<Uuid>,
     /// Fire times enqueued after they were due.
     late: usize,
+    /// Fire times missed by more than the horizon and not enqueued (counted up to 10,000).
+    skipped: usize,
     /// Why this schedule enqueued nothing.
     error: Option<&'a str>,
 }

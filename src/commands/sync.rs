@@ -37,7 +37,10 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
     // A sync may leave schedules without their action or with an input that no longer fits: said
     // now, rather than by the next tick.
     for (name, problem) in crate::schedule::broken(&mut client)? {
-        ctx.out.warn(&format!("schedule {name} is broken: {problem} (`wf schedule update` or `wf schedule rm` it)"));
+        ctx.out.warn(&format!(
+            "schedule {name} is broken: {problem} (`wf schedule update {name}` with --action or --input, or `wf schedule \
+             rm {name}`)"
+        ));
     }
     if ctx.out.json {
         ctx.out.json(&SyncDocument {

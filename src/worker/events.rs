@@ -59,7 +59,7 @@ pub(super) fn job_event(shared: &Shared, job: &Claimed, event: JobEvent) {
             fields.insert("retry".to_string(), json!(retry.id));
             fields.insert("retry_number".to_string(), json!(retry.number));
             fields.insert("after_ms".to_string(), json!(retry.after.as_millis() as u64));
-            let after = humantime::format_duration(Duration::from_secs(retry.after.as_secs()));
+            let after = crate::output::duration(retry.after);
             ("retried", format!(" as job {} (retry {}) in {after}", retry.id, retry.number))
         }
     };

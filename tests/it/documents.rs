@@ -666,6 +666,7 @@ fn schedule_add_list_pause_resume_tick_rm() {
   "enabled": true,
   "enqueued": 0,
   "name": "nightly",
+  "resumed": true,
   "withdrawn": 0
 }"#,
     );
@@ -677,7 +678,8 @@ fn schedule_add_list_pause_resume_tick_rm() {
     let often = fired["fired"].as_array().unwrap().iter().find(|f| f["schedule"] == "often").unwrap();
     let ids = often["ids"].as_array().unwrap().len();
     let expected_ids = vec!["<uuid>"; ids];
-    let expected = json!({"fired": [{"error": null, "ids": expected_ids, "late": 0, "schedule": "often"}]});
+    let expected =
+        json!({"fired": [{"error": null, "ids": expected_ids, "late": 0, "schedule": "often", "skipped": 0}]});
     pin(&ticked, env.dir.path(), &[], &serde_json::to_string_pretty(&expected).unwrap());
     let removed = env.wf(["schedule", "rm", "nightly", "--yes", "--json"]).ok();
     pin(

@@ -656,6 +656,70 @@ fn schedule_list_tells_enqueued_up_to_from_next_fire_in_the_schedules_zone_and_s
     assert!(listed.stdout.lines().any(|line| line.contains("typed") && line.contains("broken")), "{}", listed.stdout);
 }
 
+/// A tick that meets a broken schedule says which in `--json` too (its stderr used to point "above"
+/// at nothing), and the advice sync gives works: `update --action` mends the schedule.
+#[test]
+fn a_schedule_broken_by_a_sync_is_named_by_the_tick_and_mended_by_update_action() {
+    let env = TestEnv::new();
+    let repo = synced(&env);
+    env.wf(["schedule", "add", "typed", "t/typed", "--cron", "* * * * *", "--input", r#"{"n": 1}"#]).ok();
+    let mut manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo.path().join("windforce.json")).unwrap()).unwrap();
+    let typed = manifest["apps"]["t"]["actions"].as_object_mut().unwrap().remove("typed").unwrap();
+    manifest["apps"]["t"]["actions"]["renamed"] = typed;
+    repo.manifest(&manifest);
+    repo.commit("typed renamed");
+    let sync = env.wf(["sync", "tests"]).ok();
+    assert!(sync.stderr.contains("`wf schedule update typed` with --action or --input"), "{}", sync.stderr);
+
+    let tick = env.wf(["schedule", "tick", "--horizon", "2m", "--json"]).run().expect_code(1);
+    let fired = tick.json();
+    assert!(fired["fired"][0]["error"].as_str().unwrap().contains("t/typed"), "{fired}");
+    assert!(
+        tick.stderr.contains("1 schedule(s) could not enqueue: typed (see the `error` of each in the document)"),
+        "{}",
+        tick.stderr
+    );
+    let text = env.wf(["schedule", "tick", "--horizon", "2m"]).run().expect_code(1);
+    assert!(text.stderr.contains("typed: nothing enqueued:") && text.stderr.contains("(see above)"), "{}", text.stderr);
+
+    let unknown = env.wf(["schedule", "update", "typed", "--action", "t/nope"]).run().expect_code(1);
+    assert!(unknown.stderr.contains("t/nope"), "{}", unknown.stderr);
+    let updated = env.wf(["schedule", "update", "typed", "--action", "t/renamed", "--json"]).ok().json();
+    assert_eq!((&updated["action"], &updated["state"]), (&json!("renamed"), &json!("active")), "{updated}");
+    let ticked = env.wf(["schedule", "tick", "--horizon", "2m", "--json"]).ok().json();
+    let ids = ticked["fired"][0]["ids"].as_array().unwrap();
+    assert!(!ids.is_empty(), "{ticked}");
+    let actions: Vec<String> = env.column("SELECT DISTINCT action_key FROM job WHERE schedule_name = 'typed'");
+    assert_eq!(actions, ["renamed"]);
+}
+
+/// A tag override can be taken away again, and an update of a paused schedule names no next fire
+/// (as `list` shows none).
+#[test]
+fn update_takes_a_tag_override_away_and_names_no_next_fire_of_a_paused_schedule() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "gpu", "t/echo", "--cron", "@hourly", "--tag", "gpu"]).ok();
+    env.wf(["schedule", "update", "gpu", "--tag", ""]).run().expect_code(1);
+    env.wf(["schedule", "update", "gpu", "--tag", "gpu", "--no-tag"]).run().expect_code(2);
+    let untagged = env.wf(["schedule", "update", "gpu", "--no-tag", "--json"]).ok().json();
+    assert_eq!(untagged["tag"], Value::Null, "{untagged}");
+    env.wf(["schedule", "tick", "--horizon", "2h"]).ok();
+    let tags: Vec<String> = env.column("SELECT DISTINCT tag FROM job WHERE schedule_name = 'gpu'");
+    assert_eq!(tags, ["default"], "the action's own tag");
+
+    env.wf(["schedule", "pause", "gpu"]).ok();
+    let paused = env.wf(["schedule", "update", "gpu", "--priority", "3", "--json"]).ok().json();
+    assert_eq!((&paused["next_fire_time"], &paused["state"]), (&Value::Null, &json!("paused")), "{paused}");
+    let text = env.wf(["schedule", "update", "gpu", "--priority", "4"]).ok();
+    assert!(text.stderr.contains("paused;") && !text.stderr.contains("next fire"), "{}", text.stderr);
+    let resumed = env.wf(["schedule", "resume", "gpu", "--json"]).ok().json();
+    assert_eq!(resumed["resumed"], true, "{resumed}");
+    let again = env.wf(["schedule", "resume", "gpu", "--json"]).ok().json();
+    assert_eq!((&again["resumed"], &again["enqueued"]), (&json!(false), &json!(0)), "{again}");
+}
+
 #[test]
 fn the_cron_dialect_takes_nicknames_seven_fields_and_any_case_zones_and_names_the_bad_field() {
     let env = TestEnv::new();

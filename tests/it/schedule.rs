@@ -212,8 +212,39 @@ fn only_the_latest_missed_fire_time_runs() {
     synced(&env);
     env.wf(["schedule", "add", "missed", "t/echo", "--cron", "* * * * *"]).ok();
     env.db().execute("UPDATE schedule SET last_fire_time = '2030-01-01T00:00:00Z'", &[]).unwrap();
-    tick(&env, 0, at("2030-01-01T01:00:30Z"));
+    let fired = wf::schedule::tick(&mut env.db(), Duration::ZERO, Some(at("2030-01-01T01:00:30Z"))).unwrap();
     assert_eq!(scheduled_jobs(&env, "missed"), [at("2030-01-01T01:00:00Z")], "one missed fire time, not sixty");
+    // The one that runs, runs late; the fifty-nine before it are counted, not dropped in silence.
+    assert_eq!((fired[0].late, fired[0].skipped), (1, 59));
+}
+
+/// A tick after an outage says how many fire times it skipped and that the one it catches up runs
+/// late, in its warnings and in `--json`.
+#[test]
+fn a_tick_after_an_outage_counts_the_fire_times_it_skipped_and_the_one_it_runs_late() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "outage", "t/echo", "--cron", "* * * * *"]).ok();
+    env.wf(["schedule", "add", "seconds", "t/echo", "--cron", "* * * * * *"]).ok();
+    env.db().execute("UPDATE schedule SET last_fire_time = now() - interval '10 hours'", &[]).unwrap();
+    let run = env.wf(["schedule", "tick", "--horizon", "1m", "--json"]).ok();
+    let document = run.json();
+    let fired =
+        |name: &str| document["fired"].as_array().unwrap().iter().find(|f| f["schedule"] == name).unwrap().clone();
+    let outage = fired("outage");
+    let skipped = outage["skipped"].as_u64().unwrap();
+    // Ten hours of minutes, less the one minute of the horizon and the latest, which runs.
+    assert!((598..=600).contains(&skipped), "{outage}");
+    assert_eq!(outage["late"], 1, "{outage}");
+    // A cron with seconds misses 36,000 in ten hours: counted up to 10,000.
+    assert_eq!(fired("seconds")["skipped"], 10_000);
+    assert!(
+        run.stderr.contains(&format!("outage: {skipped} fire time(s) missed by more than --horizon 1m were skipped")),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("seconds: 10000 or more fire time(s) missed"), "{}", run.stderr);
+    assert!(run.stderr.contains("outage: 1 fire time(s) were due before this tick enqueued them"), "{}", run.stderr);
 }
 
 #[test]
