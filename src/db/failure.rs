@@ -60,6 +60,13 @@ pub(crate) fn is_refused_for_good(error: &anyhow::Error) -> bool {
     sqlstate(error).is_some_and(|code| FOR_GOOD.contains(&code.code()))
 }
 
+/// Whether `error` is a wait for a lock that ended before its statement's timeout (55P03,
+/// lock_not_available: `Database::connect_bounded` sets such a lock timeout): the database
+/// answered, and another session held the rows all that time.
+pub(crate) fn is_lock_held(error: &anyhow::Error) -> bool {
+    sqlstate(error).is_some_and(|code| *code == SqlState::LOCK_NOT_AVAILABLE)
+}
+
 /// The SQLSTATE of the database's error somewhere in `error`'s chain.
 pub(crate) fn sqlstate(error: &anyhow::Error) -> Option<&SqlState> {
     error.chain().find_map(|cause| cause.downcast_ref::<postgres::Error>().and_then(postgres::Error::code))

@@ -195,15 +195,17 @@ impl Database {
     }
 
     /// A connection whose waits are bounded on the server's side too: a statement gives up after
-    /// `timeout` (waiting on a lock included), a transaction left open that long without a
-    /// statement (its client cut off before its COMMIT) ends and lets go of its rows' locks, which
-    /// would otherwise hide a dead worker's job from every reaper, and the server probes a TCP client
-    /// that stops answering as the client probes it.
+    /// `timeout`, and a wait for a lock sooner, after three quarters of it, as lock_not_available
+    /// (`failure::is_lock_held`): the database answers, and another session holds the rows. A
+    /// transaction left open that long without a statement (its client cut off before its COMMIT)
+    /// ends and lets go of its rows' locks, which would otherwise hide a dead worker's job from
+    /// every reaper, and the server probes a TCP client that stops answering as the client probes it.
     pub(crate) fn connect_bounded(&self, application_name: &str, timeout: Duration) -> Result<Client> {
         let mut client = self.connect_as(application_name)?;
         let ms = timeout.as_millis().max(1);
+        let lock_ms = (ms * 3 / 4).max(1);
         client.batch_execute(&format!(
-            "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms};
+            "SET statement_timeout = {ms}; SET lock_timeout = {lock_ms}; SET idle_in_transaction_session_timeout = {ms};
              SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 2; SET tcp_keepalives_count = 3"
         ))?;
         Ok(client)

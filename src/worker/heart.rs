@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::connection::Connection;
-use crate::db::failure::{Failure, classify};
+use crate::db::failure::{Failure, classify, is_lock_held};
 use crate::diag::diag;
 use crate::queue::heartbeat::{self, Beat};
 use crate::queue::logs::{self, LogLine};
@@ -187,6 +187,8 @@ fn beat(shared: &Shared) {
     // A failing heartbeat is said once, and its recovery once: the job whose heartbeat failure was
     // said (the next to succeed may be another job's).
     let mut reported: Option<Uuid> = None;
+    // The job whose heartbeat was said to wait for another session's lock on its row.
+    let mut held: Option<Uuid> = None;
     loop {
         let (round, mut connection) = {
             let mut state = shared.lock();
@@ -251,6 +253,23 @@ fn beat(shared: &Shared) {
                 Some((_, Ok(Beat::Owned))) | None => {}
                 Some((_, Ok(Beat::CancelRequested { .. }))) => beating.pulse.verdict = Some(Verdict::Canceled),
                 Some((_, Ok(Beat::Lost))) => beating.pulse.verdict = Some(Verdict::Lost),
+                // Another session holds the job's row (an operator's `SELECT ... FOR UPDATE` left
+                // open): the database answers, and no reaper takes a row it cannot lock (SKIP
+                // LOCKED). The attempt goes on, and the heartbeat waits again at once, so that it is
+                // the first to have the row when the holder lets go, before any reaper.
+                Some((started, Err(ref error))) if is_lock_held(error) => {
+                    beating.pulse.last_ok = beating.pulse.last_ok.max(started);
+                    beating.next_beat = Instant::now();
+                    if held != Some(round.job_id) {
+                        held = Some(round.job_id);
+                        diag!(
+                            "worker {}: the heartbeat of job {} waits for a lock another session holds on its \
+                             row; the job goes on (no reaper can take it while it is held)",
+                            shared.name,
+                            round.job_id
+                        );
+                    }
+                }
                 Some((_, Err(ref error))) => {
                     if reported.is_none() {
                         reported = Some(round.job_id);
@@ -262,6 +281,9 @@ fn beat(shared: &Shared) {
             // Counted from when the statement started: its ping is no older than that.
             if let Some((started, Ok(_))) = beaten {
                 beating.pulse.last_ok = beating.pulse.last_ok.max(started);
+                if held.take() == Some(round.job_id) {
+                    diag!("worker {}: the heartbeat of job {} has its row again", shared.name, round.job_id);
+                }
                 match reported.take() {
                     Some(failed) if failed == round.job_id => {
                         diag!("worker {}: heartbeat of job {} succeeds again", shared.name, round.job_id)

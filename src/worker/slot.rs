@@ -16,7 +16,7 @@ use super::events::{JobEvent, job_event};
 use super::heart::{Heart, Verdict};
 use super::unanswered;
 use super::{Handed, Isolation, Shared, Until};
-use crate::db::failure::{Failure, classify, is_connection_lost};
+use crate::db::failure::{Failure, classify, is_connection_lost, is_lock_held};
 use crate::diag::diag;
 use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded};
@@ -1013,9 +1013,10 @@ fn record_completion(
     unsure: bool,
 ) {
     let name = &shared.options.name;
-    let give_up = Instant::now() + shared.options.zombie_timeout;
+    let mut give_up = Instant::now() + shared.options.zombie_timeout;
     let mut trouble = Trouble::new(shared);
     let mut retried = unsure;
+    let mut held = false;
     let mut rewritten = false;
     loop {
         let sent = Arc::clone(&completion);
@@ -1071,6 +1072,20 @@ fn record_completion(
                     JobError::new("CompletionError", format!("recording the job's outcome failed: {error:#}"))
                         .to_value(),
                 );
+            }
+            // Another session holds the job's row: no reaper can take it meanwhile, so the slot
+            // keeps trying (at once: first in line when the holder lets go) past the zombie window.
+            // That call committed nothing.
+            Err(error) if is_lock_held(&error) => {
+                give_up = Instant::now() + shared.options.zombie_timeout;
+                if !held {
+                    held = true;
+                    diag!(
+                        "worker {name}: completing job {} waits for a lock another session holds on its row; trying \
+                         again until it is let go",
+                        job.id
+                    );
+                }
             }
             Err(error) if Instant::now() < give_up => {
                 // Whether the failed call committed is unknown: the gate and completed_by tell.

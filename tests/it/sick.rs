@@ -761,3 +761,50 @@ fn a_heartbeat_on_a_backend_that_stops_answering_goes_on_on_a_new_connection() {
     assert!(!journal.contains("no heartbeat of job"), "{journal}");
     assert_eq!(executions(&log).len(), 1);
 }
+
+/// A session outside the worker that holds running jobs' rows locked longer than the zombie window
+/// (an operator's `SELECT ... FOR UPDATE` left open in psql) neither stops them nor gets them
+/// reaped: no reaper can lock the rows meanwhile, the heartbeat and the completion wait for them
+/// and have them first when the holder lets go. One job runs on past the release, one ends while
+/// its row is still held. Each runs once and ends a success. (Before, the worker stopped both for
+/// want of a heartbeat after the window, and the reaper ran them again.)
+#[test]
+fn rows_held_by_another_session_longer_than_the_window_neither_stop_their_jobs_nor_get_them_reaped() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "4");
+    synced(&env);
+    let runs = path(&env, "runs.log");
+    let mut worker = crate::support::checks::spawn_capturing(
+        &env,
+        "w1",
+        &["work", "--name", "w1", "--concurrency", "2", "--heartbeat", "1s", "--max-jobs", "2", "--json"],
+    );
+    let longer = enqueue(&env, "t/sleep", json!({"ms": 12_000, "log": runs}));
+    let shorter = enqueue(&env, "t/sleep", json!({"ms": 3000, "log": runs}));
+    wait_for(Duration::from_secs(30), "both jobs to start", || (executions(&runs).len() == 2).then_some(()));
+    let mut holder = env.db();
+    let mut held = holder.transaction().unwrap();
+    let ids: Vec<uuid::Uuid> = [&longer, &shorter].iter().map(|id| id.parse().unwrap()).collect();
+    let locked = held.query("SELECT job_id FROM job_queue WHERE job_id = ANY($1) FOR UPDATE", &[&ids]).unwrap();
+    assert_eq!(locked.len(), 2);
+    // Twice the window, a reaper pass after another meanwhile and right after the release.
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        assert_eq!(crate::support::checks::reap(&env, &[]), (0, 0, 0), "a held row is not reaped");
+    }
+    held.commit().unwrap();
+    for _ in 0..20 {
+        assert_eq!(crate::support::checks::reap(&env, &[]), (0, 0, 0), "a job whose heartbeat had its row first");
+    }
+    let status = crate::support::checks::wait_exit(&mut worker, Duration::from_secs(60), "the worker");
+    let journal = std::fs::read_to_string(env.dir.path().join("w1.log")).unwrap();
+    assert!(status.success(), "{journal}");
+    let summary = crate::support::checks::captured_json(&env, "w1");
+    assert_eq!((&summary["succeeded"], &summary["fenced"]), (&json!(2), &json!(0)), "{summary} {journal}");
+    for id in [&longer, &shorter] {
+        let done = completed(&env, id).unwrap();
+        assert_eq!((done.status.as_str(), done.restarts), ("success", 0), "{journal}");
+        assert_eq!(executions(&runs).iter().filter(|(job, _)| job == id).count(), 1, "{id} ran once: {journal}");
+    }
+    assert!(journal.contains(&format!("the heartbeat of job {longer} waits for a lock")), "{journal}");
+    assert!(journal.contains(&format!("completing job {shorter} waits for a lock")), "{journal}");
+}
