@@ -67,8 +67,25 @@ impl Schedule {
     }
 
     /// The next fire time after `now`, in UTC.
-    pub(crate) fn next_fire(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
-        parse(&self.cron, &self.tz)?.next_after(now)
+    /// The next fire time after `now` that runs; None when its cron no longer reads (a broken
+    /// schedule) or never fires again.
+    pub(crate) fn next_fire(
+        &self,
+        client: &mut impl GenericClient,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>> {
+        let Ok(timing) = parse(&self.cron, &self.tz) else { return Ok(None) };
+        // A fire time an operator canceled ahead stays canceled (its job holds it): not the next.
+        let canceled: Vec<DateTime<Utc>> = client
+            .query(
+                "SELECT j.schedule_fire FROM job j JOIN job_completed c ON c.job_id = j.id
+                  WHERE j.schedule_name = $1 AND j.schedule_fire > $2 AND c.status = 'canceled'",
+                &[&self.name, &now],
+            )?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        Ok(timing.fires_after(now).take(canceled.len() + 1).find(|fire| !canceled.contains(fire)))
     }
 
     /// The schedule's time zone (UTC if it no longer reads).
@@ -573,8 +590,10 @@ pub(crate) fn update(client: &mut Client, name: &str, changes: Changes<'_>, by: 
             &schedule.action,
         ],
     )?;
+    let schedule = Schedule::from_row(&row);
+    let next = schedule.next_fire(&mut tx, now)?.unwrap_or(next);
     tx.commit()?;
-    Ok(Updated { schedule: Schedule::from_row(&row), next, withdrawn, enqueued })
+    Ok(Updated { schedule, next, withdrawn, enqueued })
 }
 
 /// What one tick did for one schedule.

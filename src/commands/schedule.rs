@@ -65,12 +65,16 @@ fn list(ctx: &Ctx) -> CommandResult {
     let schedules = schedule::list(&mut client)?;
     let problems = schedule::problems(&mut client, &schedules)?;
     // A paused schedule fires next at no time, in the table as in JSON.
-    let next = |s: &Schedule| if s.enabled { s.next_fire(now).ok() } else { None };
+    let mut next_fires = Vec::new();
+    for s in &schedules {
+        next_fires.push(if s.enabled { s.next_fire(&mut client, now)? } else { None });
+    }
     if ctx.out.json {
         let document: Vec<ScheduleDocument> = schedules
             .iter()
             .zip(&problems)
-            .map(|(s, problem)| ScheduleDocument::new(s, next(s), problem.as_deref(), None, None))
+            .zip(&next_fires)
+            .map(|((s, problem), next)| ScheduleDocument::new(s, *next, problem.as_deref(), None, None))
             .collect();
         ctx.out.json(&document)?;
         return Ok(Exit::Ok);
@@ -78,14 +82,15 @@ fn list(ctx: &Ctx) -> CommandResult {
     let rows = schedules
         .iter()
         .zip(&problems)
-        .map(|(s, problem)| {
+        .zip(&next_fires)
+        .map(|((s, problem), next)| {
             vec![
                 s.name.clone(),
                 format!("{}/{}", s.app, s.action),
                 s.cron.clone(),
                 state(s, problem.as_deref()).to_string(),
                 in_zone(s, s.last_fire_time),
-                in_zone(s, next(s)),
+                in_zone(s, *next),
             ]
         })
         .collect();

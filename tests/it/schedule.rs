@@ -342,4 +342,10 @@ fn a_fire_time_canceled_ahead_stays_canceled_through_a_prune_and_a_change_of_its
         .map(|row| row.get(0))
         .collect();
     assert_eq!(at_fire, ["canceled"], "the canceled fire time is not enqueued again (prune: {pruned})");
+    // Nor is it shown as the next fire: the one after it is.
+    let next = fire + chrono::Duration::hours(1);
+    let listed = env.wf(["schedule", "list", "--json"]).ok().json();
+    assert_eq!(listed[0]["next_fire_time"], next.to_rfc3339_opts(chrono::SecondsFormat::Millis, true), "{listed}");
+    let updated = env.wf(["schedule", "update", "hourly", "--priority", "6", "--json"]).ok().json();
+    assert_eq!(updated["next_fire_time"], listed[0]["next_fire_time"], "{updated}");
 }
