@@ -66,7 +66,6 @@ impl Schedule {
         }
     }
 
-    /// The next fire time after `now`, in UTC.
     /// The next fire time after `now` that runs; None when its cron no longer reads (a broken
     /// schedule) or never fires again.
     pub(crate) fn next_fire(
