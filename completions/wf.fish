@@ -298,7 +298,7 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and not __fish_seen_subc
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l cron -d 'Cron expression: 5 fields (minute hour day-of-month month day-of-week), 6 with seconds first, or 7 with a year last; or @yearly, @monthly, @weekly, @daily, @midnight, @hourly' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l tz -d 'Time zone the cron expression is read in (IANA name, any case)' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l input -d 'Input of every job: JSON text, @FILE, or - (or @-) for stdin' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l priority -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l priority -d 'Priority of every job (higher is claimed first)' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l tag -d 'Override the action\'s effective tag' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from add" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
@@ -317,7 +317,7 @@ complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcomma
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l cron -d 'A new cron expression (as for `schedule add`)' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l tz -d 'A new time zone' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l input -d 'A new input: JSON text, @FILE, or - (or @-) for stdin' -r
-complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l priority -r
+complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l priority -d 'A new priority of its jobs (higher is claimed first)' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l tag -d 'A new tag override' -r
 complete -c wf -n "__fish_wf_using_subcommand schedule; and __fish_seen_subcommand_from update" -l no-overlap -d 'Skip fire times while an earlier run is still running (`--no-overlap true`), or not' -r -f -a "true\t''
 false\t''"

@@ -480,6 +480,7 @@ pub(crate) struct ScheduleAddArgs {
     /// Input of every job: JSON text, @FILE, or - (or @-) for stdin.
     #[arg(long)]
     pub input: Option<String>,
+    /// Priority of every job (higher is claimed first).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,
     /// Override the action's effective tag.
@@ -508,6 +509,7 @@ pub(crate) struct ScheduleUpdateArgs {
     /// A new input: JSON text, @FILE, or - (or @-) for stdin.
     #[arg(long)]
     pub input: Option<String>,
+    /// A new priority of its jobs (higher is claimed first).
     #[arg(long, allow_negative_numbers = true)]
     pub priority: Option<i32>,
     /// A new tag override.
@@ -523,6 +525,7 @@ pub(crate) struct ScheduleUpdateArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ScheduleNameArgs {
+    /// Schedule name.
     pub name: String,
     /// Do not ask for confirmation.
     #[arg(long)]
@@ -531,6 +534,7 @@ pub(crate) struct ScheduleNameArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct SchedulePauseArgs {
+    /// Schedule name.
     pub name: String,
     /// Accepted as before, when pause took the arguments of rm; it asks nothing.
     #[arg(long = "yes", hide = true)]
@@ -539,6 +543,7 @@ pub(crate) struct SchedulePauseArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ScheduleResumeArgs {
+    /// Schedule name.
     pub name: String,
     /// Enqueue fire times up to this far ahead at once: the horizon your ticks use.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
