@@ -175,6 +175,7 @@ pub(crate) struct SourceAddArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct SourceRmArgs {
+    /// Source name.
     pub name: String,
     /// Do not ask for confirmation.
     #[arg(long)]
