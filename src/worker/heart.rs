@@ -240,6 +240,15 @@ fn beat(shared: &Shared) {
                 connection.bounded(patience, move |session| heartbeat::heartbeat(session, job_id, &claim, window));
             (started, beat)
         });
+        // The first time a held row stops the heartbeat, who holds it, for the journal (the
+        // connection is free again: its wait ended).
+        let holder = match &beaten {
+            Some((_, Err(error))) if is_lock_held(error) && held != Some(round.job_id) => {
+                let job_id = round.job_id;
+                connection.bounded(patience, move |session| heartbeat::held_by(session, job_id)).ok().flatten()
+            }
+            _ => None,
+        };
         // Shared with the call's thread, and taken back when the call failed for now.
         let lines = Arc::new(round.lines);
         let written = (!lines.is_empty()).then(|| {
@@ -263,10 +272,11 @@ fn beat(shared: &Shared) {
                     if held != Some(round.job_id) {
                         held = Some(round.job_id);
                         diag!(
-                            "worker {}: the heartbeat of job {} waits for a lock another session holds on its \
+                            "worker {}: the heartbeat of job {} waits for a lock another session{} holds on its \
                              row; the job goes on (no reaper can take it while it is held)",
                             shared.name,
-                            round.job_id
+                            round.job_id,
+                            holder.as_ref().map(|holder| format!(", {holder},")).unwrap_or_default()
                         );
                     }
                 }

@@ -1080,10 +1080,16 @@ fn record_completion(
                 give_up = Instant::now() + shared.options.zombie_timeout;
                 if !held {
                     held = true;
+                    let job_id = job.id;
+                    let holder = connection
+                        .bounded(answer_patience(shared), move |session| heartbeat::held_by(session, job_id))
+                        .ok()
+                        .flatten();
                     diag!(
-                        "worker {name}: completing job {} waits for a lock another session holds on its row; trying \
-                         again until it is let go",
-                        job.id
+                        "worker {name}: completing job {} waits for a lock another session{} holds on its row; \
+                         trying again until it is let go",
+                        job.id,
+                        holder.map(|holder| format!(", {holder},")).unwrap_or_default()
                     );
                 }
             }

@@ -786,6 +786,7 @@ fn rows_held_by_another_session_longer_than_the_window_neither_stop_their_jobs_n
     let ids: Vec<uuid::Uuid> = [&longer, &shorter].iter().map(|id| id.parse().unwrap()).collect();
     let locked = held.query("SELECT job_id FROM job_queue WHERE job_id = ANY($1) FOR UPDATE", &[&ids]).unwrap();
     assert_eq!(locked.len(), 2);
+    let holder: i32 = held.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     // Twice the window, a reaper pass after another meanwhile and right after the release.
     let until = Instant::now() + Duration::from_secs(8);
     while Instant::now() < until {
@@ -805,6 +806,10 @@ fn rows_held_by_another_session_longer_than_the_window_neither_stop_their_jobs_n
         assert_eq!((done.status.as_str(), done.restarts), ("success", 0), "{journal}");
         assert_eq!(executions(&runs).iter().filter(|(job, _)| job == id).count(), 1, "{id} ran once: {journal}");
     }
-    assert!(journal.contains(&format!("the heartbeat of job {longer} waits for a lock")), "{journal}");
-    assert!(journal.contains(&format!("completing job {shorter} waits for a lock")), "{journal}");
+    // Each says so once, naming the session that holds the row.
+    let named = format!("waits for a lock another session, pid {holder} (");
+    for said in [format!("the heartbeat of job {longer} {named}"), format!("completing job {shorter} {named}")] {
+        assert_eq!(journal.matches(&said).count(), 1, "{said:?} once: {journal}");
+    }
+    assert!(journal.contains(&format!("the heartbeat of job {longer} has its row again")), "{journal}");
 }
