@@ -823,9 +823,16 @@ mod tests {
     /// in months, which the flags refuse (humantime printed 40 days as `1month 9days 13h 30m 36s`).
     #[test]
     fn a_duration_printed_reads_back_the_same() {
-        for (seconds, printed) in [(0, "0s"), (90, "1m 30s"), (7200, "2h"), (3_456_000, "40d"), (93_784, "1d 2h 3m 4s")]
-        {
-            let duration = Duration::from_secs(seconds);
+        for (millis, printed) in [
+            (0, "0s"),
+            (90_000, "1m 30s"),
+            (7_200_000, "2h"),
+            (3_456_000_000, "40d"),
+            (93_784_000, "1d 2h 3m 4s"),
+            (1500, "1s 500ms"),
+            (250, "250ms"),
+        ] {
+            let duration = Duration::from_millis(millis);
             assert_eq!(crate::output::duration(duration), printed);
             assert_eq!(parse_duration(printed), Ok(duration), "{printed:?}");
         }

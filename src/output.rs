@@ -491,15 +491,21 @@ pub(crate) fn span(seconds: i64) -> String {
 }
 
 /// A duration as `--horizon` and the other duration flags read it back, in days at most (never
-/// months, which they refuse): `40d`, `1d 2h`, `1m 30s`, `0s`.
+/// months, which they refuse), to the millisecond: `40d`, `1d 2h`, `1m 30s`, `1s 500ms`, `0s`.
 pub(crate) fn duration(duration: std::time::Duration) -> String {
     let seconds = duration.as_secs();
-    let parts: Vec<String> =
-        [(seconds / 86_400, "d"), (seconds / 3600 % 24, "h"), (seconds / 60 % 60, "m"), (seconds % 60, "s")]
-            .into_iter()
-            .filter(|(count, _)| *count > 0)
-            .map(|(count, unit)| format!("{count}{unit}"))
-            .collect();
+    let millis = u64::from(duration.subsec_millis());
+    let parts: Vec<String> = [
+        (seconds / 86_400, "d"),
+        (seconds / 3600 % 24, "h"),
+        (seconds / 60 % 60, "m"),
+        (seconds % 60, "s"),
+        (millis, "ms"),
+    ]
+    .into_iter()
+    .filter(|(count, _)| *count > 0)
+    .map(|(count, unit)| format!("{count}{unit}"))
+    .collect();
     if parts.is_empty() { "0s".to_string() } else { parts.join(" ") }
 }
 
