@@ -14,7 +14,8 @@ use super::logs::{self, LogLine};
 /// Why a worker puts back a job it claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Why {
-    /// A clean shutdown: due again at once.
+    /// A clean shutdown: due again at once, in the place in the queue it had (its `scheduled_for`
+    /// kept), so that a restart of the workers sends no job behind those enqueued after it.
     Shutdown,
     /// The job could not start on this worker now (its commit could not be written from the
     /// database): due again after this wait, so that a worker meeting the same trouble does not
@@ -75,26 +76,27 @@ pub(crate) fn release(
         complete::finish_locked(&mut tx, &[job_id], JobStatus::Canceled, None, None, None)?;
         Released::Canceled
     } else {
-        // A job whose claim never reached a runner that took it keeps its place in the queue and
-        // its attempt number: its next run is the attempt this claim would have been. Otherwise
-        // the next run is a new attempt, due after `wait`.
-        let (wait, note) = match why {
-            Why::Shutdown => (Some(0.0), format!("{}: the job was stopped and put back in the queue", why.said())),
+        // A job whose claim never reached a runner that took it keeps its attempt number: its next
+        // run is the attempt this claim would have been. Otherwise the next run is a new attempt.
+        // Either keeps its place in the queue, but for one that cannot start here now: due after
+        // `wait`.
+        let (started, wait, note) = match why {
+            Why::Shutdown => (true, None, format!("{}: the job was stopped and put back in the queue", why.said())),
             Why::RunnerEnded | Why::Unanswered => {
-                (None, format!("{}: the job is put back in the queue, unstarted", why.said()))
+                (false, None, format!("{}: the job is put back in the queue, unstarted", why.said()))
             }
             Why::CannotStart(wait) => {
                 let wait = wait.as_secs_f64();
-                (Some(wait), format!("{}: the job is put back in the queue, due in {wait:.0} s", why.said()))
+                (true, Some(wait), format!("{}: the job is put back in the queue, due in {wait:.0} s", why.said()))
             }
         };
         logs::note(&mut tx, job_id, attempt, &note)?;
         tx.execute(
             "UPDATE job_queue SET running = false, worker = NULL, started_at = NULL, ping = NULL, window_s = NULL,
                                  scheduled_for = coalesce(now() + make_interval(secs => $3), scheduled_for),
-                                 releases = releases + CASE WHEN $3 IS NULL THEN 0 ELSE 1 END
+                                 releases = releases + CASE WHEN $4 THEN 1 ELSE 0 END
               WHERE job_id = $1 AND worker = $2",
-            &[&job_id, &claim, &wait],
+            &[&job_id, &claim, &wait, &started],
         )?;
         tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL_ENQUEUED, &row.get::<_, String>(1)])?;
         Released::Requeued

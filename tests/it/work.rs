@@ -259,8 +259,13 @@ fn sigterm_puts_a_running_job_back_at_once_and_the_next_worker_finishes_it() {
     synced(&env);
     let log = path(&env, "runs.log");
     let id = enqueue(&env, "t/sleep", json!({"ms": 4000, "log": log}));
+    let due_at = |id: &str| -> String {
+        env.scalar_of("SELECT scheduled_for::text FROM job_queue WHERE job_id = $1::text::uuid", &[&id])
+    };
+    let enqueued_due_at = due_at(&id);
     let mut first = worker(&env, "first", &["--grace", "1s"]);
     wait_for(Duration::from_secs(30), "the first worker to start the job", || executions(&log).first().cloned());
+    let later = enqueue(&env, "t/echo", json!({}));
     signal(&first, libc::SIGTERM);
     let stopped_at = Instant::now();
     assert!(first.wait().unwrap().success(), "a clean shutdown exits 0");
@@ -278,10 +283,17 @@ fn sigterm_puts_a_running_job_back_at_once_and_the_next_worker_finishes_it() {
     let due_now: bool =
         env.scalar_of("SELECT scheduled_for <= now() FROM job_queue WHERE job_id = $1::text::uuid", &[&id]);
     assert!(due_now, "it is due again at once");
+    assert_eq!(due_at(&id), enqueued_due_at, "in the place it had, before the job enqueued after it");
     let logs = env.wf(["logs", &id]).ok().stdout;
     assert!(logs.contains("put back in the queue"), "{logs}");
 
-    env.wf(["work", "--drain", "--name", "second"]).ok();
+    env.wf(["work", "--drain", "--name", "second", "--concurrency", "1"]).ok();
+    let started_first: bool = env.scalar_of(
+        "SELECT a.started_at < b.started_at FROM job_completed a, job_completed b
+          WHERE a.job_id = $1::text::uuid AND b.job_id = $2::text::uuid",
+        &[&id, &later],
+    );
+    assert!(started_first, "the job put back runs before the one enqueued after it");
     let shown = env.wf(["show", &id, "--json"]).ok().json();
     assert_eq!(shown["status"], "success");
     assert_eq!(shown["restarts"], 0);
