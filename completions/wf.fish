@@ -199,7 +199,7 @@ json\t''"
 complete -c wf -n "__fish_wf_using_subcommand rerun" -l latest -d 'Pin the action as the catalog shows it now (its current commit, schemas, timeout, tag), instead of exactly what the job ran'
 complete -c wf -n "__fish_wf_using_subcommand rerun" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand rerun" -s q -l quiet -d 'Hide progress and informational messages'
-complete -c wf -n "__fish_wf_using_subcommand rerun" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand rerun" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wf -n "__fish_wf_using_subcommand reap" -l zombie-timeout -d 'A running job whose last ping is older than this is a zombie (default WF_ZOMBIE_TIMEOUT_S); never sooner than the window its worker claimed it with (a worker that pings more slowly than this pass expects is not robbed of its job). From 1s to 7d' -r
 complete -c wf -n "__fish_wf_using_subcommand reap" -l restart-limit -d 'Restarts before a dying job completes as failure (default WF_RESTART_LIMIT)' -r
 complete -c wf -n "__fish_wf_using_subcommand reap" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r

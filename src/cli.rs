@@ -71,6 +71,9 @@ pub(crate) enum Command {
     /// Cancel jobs: waiting ones at once, running ones by a mark their worker acts on.
     Cancel(CancelArgs),
     /// Enqueue a job again, with the same input, through the single enqueue path.
+    ///
+    /// A job still queued, scheduled or running may be rerun too: the rerun is a second job beside
+    /// it (a warning says so), not instead of it.
     Rerun(RerunArgs),
     /// Run one reaper pass: recover jobs whose worker stopped sending heartbeats.
     Reap(ReapArgs),

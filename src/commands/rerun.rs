@@ -29,6 +29,13 @@ pub(super) fn run(ctx: &Ctx, args: RerunArgs) -> CommandResult {
     let rerun = enqueue::enqueue(&mut tx, &request).with_context(|| format!("rerunning job {id}"))?;
     tx.commit()?;
     let rerun = &rerun[0];
+    if !job.status.is_finished() {
+        ctx.out.warn(&format!(
+            "job {id} is {} still: its rerun {} is a second job beside it, not instead of it (`wf cancel {id}` cancels the first)",
+            job.status.as_str(),
+            rerun.id
+        ));
+    }
     if ctx.out.json {
         ctx.out.json(&RerunDocument { job: EnqueuedDocument::from(rerun), rerun_of: id })?;
     } else {

@@ -53,7 +53,13 @@ fn rerun_enqueues_the_job_again_pinned_to_its_commit_or_the_latest() {
     );
     let on_latest = env.wf(["rerun", &first, "--latest", "--json"]).ok().json();
     assert_eq!(on_latest["commit_sha"], latest.as_str());
+    // A job not finished yet may be rerun too: the rerun is a second job, and wf says so.
+    let beside = env.wf(["rerun", again, "--json"]).ok();
+    let second = beside.json()["id"].as_str().unwrap().to_string();
+    let warning = format!("warning: job {again} is queued still: its rerun {second} is a second job beside it");
+    assert!(beside.stderr.contains(&warning), "{}", beside.stderr);
     env.wf(["work", "--drain"]).ok();
+    assert_eq!(show(&env, &second)["status"], "success");
     assert_eq!(env.wf(["result", again]).ok().json()["version"], 1, "the rerun ran the first commit");
     let latest_result = env.wf(["result", on_latest["id"].as_str().unwrap()]).ok().json();
     assert_eq!(latest_result["version"], 2);
@@ -61,6 +67,7 @@ fn rerun_enqueues_the_job_again_pinned_to_its_commit_or_the_latest() {
     assert!(text.lines().any(|line| line.contains("rerun of") && line.contains(&first)), "{text}");
     let plain_rerun = env.wf(["rerun", &first]).ok();
     assert!(uuid::Uuid::parse_str(plain_rerun.stdout.trim()).is_ok(), "the id alone on stdout: {plain_rerun:?}");
+    assert!(!plain_rerun.stderr.contains("warning"), "a finished job's rerun is no second job: {}", plain_rerun.stderr);
 }
 
 #[test]
