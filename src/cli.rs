@@ -137,7 +137,8 @@ pub(crate) enum DbCommand {
     /// Workers using it lose their connections and reconnect when it is up again (they start a
     /// server that died without a shutdown, never one stopped here); a job whose
     /// worker could not beat for a zombie window meanwhile is stopped (its worker fences itself)
-    /// and left to the reaper. Creates nothing. --json: {"stopped"}.
+    /// and left to the reaper. A warning names the workers live on it, and the jobs they run,
+    /// before it stops. Creates nothing. --json: {"stopped"}.
     Down,
     /// Show the database's state, the schema version, and whether the connection is encrypted.
     ///

@@ -6,8 +6,10 @@ use serde::Serialize;
 
 use super::{CommandResult, Ctx};
 use crate::cli::DbCommand;
+use crate::db::embedded::Cluster;
 use crate::db::{Database, migrate};
 use crate::error::Exit;
+use crate::worker::registry::{self, WorkerView};
 
 pub(super) fn run(ctx: &Ctx, command: DbCommand) -> CommandResult {
     match command {
@@ -35,7 +37,13 @@ fn up(ctx: &Ctx) -> CommandResult {
 }
 
 fn down(ctx: &Ctx) -> CommandResult {
-    let stopped = ctx.cluster()?.stop()?;
+    let cluster = ctx.cluster()?;
+    if cluster.state()?.running
+        && let Some(busy) = live_workers(&cluster)
+    {
+        ctx.out.warn(&busy);
+    }
+    let stopped = cluster.stop()?;
     if ctx.out.json {
         ctx.out.json(&DownDocument { stopped })?;
     } else if stopped {
@@ -47,6 +55,25 @@ fn down(ctx: &Ctx) -> CommandResult {
         ctx.out.info("note: DATABASE_URL is set: this was the embedded cluster, not that database");
     }
     Ok(Exit::Ok)
+}
+
+/// What stopping the cluster does to the workers live on it, if any: said before it stops. Only
+/// advice, so a cluster that cannot say (not migrated yet, say) says nothing.
+fn live_workers(cluster: &Cluster) -> Option<String> {
+    let mut client = cluster.connect().ok()?;
+    let live: Vec<WorkerView> = registry::list(&mut client).ok()?.into_iter().filter(|worker| worker.live).collect();
+    if live.is_empty() {
+        return None;
+    }
+    let names: Vec<&str> = live.iter().map(|worker| worker.name.as_str()).collect();
+    let running: usize = live.iter().map(|worker| worker.jobs.len()).sum();
+    Some(format!(
+        "stopping the cluster under {} live worker(s) ({}) running {running} job(s): they wait for it \
+         to be up again (`wf db up`), and a job whose worker cannot heartbeat for its zombie window is \
+         stopped and left to the reaper",
+        live.len(),
+        names.join(", ")
+    ))
 }
 
 fn status(ctx: &Ctx) -> CommandResult {

@@ -220,6 +220,7 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
 
     let down = embedded.wf(["db", "down"]).ok();
     assert!(down.stderr.contains("embedded cluster stopped"), "{down:?}");
+    assert!(!down.stderr.contains("warning"), "no worker was live: {down:?}");
     embedded.assert_stopped();
     let down_again = embedded.wf(["db", "down"]).ok();
     assert!(down_again.stderr.contains("was not running"), "{down_again:?}");
@@ -270,7 +271,9 @@ fn a_worker_starts_the_embedded_cluster_again_after_its_server_was_killed() {
     assert_eq!(second.stdout.trim(), "\"hi\"", "{second:?}");
     assert_eq!(embedded.server_pid(), revived, "the command after the revival found it running");
 
-    embedded.wf(["db", "down"]).ok();
+    let down = embedded.wf(["db", "down"]).ok();
+    let warning = "warning: stopping the cluster under 1 live worker(s) (";
+    assert!(down.stderr.contains(warning) && down.stderr.contains("running 0 job(s): they wait"), "{down:?}");
     // Longer than the worker's longest wait between two tries to reconnect (5 s).
     std::thread::sleep(Duration::from_secs(8));
     assert!(embedded.postmaster_pid_file().is_none(), "a cluster stopped on purpose stays stopped");
