@@ -327,13 +327,13 @@ pub(crate) struct CancelArgs {
     #[arg(conflicts_with_all = ["app", "action", "tag", "status"])]
     pub ids: Vec<String>,
     /// Every waiting or running job of this app.
-    #[arg(long)]
+    #[arg(long, value_parser = filter)]
     pub app: Option<String>,
     /// Every waiting or running job of this action (NAME, or APP/ACTION).
-    #[arg(long)]
+    #[arg(long, value_parser = filter)]
     pub action: Option<String>,
     /// Every waiting or running job of this tag.
-    #[arg(long)]
+    #[arg(long, value_parser = filter)]
     pub tag: Option<String>,
     /// Only the jobs that stand so: queued (due), scheduled (not due yet) or running. Checked again
     /// as each is canceled: one that changed meanwhile (a worker started it) is left as it is, and
@@ -367,16 +367,16 @@ pub(crate) struct JobsArgs {
     #[arg(long, value_enum)]
     pub status: Option<JobStatus>,
     /// Only jobs of this app.
-    #[arg(long)]
+    #[arg(long, value_parser = filter)]
     pub app: Option<String>,
     /// Only jobs of this action (NAME, or APP/ACTION).
-    #[arg(long)]
+    #[arg(long, value_parser = filter)]
     pub action: Option<String>,
     /// Only jobs of this tag.
-    #[arg(long)]
+    #[arg(long, value_parser = filter)]
     pub tag: Option<String>,
     /// Only jobs enqueued by this schedule.
-    #[arg(long)]
+    #[arg(long, value_parser = filter)]
     pub schedule: Option<String>,
     /// Only jobs created since this time (RFC 3339, or as `wf show` prints it: 2026-12-04 19:12:00
     /// +00:00) or this long ago (30s, 5m, 2h, 30d).
@@ -646,6 +646,15 @@ pub(crate) fn parse_moment(text: &str) -> Result<Moment, String> {
     }
 }
 
+/// A filter's value (`--app`, `--tag`, ...): an empty one matches nothing, and is more often a
+/// variable left unset than meant.
+fn filter(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("an empty value matches nothing (leave the option out to match every one)".to_string());
+    }
+    Ok(text.to_string())
+}
+
 /// An RFC 3339 time (`--at`).
 pub(crate) fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     chrono::DateTime::parse_from_rfc3339(text.trim())
@@ -660,7 +669,14 @@ const DURATION_MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Durations as operators write them: `30s`, `5m`, `2h`, `30d`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     no_calendar_units(text)?;
-    let duration = humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (examples: 30s, 5m, 2h, 30d)"))?;
+    let duration = humantime::parse_duration(text.trim()).map_err(|e| {
+        // The parser's own message lists units refused above (months, years).
+        let why = match e {
+            humantime::DurationError::UnknownUnit { unit, .. } => format!("unknown unit {unit:?}"),
+            other => other.to_string(),
+        };
+        format!("{text:?} is not a duration: {why} (units ms, s, m, h, d, w; examples: 30s, 5m, 2h, 1h30m, 30d)")
+    })?;
     within_bounds(text, duration)
 }
 
@@ -818,6 +834,11 @@ mod tests {
             let error = parse_duration(text).unwrap_err();
             assert!(error.contains("months and years are not taken"), "{text:?}: {error}");
         }
+        // A unit it does not know: the message names the units it does, not the parser's list
+        // (which has months and years).
+        let error = parse_duration("3x").unwrap_err();
+        assert!(error.starts_with("\"3x\" is not a duration: unknown unit \"x\" (units ms, s, m, h, d, w;"), "{error}");
+        assert!(!error.contains("month"), "{error}");
         assert!(parse_window("0s").is_err_and(|error| error.contains("from 1 s")));
         assert!(parse_window("8d").is_err());
         assert_eq!(parse_window("7d"), Ok(Duration::from_secs(604_800)));

@@ -1067,4 +1067,14 @@ fn a_filter_of_no_such_schedule_or_tag_says_so() {
         let run = env.wf(args).ok();
         assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
     }
+    // An empty value (a variable left unset, most often) is a usage error, not a filter matching
+    // nothing: before, it said "no jobs; there is no schedule " and the like.
+    for option in ["--app", "--action", "--tag", "--schedule"] {
+        let run = env.wf(["jobs", option, ""]).run().expect_code(2);
+        assert!(run.stderr.contains("an empty value matches nothing"), "{option}: {}", run.stderr);
+    }
+    for option in ["--app", "--action", "--tag"] {
+        let run = env.wf(["cancel", option, " ", "--yes"]).run().expect_code(2);
+        assert!(run.stderr.contains("an empty value matches nothing"), "{option}: {}", run.stderr);
+    }
 }
