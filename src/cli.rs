@@ -144,9 +144,10 @@ pub(crate) enum DbCommand {
     ///
     /// The embedded cluster's (creating nothing), or with DATABASE_URL that database's, with the
     /// TLS of its connection (its protocol, and how far the server's certificate was checked:
-    /// none, verify-ca or verify-full; null over a Unix socket or without TLS).
-    /// --json: {"embedded", "running", "location", "schema_version", "latest_version", "tls":
-    /// {"version", "checked"} or null}.
+    /// none, verify-ca or verify-full; null over a Unix socket or without TLS). An embedded cluster
+    /// is running, stopped, or not created yet (`created` false: nothing in $WF_HOME/pg).
+    /// --json: {"embedded", "created", "running", "location", "schema_version", "latest_version",
+    /// "tls": {"version", "checked"} or null}.
     Status,
     /// Apply pending migrations to the configured database.
     ///

@@ -78,23 +78,24 @@ fn live_workers(cluster: &Cluster) -> Option<String> {
 
 fn status(ctx: &Ctx) -> CommandResult {
     let latest = migrate::latest_version();
-    let (embedded, running, path, version, tls) = match ctx.database_url() {
+    let (embedded, created, running, path, version, tls) = match ctx.database_url() {
         Some(url) => {
             let database = Database::external(url)?;
             let mut client = database.connect()?;
             let tls = database.tls_of(&mut client)?;
-            (false, true, database.describe.clone(), migrate::current_version(&mut client)?, tls)
+            (false, true, true, database.describe.clone(), migrate::current_version(&mut client)?, tls)
         }
         None => {
             let cluster = ctx.cluster()?;
             let state = cluster.state()?;
             let version = if state.running { migrate::current_version(&mut cluster.connect()?)? } else { None };
-            (true, state.running, cluster.home_pg().display().to_string(), version, None)
+            (true, state.initialized, state.running, cluster.home_pg().display().to_string(), version, None)
         }
     };
     if ctx.out.json {
         ctx.out.json(&StatusDocument {
             embedded,
+            created,
             running,
             location: &path,
             schema_version: version,
@@ -103,10 +104,15 @@ fn status(ctx: &Ctx) -> CommandResult {
         })?;
     } else {
         ctx.out.table(
-            &["database", "running", "schema", "wf needs", "tls"],
+            &["database", "state", "schema", "wf needs", "tls"],
             vec![vec![
                 path,
-                running.to_string(),
+                match (created, running) {
+                    (_, true) => "running",
+                    (true, false) => "stopped",
+                    (false, false) => "not created",
+                }
+                .to_string(),
                 version.map_or("none".to_string(), |v| v.to_string()),
                 latest.to_string(),
                 tls.map_or("none".to_string(), |(version, checked)| format!("{version}, checked: {checked}")),
@@ -147,6 +153,8 @@ struct DownDocument {
 #[derive(Serialize)]
 struct StatusDocument<'a> {
     embedded: bool,
+    /// The embedded cluster exists (an external database always does).
+    created: bool,
     running: bool,
     /// The embedded cluster's folder, or the external database's description.
     location: &'a str,

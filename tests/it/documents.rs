@@ -31,6 +31,7 @@ fn db_status_and_migrate() {
         &["location", "schema_version", "latest_version"],
         r#"
 {
+  "created": true,
   "embedded": false,
   "latest_version": "<number>",
   "location": "<text>",

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use wf::db::embedded::is_root;
 
 use crate::support::checks::pin;
@@ -141,7 +141,9 @@ impl EmbeddedHome {
 
     fn assert_stopped(&self) {
         let status = self.status();
-        assert_eq!(status["running"], false, "{status}");
+        assert_eq!((&status["running"], &status["created"]), (&json!(false), &json!(true)), "{status}");
+        let table = self.wf(["db", "status"]).ok().stdout;
+        assert!(table.lines().nth(1).is_some_and(|row| row.contains("  stopped  ")), "{table}");
     }
 }
 
@@ -214,7 +216,7 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
     let dir = &embedded.home;
     pin(&up, dir, &["schema_version"], r#"{"path": "<dir>/pg", "running": true, "schema_version": "<number>"}"#);
     let status = embedded.wf(["db", "status", "--json"]).ok();
-    let expected = r#"{"embedded": true, "latest_version": "<number>", "location": "<dir>/pg", "running": true,
+    let expected = r#"{"created": true, "embedded": true, "latest_version": "<number>", "location": "<dir>/pg", "running": true,
                        "schema_version": "<number>", "tls": null}"#;
     pin(&status, dir, &["schema_version", "latest_version"], expected);
 
@@ -512,7 +514,9 @@ fn db_status_and_down_create_nothing() {
     let embedded = EmbeddedHome::new();
     assert!(!embedded.home.exists());
     let status = embedded.wf(["db", "status", "--json"]).ok().json();
-    assert_eq!(status["running"], false, "{status}");
+    assert_eq!((&status["running"], &status["created"]), (&json!(false), &json!(false)), "{status}");
+    let table = embedded.wf(["db", "status"]).ok().stdout;
+    assert!(table.lines().nth(1).is_some_and(|row| row.contains("  not created  ")), "{table}");
     embedded.wf(["db", "down"]).ok();
     assert!(!embedded.home.exists(), "WF_HOME was created");
 }
