@@ -444,7 +444,8 @@ pub(crate) enum TokenCommand {
 
 #[derive(Debug, Args)]
 pub(crate) struct TokenVerifyArgs {
-    /// A token as an attempt gets it in WF_TOKEN.
+    /// A token as an attempt gets it in WF_TOKEN, or - to read it from stdin (which keeps it out
+    /// of the process list, where other users of the host can read a command's arguments).
     pub token: String,
 }
 

@@ -60,8 +60,15 @@ pub fn issue(secret: &[u8], claims: &Claims) -> String {
     format!("{signed}.{signature}")
 }
 
-/// Check the signature and the expiry against `now` (the database's clock).
+/// Check the signature, then the expiry against `now` (the database's clock).
 pub fn verify(secret: &[u8], token: &str, now: DateTime<Utc>) -> Result<Claims> {
+    let claims = signed_claims(secret, token)?;
+    unexpired(&claims, now)?;
+    Ok(claims)
+}
+
+/// The claims of a token well formed and signed with `secret`; expired or not.
+pub fn signed_claims(secret: &[u8], token: &str) -> Result<Claims> {
     let token = token.trim();
     let mut parts = token.split('.');
     let (Some(prefix), Some(payload), Some(signature), None) = (parts.next(), parts.next(), parts.next(), parts.next())
@@ -77,12 +84,16 @@ pub fn verify(secret: &[u8], token: &str, now: DateTime<Utc>) -> Result<Claims> 
     mac.verify_slice(&signature)
         .map_err(|_| anyhow::anyhow!("invalid token: the signature does not match (forged, or another WF_SECRET)"))?;
     let bytes = URL_SAFE_NO_PAD.decode(payload).context("malformed token: payload is not base64url")?;
-    let claims: Claims = serde_json::from_slice(&bytes).context("malformed token: payload is not valid claims")?;
+    serde_json::from_slice(&bytes).context("malformed token: payload is not valid claims")
+}
+
+/// Refuses claims expired at `now` (the database's clock), past a leeway for clocks apart.
+pub fn unexpired(claims: &Claims, now: DateTime<Utc>) -> Result<()> {
     if now.timestamp() > claims.exp + LEEWAY_S {
         let expired = DateTime::<Utc>::from_timestamp(claims.exp, 0).unwrap_or_default();
         bail!("expired token: it expired at {}", expired.to_rfc3339());
     }
-    Ok(claims)
+    Ok(())
 }
 
 /// Whether the claim a token names still owns its job: the attempt it was issued to is running.

@@ -1,5 +1,7 @@
 //! `wf token verify`.
 
+use std::io::Read;
+
 use anyhow::{Context, anyhow};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -30,10 +32,18 @@ fn verify(ctx: &Ctx, args: TokenVerifyArgs) -> CommandResult {
             home.join("secret").display()
         )
     })?;
+    let text = if args.token == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).context("reading the token from stdin")?;
+        text
+    } else {
+        args.token
+    };
+    // A forged or malformed token is refused before any connection.
+    let claims = token::signed_claims(&secret, &text).context("verifying the token")?;
     let mut client = ctx.connect()?;
     // Expiry is judged on the database's clock, like every time that matters.
-    let now = db::now(&mut client)?;
-    let claims = token::verify(&secret, &args.token, now).context("verifying the token")?;
+    token::unexpired(&claims, db::now(&mut client)?).context("verifying the token")?;
     let current = token::is_current(&mut client, &claims)?;
     let expires = DateTime::<Utc>::from_timestamp(claims.exp, 0).unwrap_or_default();
     if ctx.out.json {

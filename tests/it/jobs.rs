@@ -589,6 +589,11 @@ fn the_action_sees_its_environment_and_a_token_that_verifies() {
     let replacement = if &forged[flip..flip + 1] == "A" { "B" } else { "A" };
     forged.replace_range(flip..flip + 1, replacement);
     env.wf(["token", "verify", &forged]).run().expect_code(1);
+    // Refused by its signature before any connection: a database that does not answer is not
+    // asked (DATABASE_URL naming a socket folder with no server).
+    let unreachable = format!("host={} dbname=none connect_timeout=2", env.dir.path().display());
+    let refused = env.wf(["token", "verify", &forged]).env("DATABASE_URL", &unreachable).run().expect_code(1);
+    assert!(refused.stderr.contains("the signature does not match"), "{refused:?}");
     env.wf(["token", "verify", &token]).env("WF_SECRET", "another-secret-of-at-least-32-bytes!!").run().expect_code(1);
     env.wf(["token", "verify", "garbage"]).run().expect_code(1);
     let secret = b"0123456789abcdef0123456789abcdef-test-secret";
@@ -629,6 +634,10 @@ fn a_running_attempts_token_is_current() {
     let claims = env.wf(["token", "verify", &token, "--json"]).ok().json();
     assert_eq!((claims["current"].as_bool(), claims["valid"].as_bool()), (Some(true), Some(true)), "{claims}");
     assert_eq!(claims["job"], id.as_str());
+    // Read from stdin (`-`), as a script keeps a token out of the process list.
+    let from_stdin =
+        env.wf(["token", "verify", "-", "--json"]).stdin_bytes(format!("{token}\n").as_bytes()).expect_code(0);
+    assert_eq!(from_stdin.json(), claims);
     env.wf(["cancel", &id, "--yes"]).ok();
 }
 
