@@ -97,6 +97,9 @@ impl Cluster {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => std::path::absolute(home)?,
             Err(error) => return Err(error).with_context(|| format!("resolving WF_HOME {}", home.display())),
         };
+        if home.exists() && !home.is_dir() {
+            bail!("WF_HOME {} is not a folder (set WF_HOME to a folder, or DATABASE_URL)", home.display());
+        }
         let home_pg = home.join("pg");
         let dir = if is_root() {
             linked_cluster(&home_pg).unwrap_or_else(|| Path::new(ROOT_CLUSTERS).join(short_hash(&home)))

@@ -507,6 +507,20 @@ fn something_else_in_place_of_wf_home_pg_is_refused_and_kept() {
     }
 }
 
+/// A WF_HOME that is a file: every command says so (`db status` said "not created", `db up` "File
+/// exists"), and the file is kept.
+#[test]
+fn a_wf_home_that_is_a_file_is_refused_and_kept() {
+    let embedded = EmbeddedHome::new();
+    fs::write(&embedded.home, "a file").unwrap();
+    for command in ["status", "up", "down"] {
+        let run = embedded.wf(["db", command]).run().expect_code(1);
+        assert!(run.stderr.contains("is not a folder"), "wf db {command}: {run:?}");
+    }
+    embedded.wf(["jobs"]).run().expect_code(1);
+    assert_eq!(fs::read_to_string(&embedded.home).unwrap(), "a file");
+}
+
 /// `wf db status` and `wf db down` change nothing: on a WF_HOME that does not exist they say no
 /// cluster runs, and leave no folder behind.
 #[test]
