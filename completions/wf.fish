@@ -144,7 +144,7 @@ complete -c wf -n "__fish_wf_using_subcommand enqueue" -l input -d 'Input: JSON 
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l batch -d 'One job per line of this JSON Lines file (@FILE as for --input; - or @- for stdin; blank lines skipped), all in one transaction: read and inserted 5,000 lines at a time, so its size is not bounded by memory; a line that is not a JSON object or longer than 64 MiB, or an input the input schema refuses, enqueues none. A file whose name starts with @ is named ./@NAME' -r -F
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l priority -d 'Higher runs first' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l tag -d 'Override the action\'s effective tag' -r
-complete -c wf -n "__fish_wf_using_subcommand enqueue" -l at -d 'Run at this time (RFC 3339)' -r
+complete -c wf -n "__fish_wf_using_subcommand enqueue" -l at -d 'Run at this time: RFC 3339 (2026-12-01T09:00:00Z), or as tables print times (2026-12-01 10:00:00 +01:00). A time past is due at once, in its place: ahead of jobs due after it' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l in -d 'Run after this delay (30s, 5m, 2h, 30d)' -r
 complete -c wf -n "__fish_wf_using_subcommand enqueue" -l trigger-kind -d 'What triggered the job, recorded with it (`WF_TRIGGER_KIND` of its attempts, `wf show`)' -r -f -a "manual\t''
 api\t''

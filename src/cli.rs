@@ -227,7 +227,8 @@ pub(crate) struct EnqueueArgs {
     /// Override the action's effective tag.
     #[arg(long)]
     pub tag: Option<String>,
-    /// Run at this time (RFC 3339).
+    /// Run at this time: RFC 3339 (2026-12-01T09:00:00Z), or as tables print times (2026-12-01
+    /// 10:00:00 +01:00). A time past is due at once, in its place: ahead of jobs due after it.
     #[arg(long, conflicts_with = "in_", value_parser = parse_time)]
     pub at: Option<chrono::DateTime<chrono::Utc>>,
     /// Run after this delay (30s, 5m, 2h, 30d).
@@ -633,10 +634,8 @@ pub(crate) struct GenerateDocsArgs {
 /// A moment: an RFC 3339 time or one as `wf show` and the tables' time cells print it, or a duration
 /// before now (`30s`, `5m`, `2h`, `30d`).
 pub(crate) fn parse_moment(text: &str) -> Result<Moment, String> {
-    let time = chrono::DateTime::parse_from_rfc3339(text.trim())
-        .or_else(|_| chrono::DateTime::parse_from_str(text.trim(), crate::output::TABLE_TIME));
-    if let Ok(at) = time {
-        return Ok(Moment::At(at.with_timezone(&chrono::Utc)));
+    if let Some(at) = time_of(text) {
+        return Ok(Moment::At(at));
     }
     no_calendar_units(text)?;
     match humantime::parse_duration(text.trim()) {
@@ -657,11 +656,19 @@ fn filter(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
-/// An RFC 3339 time (`--at`).
-pub(crate) fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+/// An RFC 3339 time, or one as `wf show` and the tables' time cells print it.
+fn time_of(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
     chrono::DateTime::parse_from_rfc3339(text.trim())
+        .or_else(|_| chrono::DateTime::parse_from_str(text.trim(), crate::output::TABLE_TIME))
+        .ok()
         .map(|at| at.with_timezone(&chrono::Utc))
-        .map_err(|e| format!("{text:?} is not an RFC 3339 time such as 2026-12-01T09:00:00Z: {e}"))
+}
+
+/// A time (`--at`), as `--since` takes one.
+pub(crate) fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    time_of(text).ok_or_else(|| {
+        format!("{text:?} is not a time such as 2026-12-01T09:00:00Z or 2026-12-01 10:00:00 +01:00 (with its offset)")
+    })
 }
 
 /// The longest duration taken: times further from now than this are past what the database and the
@@ -819,6 +826,12 @@ mod tests {
             "{printed}"
         );
         assert!(matches!(parse_moment("2h"), Ok(Moment::Ago(ago)) if ago == Duration::from_secs(7200)));
+        // `--at` takes the same times as `--since`, and no duration.
+        assert_eq!(parse_time(&printed), Ok(at("2026-12-04T19:12:00Z")));
+        assert_eq!(parse_time("2026-12-04T21:12:00+02:00"), Ok(at("2026-12-04T19:12:00Z")));
+        for text in ["2h", "2026-12-04 19:12:00", "tomorrow"] {
+            assert!(parse_time(text).is_err_and(|error| error.contains("is not a time such as")), "{text:?}");
+        }
         assert!(parse_moment("5M").is_err_and(|error| error.contains("months")));
         for text in ["2026-12-04 19:12:00", "2026-12-04 19:12 +00:00", "yesterday"] {
             assert!(parse_moment(text).is_err(), "{text:?}");
