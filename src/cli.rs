@@ -667,7 +667,10 @@ fn time_of(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
 /// A time (`--at`), as `--since` takes one.
 pub(crate) fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     time_of(text).ok_or_else(|| {
-        format!("{text:?} is not a time such as 2026-12-01T09:00:00Z or 2026-12-01 10:00:00 +01:00 (with its offset)")
+        format!(
+            "{text:?} is not a time: RFC 3339 (2026-12-01T09:00:00Z), or as tables print times (2026-12-01 \
+             10:00:00 +01:00), with the offset"
+        )
     })
 }
 
@@ -830,7 +833,7 @@ mod tests {
         assert_eq!(parse_time(&printed), Ok(at("2026-12-04T19:12:00Z")));
         assert_eq!(parse_time("2026-12-04T21:12:00+02:00"), Ok(at("2026-12-04T19:12:00Z")));
         for text in ["2h", "2026-12-04 19:12:00", "tomorrow"] {
-            assert!(parse_time(text).is_err_and(|error| error.contains("is not a time such as")), "{text:?}");
+            assert!(parse_time(text).is_err_and(|error| error.contains("is not a time: RFC 3339")), "{text:?}");
         }
         assert!(parse_moment("5M").is_err_and(|error| error.contains("months")));
         for text in ["2026-12-04 19:12:00", "2026-12-04 19:12 +00:00", "yesterday"] {

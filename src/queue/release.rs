@@ -17,6 +17,9 @@ pub(crate) enum Why {
     /// A clean shutdown: due again at once, in the place in the queue it had (its `scheduled_for`
     /// kept), so that a restart of the workers sends no job behind those enqueued after it.
     Shutdown,
+    /// A clean shutdown came before the job started (claimed as the worker began to stop, or
+    /// for a slot that was to run it next): due again at once, in its place, unstarted.
+    ShutdownUnstarted,
     /// The job could not start on this worker now (its commit could not be written from the
     /// database): due again after this wait, so that a worker meeting the same trouble does not
     /// claim it again and again.
@@ -32,7 +35,7 @@ impl Why {
     /// As the worker's journal and the job's logs say it.
     pub(crate) fn said(self) -> &'static str {
         match self {
-            Why::Shutdown => "worker shutting down",
+            Why::Shutdown | Why::ShutdownUnstarted => "worker shutting down",
             Why::CannotStart(_) => "the job could not start here now",
             Why::RunnerEnded => "the warm runner ended before it took the job",
             Why::Unanswered => "the worker's claim of the job went unanswered",
@@ -82,7 +85,7 @@ pub(crate) fn release(
         // `wait`.
         let (started, wait, note) = match why {
             Why::Shutdown => (true, None, format!("{}: the job was stopped and put back in the queue", why.said())),
-            Why::RunnerEnded | Why::Unanswered => {
+            Why::ShutdownUnstarted | Why::RunnerEnded | Why::Unanswered => {
                 (false, None, format!("{}: the job is put back in the queue, unstarted", why.said()))
             }
             Why::CannotStart(wait) => {

@@ -259,7 +259,14 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
             if let Some(next) = link.next.take() {
-                release(shared, &mut link.connection, &next.job, next.claimed_at, LogBuffer::default(), Why::Shutdown);
+                release(
+                    shared,
+                    &mut link.connection,
+                    &next.job,
+                    next.claimed_at,
+                    LogBuffer::default(),
+                    Why::ShutdownUnstarted,
+                );
             }
             release_handed(shared, &mut link.connection);
             link.end();
@@ -307,7 +314,7 @@ pub(super) fn run(shared: &Shared, index: u32) -> Result<()> {
                         &mine.job,
                         mine.claimed_at,
                         LogBuffer::default(),
-                        Why::Shutdown,
+                        Why::ShutdownUnstarted,
                     );
                     release_handed(shared, &mut link.connection);
                     continue;
@@ -390,7 +397,7 @@ fn bounded_run_cannot_claim(shared: &Shared, error: &anyhow::Error) -> bool {
 /// once, as a clean shutdown puts back a running job.
 fn release_handed(shared: &Shared, connection: &mut Connection) {
     while let Some(handed) = shared.take_handed() {
-        release(shared, connection, &handed.job, handed.claimed_at, LogBuffer::default(), Why::Shutdown);
+        release(shared, connection, &handed.job, handed.claimed_at, LogBuffer::default(), Why::ShutdownUnstarted);
     }
 }
 

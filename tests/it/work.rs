@@ -327,6 +327,13 @@ fn jobs_claimed_as_the_worker_stops_go_back_unstarted() {
     assert!(executions(&log).is_empty(), "no job started: {:?}", executions(&log));
     let queued: i64 = env.scalar("SELECT count(*) FROM job_queue WHERE NOT running AND worker IS NULL");
     assert_eq!(queued, 2, "both back in the queue ({ids:?})");
+    // Unstarted, they keep their attempt number: their next run is attempt 1 (it was 2).
+    let released: i64 = env.scalar("SELECT sum(restarts + releases) FROM job_queue");
+    assert_eq!(released, 0, "no attempt counted ({ids:?})");
+    for id in &ids {
+        let logs = env.wf(["logs", id]).ok().stdout;
+        assert!(logs.contains("worker shutting down: the job is put back in the queue, unstarted"), "{logs}");
+    }
 }
 
 /// `fixtures::worker`, with SIGHUP and SIGQUIT set to `disposition` between fork and exec: ignored
