@@ -189,7 +189,7 @@ complete -c wf -n "__fish_wf_using_subcommand cancel" -l reason -d 'Why, recorde
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
-complete -c wf -n "__fish_wf_using_subcommand cancel" -l yes -d 'Do not ask for confirmation. Asked when more than one job is canceled (several ids, or the jobs that match); one id is canceled at once, as `kill` does, and as scripts cancel a job'
+complete -c wf -n "__fish_wf_using_subcommand cancel" -l yes -d 'Do not ask for confirmation. Asked when more than one job is canceled (several ids still waiting or running, or the jobs that match); one is canceled at once, as `kill` does, and as scripts cancel a job'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -s q -l quiet -d 'Hide progress and informational messages'
 complete -c wf -n "__fish_wf_using_subcommand cancel" -s h -l help -d 'Print help'

@@ -345,8 +345,9 @@ pub(crate) struct CancelArgs {
     /// Why, recorded with the cancel (`canceled_reason` in `wf show`).
     #[arg(long)]
     pub reason: Option<String>,
-    /// Do not ask for confirmation. Asked when more than one job is canceled (several ids, or the
-    /// jobs that match); one id is canceled at once, as `kill` does, and as scripts cancel a job.
+    /// Do not ask for confirmation. Asked when more than one job is canceled (several ids still
+    /// waiting or running, or the jobs that match); one is canceled at once, as `kill` does, and as
+    /// scripts cancel a job.
     #[arg(long)]
     pub yes: bool,
 }

@@ -40,8 +40,17 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         // One job named twice (its id and a prefix of it) is one job to cancel, in its first place.
         let mut seen = std::collections::HashSet::new();
         ids.retain(|id| seen.insert(*id));
-        if ids.len() > 1 {
-            confirm(&format!("cancel {} jobs", ids.len()), args.yes)?;
+        // Asked when more than one job would change: jobs finished already (and without a retry
+        // to cancel) are only reported.
+        if ids.len() > 1 && !args.yes {
+            let changing = cancel::changing(&mut client, &ids)?;
+            if changing > 1 {
+                let finished = match ids.len() - changing {
+                    0 => String::new(),
+                    finished => format!(" ({finished} more named finished already)"),
+                };
+                confirm(&format!("cancel {changing} jobs{finished}"), args.yes)?;
+            }
         }
         ids
     };

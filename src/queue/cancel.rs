@@ -228,6 +228,20 @@ impl Matching<'_> {
     }
 }
 
+/// How many of `ids` a cancel would change: those waiting or running, and those finished whose
+/// retry waits or runs (the retry is canceled). Only for the confirmation: jobs change meanwhile.
+pub(crate) fn changing(client: &mut Client, ids: &[Uuid]) -> Result<usize> {
+    let count: i64 = client
+        .query_one(
+            "SELECT count(*) FROM unnest($1::uuid[]) AS n(id)
+              WHERE EXISTS (SELECT 1 FROM job_queue q WHERE q.job_id = n.id)
+                 OR EXISTS (SELECT 1 FROM job r JOIN job_queue q ON q.job_id = r.id WHERE r.retry_of = n.id)",
+            &[&ids],
+        )?
+        .get(0);
+    Ok(usize::try_from(count)?)
+}
+
 /// The ids of the jobs in the queue that match. The queue holds only waiting and running jobs, so
 /// this reads the queue, not the history.
 pub(crate) fn matching(client: &mut Client, matching: &Matching<'_>) -> Result<Vec<Uuid>> {

@@ -333,6 +333,18 @@ fn a_cancel_naming_an_unknown_id_or_refused_changes_nothing() {
     assert_eq!(code, 0);
     assert!(out.values().all(|outcome| outcome == "canceled"), "{out:?}");
     assert_queue_empty(&env);
+
+    // Of several ids, one still waiting: canceled at once, as one id is (it asked for a
+    // confirmation of "2 jobs" and, without a terminal, refused); the one canceled already is
+    // reported so again.
+    let waiting = enqueue(&env, "t/echo", json!({}));
+    let run = env.wf(["cancel", &waiting, &job, "--json"]).run().expect_code(0);
+    let out = outcomes(&run);
+    assert_eq!((one(&out, &waiting), one(&out, &job)), ("canceled".to_string(), "canceled".to_string()));
+    // Two of three still waiting: asked, and the prompt counts them.
+    let (a, b) = (enqueue(&env, "t/echo", json!({})), enqueue(&env, "t/echo", json!({})));
+    let refused = env.wf(["cancel", &a, &b, &job]).run().expect_code(3);
+    assert!(refused.stderr.contains("cancel 2 jobs (1 more named finished already)"), "{refused:?}");
 }
 
 /// A cancel whose job another transaction holds (a psql `SELECT ... FOR UPDATE`) waits for it, and
