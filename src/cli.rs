@@ -130,11 +130,13 @@ pub(crate) enum DbCommand {
     /// /tmp/windforce-HASH when the path is too long for a socket). As root it runs as the
     /// `postgres` user with its files in /var/lib/windforce/HASH, which $WF_HOME/pg links to. Safe
     /// to run from many processes at once, and after a crash or a reboot. Every command without
-    /// DATABASE_URL does this itself. --json: {"running", "path", "schema_version"}.
+    /// DATABASE_URL does this itself, but for a cluster `wf db down` stopped: only `wf db up`
+    /// starts that one again. --json: {"running", "path", "schema_version"}.
     Up,
-    /// Stop the embedded cluster (fast shutdown).
+    /// Stop the embedded cluster (fast shutdown), and keep it stopped until `wf db up`.
     ///
-    /// Workers using it lose their connections and reconnect when it is up again (they start a
+    /// No other command starts it meanwhile, nor after a reboot (they refuse, saying so; `wf db
+    /// status` says "stopped (wf db down)"): its files can be copied or moved. Workers using it lose their connections and reconnect when it is up again (they start a
     /// server that died without a shutdown, never one stopped here); a job whose
     /// worker could not beat for a zombie window meanwhile is stopped (its worker fences itself)
     /// and left to the reaper. A warning names the workers live on it, and the jobs they run,

@@ -21,6 +21,7 @@ pub(super) fn run(ctx: &Ctx, command: DbCommand) -> CommandResult {
 }
 
 fn up(ctx: &Ctx) -> CommandResult {
+    ctx.cluster()?.lift_down()?;
     let cluster = ctx.embedded_up()?;
     let database = ctx.prepare(Database::embedded(&cluster))?;
     let mut client = database.connect()?;
@@ -78,18 +79,19 @@ fn live_workers(cluster: &Cluster) -> Option<String> {
 
 fn status(ctx: &Ctx) -> CommandResult {
     let latest = migrate::latest_version();
-    let (embedded, created, running, path, version, tls) = match ctx.database_url() {
+    let (embedded, created, running, held_down, path, version, tls) = match ctx.database_url() {
         Some(url) => {
             let database = Database::external(url)?;
             let mut client = database.connect()?;
             let tls = database.tls_of(&mut client)?;
-            (false, true, true, database.describe.clone(), migrate::current_version(&mut client)?, tls)
+            (false, true, true, false, database.describe.clone(), migrate::current_version(&mut client)?, tls)
         }
         None => {
             let cluster = ctx.cluster()?;
             let state = cluster.state()?;
             let version = if state.running { migrate::current_version(&mut cluster.connect()?)? } else { None };
-            (true, state.initialized, state.running, cluster.home_pg().display().to_string(), version, None)
+            let path = cluster.home_pg().display().to_string();
+            (true, state.initialized, state.running, state.held_down, path, version, None)
         }
     };
     if ctx.out.json {
@@ -107,10 +109,11 @@ fn status(ctx: &Ctx) -> CommandResult {
             &["database", "state", "schema", "wf needs", "tls"],
             vec![vec![
                 path,
-                match (created, running) {
-                    (_, true) => "running",
-                    (true, false) => "stopped",
-                    (false, false) => "not created",
+                match (created, running, held_down) {
+                    (_, true, _) => "running",
+                    (true, false, true) => "stopped (wf db down)",
+                    (true, false, false) => "stopped",
+                    (false, false, _) => "not created",
                 }
                 .to_string(),
                 version.map_or("none".to_string(), |v| v.to_string()),

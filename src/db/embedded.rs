@@ -55,6 +55,9 @@ pub struct Cluster {
     socket_dir: PathBuf,
     /// Serializes creating, starting and stopping between `wf` processes.
     lock_file: PathBuf,
+    /// Left by `wf db down`, taken away by `wf db up`: while it is there no other command starts
+    /// the cluster (after a reboot neither).
+    down_mark: PathBuf,
     /// Where the PostgreSQL server binaries are looked for first (PATH).
     search_path: Vec<PathBuf>,
 }
@@ -75,6 +78,8 @@ pub enum Started {
 pub struct ClusterState {
     pub initialized: bool,
     pub running: bool,
+    /// Stopped by `wf db down`, to stay stopped until `wf db up`.
+    pub held_down: bool,
 }
 
 /// What `postmaster.pid` says about the server.
@@ -121,7 +126,8 @@ impl Cluster {
             PathBuf::from("/tmp").join(format!("windforce-{}", short_hash(&dir)))
         };
         let lock_file = home.join("pg.lock");
-        Ok(Cluster { home, home_pg, dir, socket_dir, lock_file, search_path: search_path.to_vec() })
+        let down_mark = home.join("pg.down");
+        Ok(Cluster { home, home_pg, dir, socket_dir, lock_file, down_mark, search_path: search_path.to_vec() })
     }
 
     pub fn home_pg(&self) -> &Path {
@@ -167,15 +173,23 @@ impl Cluster {
         self.check_data()?;
         let initialized = self.initialized();
         let running = initialized && self.postmaster()? == Postmaster::Running;
-        Ok(ClusterState { initialized, running })
+        Ok(ClusterState { initialized, running, held_down: self.down_mark.exists() })
     }
 
     /// Create the cluster if needed and start it if it is not running. Safe to call from many
-    /// processes at once (a file lock serializes them) and after a crash or a reboot.
+    /// processes at once (a file lock serializes them) and after a crash or a reboot. Refused for
+    /// a cluster `wf db down` stopped, until `wf db up` (`lift_down`).
     pub fn ensure_up(&self) -> Result<Started> {
         self.not_in_the_way()?;
         fs::create_dir_all(&self.home).with_context(|| format!("creating WF_HOME {}", self.home.display()))?;
         let _lock = FileLock::acquire(&self.lock_file)?;
+        if self.down_mark.exists() {
+            bail!(
+                "the embedded cluster in {} was stopped by `wf db down`: `wf db up` starts it again (or set \
+                 DATABASE_URL to use another database)",
+                self.home_pg.display()
+            );
+        }
         self.make_dirs()?;
         self.check_data()?;
         let mut started = Started::Running;
@@ -199,6 +213,8 @@ impl Cluster {
         Ok(started)
     }
 
+    /// Stop the server, and keep it stopped: no command but `wf db up` starts it again (the mark
+    /// is left first, so that a command waiting for the lock meanwhile does not start it).
     pub fn stop(&self) -> Result<bool> {
         self.not_in_the_way()?;
         self.check_data()?;
@@ -206,7 +222,12 @@ impl Cluster {
             return Ok(false);
         }
         let _lock = FileLock::acquire(&self.lock_file)?;
-        if !self.initialized() || self.postmaster()? != Postmaster::Running {
+        if !self.initialized() {
+            return Ok(false);
+        }
+        fs::write(&self.down_mark, "stopped by wf db down; wf db up starts it again\n")
+            .with_context(|| format!("writing {}", self.down_mark.display()))?;
+        if self.postmaster()? != Postmaster::Running {
             return Ok(false);
         }
         let output = self
@@ -410,6 +431,20 @@ impl Cluster {
             client.batch_execute(&format!("CREATE DATABASE {DB_NAME}")).context("creating the windforce database")?;
         }
         Ok(())
+    }
+
+    /// Let the cluster be started again (`wf db up`): takes away the mark `stop` left.
+    pub fn lift_down(&self) -> Result<()> {
+        if !self.down_mark.exists() {
+            return Ok(());
+        }
+        let _lock = FileLock::acquire(&self.lock_file)?;
+        match fs::remove_file(&self.down_mark) {
+            Err(error) if error.kind() != ErrorKind::NotFound => {
+                Err(error).with_context(|| format!("removing {}", self.down_mark.display()))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Whether the server is gone without a shutdown (a crash, a kill): its pid file is left.

@@ -143,7 +143,7 @@ impl EmbeddedHome {
         let status = self.status();
         assert_eq!((&status["running"], &status["created"]), (&json!(false), &json!(true)), "{status}");
         let table = self.wf(["db", "status"]).ok().stdout;
-        assert!(table.lines().nth(1).is_some_and(|row| row.contains("  stopped  ")), "{table}");
+        assert!(table.lines().nth(1).is_some_and(|row| row.contains("  stopped")), "{table}");
     }
 }
 
@@ -224,6 +224,13 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
     assert!(down.stderr.contains("embedded cluster stopped"), "{down:?}");
     assert!(!down.stderr.contains("warning"), "no worker was live: {down:?}");
     embedded.assert_stopped();
+    // Stopped on purpose, it stays stopped: no other command starts it (they did, so a `wf jobs`
+    // during a copy of the cluster's files started it under the copy).
+    let refused = embedded.wf(["jobs"]).run().expect_code(1);
+    assert!(refused.stderr.contains("was stopped by `wf db down`: `wf db up` starts it again"), "{refused:?}");
+    embedded.assert_stopped();
+    let table = embedded.wf(["db", "status"]).ok().stdout;
+    assert!(table.contains("  stopped (wf db down)  "), "{table}");
     let down_again = embedded.wf(["db", "down"]).ok();
     assert!(down_again.stderr.contains("was not running"), "{down_again:?}");
     pin(&embedded.wf(["db", "down", "--json"]).ok(), &embedded.home, &[], r#"{"stopped": false}"#);
