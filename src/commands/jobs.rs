@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use super::render::JobDocument;
+use super::render::{JobDocument, ShownJob};
 use super::{CommandResult, Ctx};
 use crate::cli::JobsArgs;
 use crate::db;
@@ -48,7 +48,13 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
         let more = jobs.len() as i64 > args.limit;
         jobs.truncate(args.limit as usize);
         if ctx.out.json {
-            ctx.out.json_array(&jobs.iter().map(JobDocument::from).collect::<Vec<_>>())?;
+            let ids: Vec<uuid::Uuid> = jobs.iter().map(|job| job.id).collect();
+            let retries = inspect::retries_of(&mut client, &ids)?;
+            let shown: Vec<ShownJob> = jobs
+                .iter()
+                .map(|job| ShownJob { job: JobDocument::from(job), retried_as: retries.get(&job.id).copied() })
+                .collect();
+            ctx.out.json_array(&shown)?;
             return Ok(Exit::Ok);
         }
         let now = db::now(&mut client)?;

@@ -54,7 +54,16 @@ pub(super) fn print_result(out: &Output, job: &JobView, waited: bool) -> Command
     }
 }
 
-/// Everything about one job (SPEC: `wf show --json`); `wf jobs --json` lists these.
+/// `wf show --json` and each job of `wf jobs --json`: the job, and the retry that followed its
+/// failure.
+#[derive(Serialize)]
+pub(super) struct ShownJob<'a> {
+    #[serde(flatten)]
+    pub job: JobDocument<'a>,
+    pub retried_as: Option<Uuid>,
+}
+
+/// Everything about one job (SPEC: `wf show --json`).
 #[derive(Serialize)]
 pub(super) struct JobDocument<'a> {
     id: Uuid,

@@ -1,10 +1,8 @@
 //! `wf show ID`: everything about one job.
 
-use serde::Serialize;
 use serde_json::Value;
-use uuid::Uuid;
 
-use super::render::JobDocument;
+use super::render::{JobDocument, ShownJob};
 use super::{CommandResult, Ctx};
 use crate::cli::ShowArgs;
 use crate::error::Exit;
@@ -17,7 +15,7 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
     let job = inspect::show_existing(&mut client, id)?;
     let retried_as = inspect::retried_as(&mut client, id)?;
     if ctx.out.json {
-        ctx.out.json(&ShowDocument { job: JobDocument::from(&job), retried_as })?;
+        ctx.out.json(&ShownJob { job: JobDocument::from(&job), retried_as })?;
         return Ok(Exit::Ok);
     }
     let compact =
@@ -70,12 +68,4 @@ fn shown(text: String) -> String {
         end -= 1;
     }
     format!("{}… ({} bytes in all: --json shows it whole)", &text[..end], text.len())
-}
-
-/// `wf show --json`: the job as `wf jobs` lists it, and the retry that followed its failure.
-#[derive(Serialize)]
-struct ShowDocument<'a> {
-    #[serde(flatten)]
-    job: JobDocument<'a>,
-    retried_as: Option<Uuid>,
 }

@@ -1,5 +1,6 @@
 //! Reading jobs: one job, a list, logs, and the queue's state per tag.
 
+use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
@@ -111,6 +112,16 @@ pub(crate) fn show(client: &mut Client, id: Uuid) -> Result<Option<JobView>> {
 pub(crate) fn retried_as(client: &mut Client, id: Uuid) -> Result<Option<Uuid>> {
     let sql = "SELECT id FROM job WHERE retry_of = $1 ORDER BY created_at, id LIMIT 1";
     Ok(client.query_opt(sql, &[&id])?.map(|row| row.get(0)))
+}
+
+/// `retried_as` of each of `ids` that has a retry: one statement for a page of jobs, by the index
+/// of `retry_of`.
+pub(crate) fn retries_of(client: &mut Client, ids: &[Uuid]) -> Result<HashMap<Uuid, Uuid>> {
+    let rows = client.query(
+        "SELECT DISTINCT ON (retry_of) retry_of, id FROM job WHERE retry_of = ANY($1) ORDER BY retry_of, created_at, id",
+        &[&ids],
+    )?;
+    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
 }
 
 pub(crate) fn show_existing(client: &mut Client, id: Uuid) -> Result<JobView> {

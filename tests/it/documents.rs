@@ -367,6 +367,7 @@ fn jobs() {
     "result": {
       "ok": true
     },
+    "retried_as": null,
     "retry_of": null,
     "schedule": null,
     "scheduled_for": "<time>",

@@ -243,6 +243,9 @@ fn a_failure_is_followed_by_its_retries_through_the_enqueue_path_and_keeps_its_c
         assert_eq!(job["retry_of"], if n == 0 { Value::Null } else { json!(chain[n - 1]) });
         let next = chain.get(n + 1).map_or(Value::Null, |next| json!(next));
         assert_eq!(job["retried_as"], next, "wf show names the retry that followed: {job}");
+        let listed = env.wf(["jobs", "--json"]).ok().json();
+        let listed = listed.as_array().unwrap().iter().find(|listed| listed["id"] == json!(id)).unwrap().clone();
+        assert_eq!(listed["retried_as"], next, "and so does wf jobs --json: {listed}");
         if n > 0 {
             let waited: f64 = env.scalar_of(
                 "SELECT extract(epoch FROM r.scheduled_for - c.completed_at)::float8
