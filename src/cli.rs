@@ -148,8 +148,8 @@ pub(crate) enum DbCommand {
     /// TLS of its connection (its protocol, and how far the server's certificate was checked:
     /// none, verify-ca or verify-full; null over a Unix socket or without TLS). An embedded cluster
     /// is running, stopped, or not created yet (`created` false: nothing in $WF_HOME/pg).
-    /// --json: {"embedded", "created", "running", "location", "schema_version", "latest_version",
-    /// "tls": {"version", "checked"} or null}.
+    /// --json: {"embedded", "created", "running", "held_down" (stopped by `wf db down`),
+    /// "location", "schema_version", "latest_version", "tls": {"version", "checked"} or null}.
     Status,
     /// Apply pending migrations to the configured database.
     ///

@@ -99,6 +99,7 @@ fn status(ctx: &Ctx) -> CommandResult {
             embedded,
             created,
             running,
+            held_down,
             location: &path,
             schema_version: version,
             latest_version: latest,
@@ -159,6 +160,8 @@ struct StatusDocument<'a> {
     /// The embedded cluster exists (an external database always does).
     created: bool,
     running: bool,
+    /// Stopped by `wf db down`: no command but `wf db up` starts it.
+    held_down: bool,
     /// The embedded cluster's folder, or the external database's description.
     location: &'a str,
     /// None: no windforce schema.

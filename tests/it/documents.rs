@@ -33,6 +33,7 @@ fn db_status_and_migrate() {
 {
   "created": true,
   "embedded": false,
+  "held_down": false,
   "latest_version": "<number>",
   "location": "<text>",
   "running": true,

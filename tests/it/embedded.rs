@@ -216,7 +216,7 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
     let dir = &embedded.home;
     pin(&up, dir, &["schema_version"], r#"{"path": "<dir>/pg", "running": true, "schema_version": "<number>"}"#);
     let status = embedded.wf(["db", "status", "--json"]).ok();
-    let expected = r#"{"created": true, "embedded": true, "latest_version": "<number>", "location": "<dir>/pg", "running": true,
+    let expected = r#"{"created": true, "embedded": true, "held_down": false, "latest_version": "<number>", "location": "<dir>/pg", "running": true,
                        "schema_version": "<number>", "tls": null}"#;
     pin(&status, dir, &["schema_version", "latest_version"], expected);
 
@@ -231,6 +231,7 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
     embedded.assert_stopped();
     let table = embedded.wf(["db", "status"]).ok().stdout;
     assert!(table.contains("  stopped (wf db down)  "), "{table}");
+    assert_eq!(embedded.status()["held_down"], true);
     let down_again = embedded.wf(["db", "down"]).ok();
     assert!(down_again.stderr.contains("was not running"), "{down_again:?}");
     pin(&embedded.wf(["db", "down", "--json"]).ok(), &embedded.home, &[], r#"{"stopped": false}"#);
