@@ -183,15 +183,16 @@ impl Cluster {
         self.not_in_the_way()?;
         fs::create_dir_all(&self.home).with_context(|| format!("creating WF_HOME {}", self.home.display()))?;
         let _lock = FileLock::acquire(&self.lock_file)?;
-        if self.down_mark.exists() {
+        self.make_dirs()?;
+        self.check_data()?;
+        let running = self.initialized() && self.postmaster()? == Postmaster::Running;
+        if !running && self.down_mark.exists() {
             bail!(
                 "the embedded cluster in {} was stopped by `wf db down`: `wf db up` starts it again (or set \
                  DATABASE_URL to use another database)",
                 self.home_pg.display()
             );
         }
-        self.make_dirs()?;
-        self.check_data()?;
         let mut started = Started::Running;
         if !self.initialized() {
             self.init()?;
@@ -214,7 +215,8 @@ impl Cluster {
     }
 
     /// Stop the server, and keep it stopped: no command but `wf db up` starts it again (the mark
-    /// is left first, so that a command waiting for the lock meanwhile does not start it).
+    /// is left under the lock, so that a command waiting for it meanwhile does not start it; a
+    /// stop that fails leaves none).
     pub fn stop(&self) -> Result<bool> {
         self.not_in_the_way()?;
         self.check_data()?;
@@ -225,9 +227,8 @@ impl Cluster {
         if !self.initialized() {
             return Ok(false);
         }
-        fs::write(&self.down_mark, "stopped by wf db down; wf db up starts it again\n")
-            .with_context(|| format!("writing {}", self.down_mark.display()))?;
         if self.postmaster()? != Postmaster::Running {
+            self.hold_down()?;
             return Ok(false);
         }
         let output = self
@@ -240,7 +241,14 @@ impl Cluster {
         if !output.status.success() {
             bail!("pg_ctl stop failed: {}", String::from_utf8_lossy(&output.stderr).trim());
         }
+        self.hold_down()?;
         Ok(true)
+    }
+
+    /// Leave the mark that keeps the cluster stopped until `wf db up`.
+    fn hold_down(&self) -> Result<()> {
+        fs::write(&self.down_mark, "stopped by wf db down; wf db up starts it again\n")
+            .with_context(|| format!("writing {}", self.down_mark.display()))
     }
 
     /// The folders, with owners and modes that keep other users out. Checked at every start, not
