@@ -239,8 +239,12 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
     let restart = embedded.wf(["db", "up"]).ok();
     assert!(restart.stderr.contains("starting the embedded PostgreSQL cluster"), "{restart:?}");
     assert!(!restart.stderr.contains("creating"), "{restart:?}");
+    assert_eq!(embedded.status()["held_down"], false, "wf db up takes the mark away");
     embedded.assert_running_and_migrated();
     embedded.assert_sync_works();
+    // A running server is used whatever the mark says (one left by hand, or by an older wf).
+    fs::write(embedded.home.join("pg.down"), "").unwrap();
+    embedded.wf(["jobs"]).ok();
 }
 
 #[test]
