@@ -242,7 +242,7 @@ fn db_up_creates_starts_and_migrates_the_embedded_cluster() {
     assert_eq!(embedded.status()["held_down"], false, "wf db up takes the mark away");
     embedded.assert_running_and_migrated();
     embedded.assert_sync_works();
-    // A running server is used whatever the mark says (one left by hand, or by an older wf).
+    // A running server is used whatever the mark says (one left by hand, say).
     fs::write(embedded.home.join("pg.down"), "").unwrap();
     embedded.wf(["jobs"]).ok();
 }
