@@ -136,10 +136,10 @@ pub(crate) enum DbCommand {
     /// Stop the embedded cluster (fast shutdown), and keep it stopped until `wf db up`.
     ///
     /// No other command starts it meanwhile, nor after a reboot (they refuse, saying so; `wf db
-    /// status` says "stopped (wf db down)"): its files can be copied or moved. Workers using it lose their connections and reconnect when it is up again (they start a
-    /// server that died without a shutdown, never one stopped here); a job whose
-    /// worker could not beat for a zombie window meanwhile is stopped (its worker fences itself)
-    /// and left to the reaper. A warning names the workers live on it, and the jobs they run,
+    /// status` says "stopped (wf db down)"): its files can be copied or moved. Workers using it
+    /// lose their connections and reconnect when it is up again (they start a server that died
+    /// without a shutdown, never one stopped here); a job whose worker could not beat for a zombie
+    /// window meanwhile is stopped (its worker fences itself) and left to the reaper. A warning names the workers live on it, and the jobs they run,
     /// before it stops. Creates nothing. --json: {"stopped"}.
     Down,
     /// Show the database's state, the schema version, and whether the connection is encrypted.

@@ -229,13 +229,18 @@ impl Matching<'_> {
 }
 
 /// How many of `ids` a cancel would change: those waiting or running, and those finished whose
-/// retry waits or runs (the retry is canceled). Only for the confirmation: jobs change meanwhile.
+/// retry (or the retry of that retry...) waits or runs, which the cancel takes. Only for the
+/// confirmation: jobs change meanwhile.
 pub(crate) fn changing(client: &mut Client, ids: &[Uuid]) -> Result<usize> {
     let count: i64 = client
         .query_one(
-            "SELECT count(*) FROM unnest($1::uuid[]) AS n(id)
-              WHERE EXISTS (SELECT 1 FROM job_queue q WHERE q.job_id = n.id)
-                 OR EXISTS (SELECT 1 FROM job r JOIN job_queue q ON q.job_id = r.id WHERE r.retry_of = n.id)",
+            "WITH RECURSIVE chain (named, id) AS (
+                 SELECT n.id, n.id FROM unnest($1::uuid[]) AS n(id)
+                 UNION ALL
+                 SELECT c.named, r.id FROM chain c JOIN job r ON r.retry_of = c.id
+             )
+             SELECT count(DISTINCT c.named) FROM chain c
+              WHERE EXISTS (SELECT 1 FROM job_queue q WHERE q.job_id = c.id)",
             &[&ids],
         )?
         .get(0);

@@ -288,6 +288,12 @@ fn canceling_a_failed_job_cancels_its_waiting_retry() {
         "SELECT r2.id::text FROM job r1 JOIN job r2 ON r2.retry_of = r1.id WHERE r1.retry_of = $1::text::uuid",
         &[&first],
     );
+    // Named with another waiting job, the failed one counts as a job the cancel changes (its
+    // retry's retry): two, so a confirmation is asked (refused without a terminal).
+    let other = env.wf(["enqueue", "r/flaky", "--in", "1h"]).ok().stdout.trim().to_string();
+    let refused = env.wf(["cancel", &first, &other]).run().expect_code(3);
+    assert!(refused.stderr.contains("cancel 2 jobs: refused"), "{refused:?}");
+    env.wf(["cancel", &other]).ok();
     for _ in 0..2 {
         let run = env.wf(["cancel", &first, "--json"]).ok();
         assert_eq!(run.json(), json!([{"id": first, "outcome": "canceled", "retry_id": waiting}]));
@@ -299,7 +305,7 @@ fn canceling_a_failed_job_cancels_its_waiting_retry() {
     assert!(text.contains(&format!("canceled (its retry {waiting})")), "{text}");
     env.wf(["work", "--drain"]).ok();
     let jobs: i64 = env.scalar("SELECT count(*) FROM job");
-    assert_eq!(jobs, 3, "nothing ran after the cancel");
+    assert_eq!(jobs, 4, "nothing ran after the cancel (the 4th: the other job, canceled)");
 }
 
 #[test]
