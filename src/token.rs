@@ -60,13 +60,6 @@ pub fn issue(secret: &[u8], claims: &Claims) -> String {
     format!("{signed}.{signature}")
 }
 
-/// Check the signature, then the expiry against `now` (the database's clock).
-pub fn verify(secret: &[u8], token: &str, now: DateTime<Utc>) -> Result<Claims> {
-    let claims = signed_claims(secret, token)?;
-    unexpired(&claims, now)?;
-    Ok(claims)
-}
-
 /// The claims of a token well formed and signed with `secret`; expired or not.
 pub fn signed_claims(secret: &[u8], token: &str) -> Result<Claims> {
     let token = token.trim();

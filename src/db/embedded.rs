@@ -185,8 +185,8 @@ impl Cluster {
         let _lock = FileLock::acquire(&self.lock_file)?;
         self.make_dirs()?;
         self.check_data()?;
-        let running = self.initialized() && self.postmaster()? == Postmaster::Running;
-        if !running && self.down_mark.exists() {
+        let postmaster = if self.initialized() { self.postmaster()? } else { Postmaster::Stopped };
+        if postmaster != Postmaster::Running && self.down_mark.exists() {
             bail!(
                 "the embedded cluster in {} was stopped by `wf db down`: `wf db up` starts it again (or set \
                  DATABASE_URL to use another database)",
@@ -198,7 +198,7 @@ impl Cluster {
             self.init()?;
             started = Started::Created;
         }
-        match self.postmaster()? {
+        match postmaster {
             Postmaster::Running => {}
             state => {
                 if state == Postmaster::Stale {

@@ -120,19 +120,19 @@ fn waits(
     starts: &[DateTime<Utc>],
 ) -> Result<Vec<(i32, Vec<i32>, String)>, postgres::Error> {
     let rows = client.query(
-        "SELECT waiter.pid,
+        concat!(
+            "SELECT waiter.pid,
                 array_agg(holder.pid ORDER BY holder.pid),
-                string_agg(format('pid %s (%s, %s%s)', holder.pid,
-                                  coalesce(nullif(holder.application_name, ''), 'no name'),
-                                  coalesce(holder.state, 'state hidden'),
-                                  ', in a transaction for ' || date_trunc('second', now() - holder.xact_start)),
-                           ', ' ORDER BY holder.pid)
+                string_agg(",
+            crate::db::session_described!("holder"),
+            ", ', ' ORDER BY holder.pid)
            FROM unnest($1::int[], $2::timestamptz[]) AS mine (pid, started)
            JOIN pg_stat_activity AS waiter ON waiter.pid = mine.pid AND waiter.backend_start = mine.started
            CROSS JOIN LATERAL unnest(pg_blocking_pids(waiter.pid)) AS blocking (pid)
            JOIN pg_stat_activity AS holder ON holder.pid = blocking.pid
           WHERE waiter.wait_event_type = 'Lock' AND waiter.query_start <= now() - $3::float8 * interval '1 second'
-          GROUP BY waiter.pid",
+          GROUP BY waiter.pid"
+        ),
         &[&pids, &starts, &SAID_AFTER.as_secs_f64()],
     )?;
     Ok(rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))).collect())

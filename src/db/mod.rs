@@ -1,5 +1,26 @@
 //! Connections: an external database from `--database-url`, or the embedded local cluster.
 
+/// A SQL expression describing the session of `pg_stat_activity` row `$alias` for a line on
+/// stderr or in the journal: `pid 123 (psql, idle in transaction, in a transaction for 00:00:05)`.
+/// A literal, for statements prepared by their text.
+macro_rules! session_described {
+    ($alias:literal) => {
+        concat!(
+            "format('pid %s (%s, %s%s)', ",
+            $alias,
+            ".pid, coalesce(nullif(",
+            $alias,
+            ".application_name, ''), 'no name'), coalesce(",
+            $alias,
+            ".state, 'state hidden'), \
+             ', in a transaction for ' || date_trunc('second', now() - ",
+            $alias,
+            ".xact_start))"
+        )
+    };
+}
+pub(crate) use session_described;
+
 pub mod embedded;
 pub(crate) mod failure;
 pub(crate) mod listen;

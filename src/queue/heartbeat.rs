@@ -40,18 +40,15 @@ pub(crate) fn heartbeat(session: &mut Session, job_id: Uuid, claim: &str, window
     })
 }
 
-/// Who holds a lock on a job's queue row: the row's `xmax` is the id of the transaction that
-/// locked it, when one did (several that share it leave a multixact, which names no session; so
-/// does a lock taken in a subtransaction). Row locks are not in `pg_locks`. Parameter: the job id.
-pub const HELD_BY_SQL: &str = "
-SELECT format('pid %s (%s, %s%s)', a.pid, coalesce(nullif(a.application_name, ''), 'no name'),
-              coalesce(a.state, 'state hidden'),
-              ', in a transaction for ' || date_trunc('second', now() - a.xact_start))
-  FROM job_queue q JOIN pg_stat_activity a ON a.backend_xid = q.xmax
- WHERE q.job_id = $1";
-
 /// The session that holds a lock on `job_id`'s queue row, described for a journal line; None when
-/// no single session is found.
+/// no single session is found. The row's `xmax` is the id of the transaction that locked it, when
+/// one did (several that share it leave a multixact, which names no session; so does a lock taken
+/// in a subtransaction). Row locks are not in `pg_locks`.
 pub(crate) fn held_by(session: &mut Session, job_id: Uuid) -> Result<Option<String>> {
-    Ok(session.query_opt(HELD_BY_SQL, &[&job_id])?.map(|row| row.get(0)))
+    const HELD_BY: &str = concat!(
+        "SELECT ",
+        crate::db::session_described!("a"),
+        " FROM job_queue q JOIN pg_stat_activity a ON a.backend_xid = q.xmax WHERE q.job_id = $1"
+    );
+    Ok(session.query_opt(HELD_BY, &[&job_id])?.map(|row| row.get(0)))
 }
