@@ -80,6 +80,10 @@ pub(crate) enum Command {
     /// List jobs, newest first.
     Jobs(JobsArgs),
     /// Show everything about one job.
+    ///
+    /// Its pinned metadata, input, status, worker, times, result or error, cancel, and its runs:
+    /// `attempts` (the runs so far, the one under way included) and `restarts` (the runs its worker
+    /// died in; a clean shutdown that put the job back is an attempt, not a restart).
     Show(ShowArgs),
     /// Print a job's result (exit 4 when it failed or was canceled, 3 when not finished).
     Result(ResultArgs),

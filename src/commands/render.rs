@@ -79,6 +79,8 @@ pub(super) struct JobDocument<'a> {
     error: &'a Option<Value>,
     worker: &'a Option<String>,
     restarts: i32,
+    /// Its runs so far, the one under way included.
+    attempts: i32,
     #[serde(serialize_with = "rfc3339")]
     created_at: DateTime<Utc>,
     #[serde(serialize_with = "rfc3339")]
@@ -113,6 +115,7 @@ impl<'a> From<&'a JobView> for JobDocument<'a> {
             error: &job.error,
             worker: &job.worker,
             restarts: job.restarts,
+            attempts: job.attempts,
             created_at: job.created_at,
             scheduled_for: job.scheduled_for,
             started_at: job.started_at,

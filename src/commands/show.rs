@@ -38,6 +38,7 @@ pub(super) fn run(ctx: &Ctx, args: ShowArgs) -> CommandResult {
         ("error", compact(&job.error)),
         ("worker", text(&job.worker)),
         ("restarts", job.restarts.to_string()),
+        ("attempts", job.attempts.to_string()),
         ("created", time_cell(Some(job.created_at))),
         ("scheduled for", time_cell(Some(job.scheduled_for))),
         ("started", time_cell(job.started_at)),

@@ -25,6 +25,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (16, "0016_queue_created_at.sql", include_str!("../../migrations/0016_queue_created_at.sql")),
     (17, "0017_retry_of_index.sql", include_str!("../../migrations/0017_retry_of_index.sql")),
     (18, "0018_worker_key.sql", include_str!("../../migrations/0018_worker_key.sql")),
+    (19, "0019_completed_releases.sql", include_str!("../../migrations/0019_completed_releases.sql")),
 ];
 
 /// Key of the session advisory lock held while migrating.

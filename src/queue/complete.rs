@@ -180,15 +180,16 @@ macro_rules! completion_ctes {
             $gated,
             " d
      WHERE q.job_id = d.job_id AND q.worker = d.claim
-    RETURNING q.job_id, q.worker, q.started_at, q.restarts, q.canceled_by, q.canceled_reason, q.awaited
+    RETURNING q.job_id, q.worker, q.started_at, q.restarts, q.releases, q.canceled_by, q.canceled_reason,
+              q.awaited
 ),
 ",
             $logged,
             "recorded AS (
     INSERT INTO job_completed (job_id, status, result, error, worker, started_at, restarts,
-                               canceled_by, canceled_reason)
+                               releases, canceled_by, canceled_reason)
     SELECT g.job_id, d.status, d.result, d.error, g.worker, g.started_at, g.restarts,
-           g.canceled_by, g.canceled_reason
+           g.releases, g.canceled_by, g.canceled_reason
       FROM gate g JOIN done d ON d.job_id = g.job_id
     RETURNING job_id
 ),
@@ -367,12 +368,12 @@ pub(crate) fn finish_locked(
     tx.execute(
         "WITH gone AS (
              DELETE FROM job_queue WHERE job_id = ANY($1)
-             RETURNING job_id, worker, started_at, restarts, canceled_by, canceled_reason, awaited
+             RETURNING job_id, worker, started_at, restarts, releases, canceled_by, canceled_reason, awaited
          ),
          recorded AS (
-             INSERT INTO job_completed (job_id, status, error, worker, started_at, restarts,
+             INSERT INTO job_completed (job_id, status, error, worker, started_at, restarts, releases,
                                         canceled_by, canceled_reason)
-             SELECT job_id, $2, $3, worker, started_at, restarts,
+             SELECT job_id, $2, $3, worker, started_at, restarts, releases,
                     coalesce(canceled_by, $4), coalesce(canceled_reason, $5)
                FROM gone
          )

@@ -32,6 +32,9 @@ pub(crate) struct JobView {
     pub error: Option<Value>,
     pub worker: Option<String>,
     pub restarts: i32,
+    /// Its runs so far: each restart and each release (a clean shutdown put it back) ended one, and
+    /// the run under way or the one that completed it is one more (`WF_ATTEMPT` of its last run).
+    pub attempts: i32,
     pub created_at: DateTime<Utc>,
     pub scheduled_for: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
@@ -63,6 +66,7 @@ impl JobView {
             error: row.get("error"),
             worker: row.get("worker"),
             restarts: row.get("restarts"),
+            attempts: row.get("attempts"),
             created_at: row.get("created_at"),
             scheduled_for: row.get("scheduled_for"),
             started_at: row.get("started_at"),
@@ -81,7 +85,10 @@ impl JobView {
 const JOB_COLUMNS: &str = "
 SELECT j.id, j.app_key, j.action_key, j.commit_sha, j.tag, j.priority, j.trigger_kind, j.input,
        c.result, c.error, coalesce(c.worker, q.worker) AS worker,
-       coalesce(c.restarts, q.restarts, 0) AS restarts, j.created_at,
+       coalesce(c.restarts, q.restarts, 0) AS restarts,
+       coalesce(c.restarts + c.releases, q.restarts + q.releases, 0)
+         + CASE WHEN coalesce(c.started_at, q.started_at) IS NULL THEN 0 ELSE 1 END AS attempts,
+       j.created_at,
        coalesce(q.scheduled_for, j.scheduled_for) AS scheduled_for,
        coalesce(c.started_at, q.started_at) AS started_at, c.completed_at,
        coalesce(c.canceled_by, q.canceled_by) AS canceled_by,

@@ -55,6 +55,7 @@ fn a_migration_waiting_for_its_tables_says_so_and_goes_on() {
     env.db()
         .batch_execute(
             "DROP INDEX job_retry_of_idx; ALTER TABLE worker DROP COLUMN key_id;
+             ALTER TABLE job_completed DROP COLUMN releases;
              DELETE FROM wf_migration WHERE version >= 17",
         )
         .unwrap();
@@ -107,6 +108,7 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
                  autovacuum_vacuum_insert_scale_factor, autovacuum_vacuum_insert_threshold,
                  autovacuum_analyze_scale_factor, autovacuum_vacuum_cost_delay);
              DROP TABLE worker; ALTER TABLE job_queue DROP COLUMN releases;
+             ALTER TABLE job_completed DROP COLUMN releases;
              ALTER TABLE action DROP COLUMN retry_max, DROP COLUMN retry_backoff_s, DROP COLUMN retry_max_backoff_s;
              ALTER TABLE job DROP COLUMN retry_max, DROP COLUMN retry_backoff_s, DROP COLUMN retry_max_backoff_s,
                  DROP COLUMN retry_of, DROP COLUMN retry_number, DROP COLUMN rerun_of, DROP COLUMN idempotency_key,
@@ -127,7 +129,10 @@ fn a_database_behind_is_told_to_migrate_and_one_ahead_to_upgrade_wf() {
     assert_eq!(behind.code, 1, "{behind:?}");
     assert!(behind.stderr.contains("version 1") && behind.stderr.contains("wf db migrate"), "{behind:?}");
     let migrated = env.wf(["db", "migrate", "--json"]).ok().json();
-    assert_eq!(migrated["applied"], serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]));
+    assert_eq!(
+        migrated["applied"],
+        serde_json::json!([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19])
+    );
     env.wf(["actions"]).ok();
     let indexes: i64 =
         env.scalar("SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_app_created_idx', 'job_tag_created_idx')");

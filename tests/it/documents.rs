@@ -351,6 +351,7 @@ fn jobs() {
   {
     "action": "echo",
     "app": "t",
+    "attempts": 1,
     "canceled_by": null,
     "canceled_reason": null,
     "commit_sha": "<sha>",
@@ -396,6 +397,7 @@ fn show() {
 {
   "action": "echo",
   "app": "t",
+  "attempts": 0,
   "canceled_by": null,
   "canceled_reason": null,
   "commit_sha": "<sha>",

@@ -296,7 +296,7 @@ fn sigterm_puts_a_running_job_back_at_once_and_the_next_worker_finishes_it() {
     assert!(started_first, "the job put back runs before the one enqueued after it");
     let shown = env.wf(["show", &id, "--json"]).ok().json();
     assert_eq!(shown["status"], "success");
-    assert_eq!(shown["restarts"], 0);
+    assert_eq!((&shown["restarts"], &shown["attempts"]), (&json!(0), &json!(2)), "{shown}");
     assert!(shown["worker"].as_str().unwrap().starts_with("second#"), "{shown}");
     assert_eq!(executions(&log).len(), 2);
 }
@@ -333,6 +333,7 @@ fn jobs_claimed_as_the_worker_stops_go_back_unstarted() {
     for id in &ids {
         let logs = env.wf(["logs", id]).ok().stdout;
         assert!(logs.contains("worker shutting down: the job is put back in the queue, unstarted"), "{logs}");
+        assert_eq!(env.wf(["show", id, "--json"]).ok().json()["attempts"], 0, "{id}: never run");
     }
 }
 
