@@ -463,19 +463,28 @@ pub(crate) enum ScheduleCommand {
     Add(ScheduleAddArgs),
     /// List schedules: state, how far they are enqueued, their next fire time.
     List,
-    /// Change a schedule's action, cron, time zone, input, priority or tag; the jobs it enqueued ahead are
-    /// withdrawn and enqueued again at once as it now says (its runs' retries stay).
+    /// Change a schedule's action, cron, time zone, input, priority, tag or overlap; the jobs it
+    /// enqueued ahead are withdrawn and enqueued again at once as it now says (its runs' retries
+    /// stay). No fire time from before the update is enqueued as it now says.
     Update(ScheduleUpdateArgs),
     /// Remove a schedule; the jobs it enqueued ahead and its runs' retries waiting are withdrawn
     /// (canceled), the others stay; a run failing after it is not retried.
     Rm(ScheduleNameArgs),
     /// Stop enqueueing for a schedule; the jobs it enqueued ahead and its runs' retries waiting are
-    /// withdrawn (canceled); a run failing while it is paused is not retried.
+    /// withdrawn (canceled); a run failing while it is paused is not retried. --json: {"name",
+    /// "enabled", "withdrawn", "paused" (false: it was paused already)}.
     Pause(SchedulePauseArgs),
     /// Enqueue again for a paused schedule: at once, as a tick would, its fire times up to now +
     /// horizon (those missed while paused are not replayed).
     Resume(ScheduleResumeArgs),
     /// Enqueue every fire time up to now + horizon not yet enqueued; run it from cron every minute.
+    ///
+    /// Safe on many hosts at once: no fire time is enqueued twice. A fire time already due (the
+    /// last tick was longer ago than the horizon) is enqueued at once and counted `late`; of those
+    /// missed by more than the horizon only the latest is enqueued, the others counted `skipped`
+    /// (up to 10,000), and both are warned about. A broken schedule (its action gone, its input no
+    /// longer fitting) with a fire time to enqueue is named and skipped, and the tick exits 1.
+    /// --json: {"fired": [{"schedule", "ids", "late", "skipped", "error"}]}.
     Tick(ScheduleTickArgs),
 }
 

@@ -19,6 +19,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
+use croner::parser::CronParser;
 use postgres::{Client, GenericClient, Row, Transaction};
 use serde_json::Value;
 
@@ -214,7 +215,7 @@ impl Timing {
 fn parse_cron(text: &str) -> Result<Cron> {
     let text = text.trim();
     let nickname = if text.eq_ignore_ascii_case("@midnight") { "@daily" } else { text };
-    let error = match Cron::from_str(nickname) {
+    let error = match CronParser::builder().dom_and_dow(either_day_starts_with_star(text)).build().parse(nickname) {
         Ok(cron) => return Ok(cron),
         Err(error) => error,
     };
@@ -242,6 +243,19 @@ fn parse_cron(text: &str) -> Result<Cron> {
         }
     }
     bail!("{text:?} is not a cron expression: {error}")
+}
+
+/// Whether the day-of-month or the day-of-week field starts with `*`: then, as in cronie, a day
+/// must match both (`0 0 */2 * 2`: the Tuesdays of odd dates), where two restricted fields match
+/// on either day. croner takes a stepped `*/2` for a restricted field, and matched either day.
+fn either_day_starts_with_star(text: &str) -> bool {
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let days = match fields.len() {
+        5 => [fields[2], fields[4]],
+        6 | 7 => [fields[3], fields[5]],
+        _ => return false,
+    };
+    days.iter().any(|field| field.starts_with('*'))
 }
 
 /// An IANA time zone, its name in any case (`europe/paris` is Europe/Paris).
@@ -437,23 +451,21 @@ pub(crate) fn remove(client: &mut Client, name: &str, by: &str) -> Result<u64> {
     Ok(withdrawn)
 }
 
-/// Pause, withdrawing the jobs enqueued ahead; returns how many. "Enqueued up to" moves to now:
+/// Pause, withdrawing the jobs enqueued ahead; returns whether it was active (false: paused
+/// already, "enqueued up to" kept) and how many were withdrawn. "Enqueued up to" moves to now:
 /// nothing after it is enqueued any more.
-pub(crate) fn pause(client: &mut Client, name: &str, by: &str) -> Result<u64> {
+pub(crate) fn pause(client: &mut Client, name: &str, by: &str) -> Result<(bool, u64)> {
     let mut tx = client.transaction()?;
-    let changed = tx.execute(
-        "UPDATE schedule
-            SET enabled = false,
-                last_fire_time = CASE WHEN enabled THEN now() ELSE last_fire_time END
-          WHERE name = $1",
-        &[&name],
-    )?;
-    if changed == 0 {
+    let Some(row) = tx.query_opt("SELECT enabled FROM schedule WHERE name = $1 FOR UPDATE", &[&name])? else {
         bail!("no such schedule: {name}");
+    };
+    let was_active: bool = row.get(0);
+    if was_active {
+        tx.execute("UPDATE schedule SET enabled = false, last_fire_time = now() WHERE name = $1", &[&name])?;
     }
     let withdrawn = withdraw(&mut tx, name, Withdrawn::FireTimesAndRetries, by, "was paused")?;
     tx.commit()?;
-    Ok(withdrawn)
+    Ok((was_active, withdrawn))
 }
 
 /// Resume a paused schedule and enqueue, as a tick with this horizon would, its fire times after
@@ -565,9 +577,9 @@ pub(crate) fn update(client: &mut Client, name: &str, changes: Changes<'_>, by: 
             schedule.last_fire_time = fires.last().copied();
         }
     }
-    // Ticks behind (enqueued up to a moment past): no fire time from before the change is
-    // enqueued later as the schedule now says, the next tick starts from the change.
-    schedule.last_fire_time = schedule.last_fire_time.map(|up_to| up_to.max(now));
+    // Ticks behind (enqueued up to a moment past), or none run yet: no fire time from before the
+    // change is enqueued later as the schedule now says, the next tick starts from the change.
+    schedule.last_fire_time = Some(schedule.last_fire_time.map_or(now, |up_to| up_to.max(now)));
     let enqueued = enqueue_fires(&mut tx, &schedule, &fires)?.len();
     let row = tx.query_one(
         &format!(
@@ -778,6 +790,23 @@ mod tests {
                 "2026-10-25T03:00:00+01:00"
             ]
         );
+    }
+
+    /// A day field that starts with `*` makes a day match both fields, as cronie reads them; two
+    /// restricted fields match on either day.
+    #[test]
+    fn the_day_fields_combine_as_cronie_combines_them() {
+        let odd_tuesdays = fires("0 0 */2 * 2", "UTC", "2026-12-05T00:00:00Z", 3);
+        assert_eq!(
+            odd_tuesdays,
+            ["2026-12-15T00:00:00+00:00", "2026-12-29T00:00:00+00:00", "2027-01-05T00:00:00+00:00"]
+        );
+        let fifteenths_on_weekends_and_wednesdays = fires("0 0 15 * */3", "UTC", "2026-12-05T00:00:00Z", 2);
+        assert_eq!(fifteenths_on_weekends_and_wednesdays, ["2027-05-15T00:00:00+00:00", "2027-08-15T00:00:00+00:00"]);
+        let either = fires("0 0 15 * 2", "UTC", "2026-12-05T00:00:00Z", 3);
+        assert_eq!(either, ["2026-12-08T00:00:00+00:00", "2026-12-15T00:00:00+00:00", "2026-12-22T00:00:00+00:00"]);
+        let with_seconds = fires("0 0 0 */2 * 2", "UTC", "2026-12-05T00:00:00Z", 1);
+        assert_eq!(with_seconds, ["2026-12-15T00:00:00+00:00"]);
     }
 
     #[test]

@@ -64,10 +64,10 @@ fn list(ctx: &Ctx) -> CommandResult {
     let now = db::now(&mut client)?;
     let schedules = schedule::list(&mut client)?;
     let problems = schedule::problems(&mut client, &schedules)?;
-    // A paused schedule fires next at no time, in the table as in JSON.
+    // A paused or broken schedule fires next at no time, in the table as in JSON.
     let mut next_fires = Vec::new();
-    for s in &schedules {
-        next_fires.push(if s.enabled { s.next_fire(&mut client, now)? } else { None });
+    for (s, problem) in schedules.iter().zip(&problems) {
+        next_fires.push(if s.enabled && problem.is_none() { s.next_fire(&mut client, now)? } else { None });
     }
     if ctx.out.json {
         let document: Vec<ScheduleDocument> = schedules
@@ -169,17 +169,20 @@ fn rm(ctx: &Ctx, args: ScheduleNameArgs) -> CommandResult {
 
 fn pause(ctx: &Ctx, args: SchedulePauseArgs) -> CommandResult {
     let mut client = ctx.connect()?;
-    let withdrawn = schedule::pause(&mut client, &args.name, &ctx.config.operator)?;
+    let (was_active, withdrawn) = schedule::pause(&mut client, &args.name, &ctx.config.operator)?;
     if ctx.out.json {
         ctx.out.json(&EnabledDocument {
             name: &args.name,
             enabled: false,
             withdrawn,
             enqueued: None,
+            paused: Some(was_active),
             resumed: None,
         })?;
-    } else {
+    } else if was_active {
         ctx.out.info(&format!("schedule {} paused; {withdrawn} job(s) it enqueued ahead withdrawn", args.name));
+    } else {
+        ctx.out.info(&format!("schedule {} is paused already; {withdrawn} job(s) enqueued ahead withdrawn", args.name));
     }
     Ok(Exit::Ok)
 }
@@ -194,6 +197,7 @@ fn resume(ctx: &Ctx, args: ScheduleResumeArgs) -> CommandResult {
             enabled: true,
             withdrawn: 0,
             enqueued: Some(enqueued),
+            paused: None,
             resumed: Some(fired.is_some()),
         })?;
     } else if fired.is_none() {
@@ -357,6 +361,10 @@ struct EnabledDocument<'a> {
     /// Jobs a resume enqueued.
     #[serde(skip_serializing_if = "Option::is_none")]
     enqueued: Option<usize>,
+    /// Whether a pause found the schedule active (false: it was paused already, nothing changed
+    /// but what it withdrew).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paused: Option<bool>,
     /// Whether a resume found the schedule paused (false: it was active already, nothing changed).
     #[serde(skip_serializing_if = "Option::is_none")]
     resumed: Option<bool>,

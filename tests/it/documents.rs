@@ -296,9 +296,9 @@ fn schedule_update() {
   "cron": "0 4 * * *",
   "enabled": true,
   "enqueued": 0,
-  "enqueued_up_to": null,
+  "enqueued_up_to": "<time>",
   "input": {},
-  "last_fire_time": null,
+  "last_fire_time": "<time>",
   "name": "s",
   "next_fire_time": "<time>",
   "no_overlap": true,
@@ -657,6 +657,7 @@ fn schedule_add_list_pause_resume_tick_rm() {
 {
   "enabled": false,
   "name": "nightly",
+  "paused": true,
   "withdrawn": 0
 }"#,
     );

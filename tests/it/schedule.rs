@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Timelike, Utc};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::fixtures::synced;
 use crate::support::harness::TestEnv;
@@ -253,6 +253,14 @@ fn a_paused_schedule_enqueues_nothing_and_resuming_does_not_replay() {
     synced(&env);
     env.wf(["schedule", "add", "p", "t/echo", "--cron", "* * * * *"]).ok();
     env.wf(["schedule", "pause", "p"]).ok();
+    // Paused again: it says so, and keeps the moment it was paused at.
+    let paused_at: Option<DateTime<Utc>> = env.scalar("SELECT last_fire_time FROM schedule WHERE name = 'p'");
+    let again = env.wf(["schedule", "pause", "p", "--json"]).ok().json();
+    assert_eq!((&again["enabled"], &again["paused"]), (&json!(false), &json!(false)), "{again}");
+    let said = env.wf(["schedule", "pause", "p"]).ok();
+    assert!(said.stderr.contains("schedule p is paused already"), "{said:?}");
+    let kept: Option<DateTime<Utc>> = env.scalar("SELECT last_fire_time FROM schedule WHERE name = 'p'");
+    assert_eq!(kept, paused_at);
     env.wf(["schedule", "tick", "--horizon", "3m"]).ok();
     assert!(scheduled_jobs(&env, "p").is_empty());
     env.db().execute("UPDATE schedule SET last_fire_time = now() - interval '1 hour'", &[]).unwrap();
