@@ -245,6 +245,11 @@ fn parse_cron(text: &str) -> Result<Cron> {
     bail!("{text:?} is not a cron expression: {error}")
 }
 
+/// A cron as it is stored and shown: its fields one space apart.
+fn as_written(cron: &str) -> String {
+    cron.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// Whether the day-of-month or the day-of-week field starts with `*`: then, as in cronie, a day
 /// must match both (`0 0 */2 * 2`: the Tuesdays of odd dates), where two restricted fields match
 /// on either day. croner takes a stepped `*/2` for a restricted field, and matched either day.
@@ -291,8 +296,9 @@ pub(crate) fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<(Schedul
     if !crate::source::is_valid_key(new.name) {
         bail!("schedule name {:?} must match {}", new.name, crate::source::KEY_PATTERN);
     }
+    let cron = as_written(new.cron);
     let mut tx = client.transaction()?;
-    let (tz, next) = check(&mut tx, new.app, new.action, new.cron, new.tz, &new.input, new.tag)?;
+    let (tz, next) = check(&mut tx, new.app, new.action, &cron, new.tz, &new.input, new.tag)?;
     let row = tx
         .query_opt(
             &format!(
@@ -305,7 +311,7 @@ pub(crate) fn add(client: &mut Client, new: &NewSchedule<'_>) -> Result<(Schedul
                 &new.name,
                 &new.app,
                 &new.action,
-                &new.cron,
+                &cron,
                 &tz.name(),
                 &new.input,
                 &new.priority,
@@ -540,7 +546,7 @@ pub(crate) fn update(client: &mut Client, name: &str, changes: Changes<'_>, by: 
         (schedule.app, schedule.action) = (app.to_string(), action.to_string());
     }
     if let Some(cron) = changes.cron {
-        schedule.cron = cron.to_string();
+        schedule.cron = as_written(cron);
     }
     if let Some(input) = changes.input {
         schedule.input = input;

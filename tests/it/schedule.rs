@@ -285,9 +285,11 @@ fn a_schedule_reads_its_cron_in_its_time_zone() {
     let env = TestEnv::new();
     synced(&env);
     let added = env
-        .wf(["schedule", "add", "paris", "t/echo", "--cron", "0 9 * * *", "--tz", "Europe/Paris", "--json"])
+        .wf(["schedule", "add", "paris", "t/echo", "--cron", " 0  9 * * *\t", "--tz", "Europe/Paris", "--json"])
         .ok()
         .json();
+    // Stored and shown with its fields one space apart.
+    assert_eq!(added["cron"], "0 9 * * *", "{added}");
     let next: DateTime<Utc> = added["next_fire_time"].as_str().unwrap().parse().unwrap();
     let local = next.with_timezone(&chrono_tz::Europe::Paris);
     assert_eq!((local.hour(), local.minute()), (9, 0), "{next}");
