@@ -138,7 +138,7 @@ pub(crate) fn fetch(
 /// Remove the lock files a fetch killed halfway left in the mirror (`refs/heads/main.lock`,
 /// `packed-refs.lock`, ...): git refuses to update a ref whose lock file exists, so one would block
 /// every later sync of the source. No other process uses the mirror meanwhile: the sync holds the
-/// source's lock.
+/// source's lock, and the git of a sync killed before died with it (`git_in`).
 fn remove_stale_locks(mirror: &Path) -> Result<()> {
     let mut folders = vec![mirror.to_path_buf()];
     while let Some(folder) = folders.pop() {
@@ -162,6 +162,9 @@ fn remove_stale_locks(mirror: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Seconds without a byte from a remote over http(s) after which a fetch fails.
+const STALLED_FETCH_S: &str = "60";
+
 /// `git fetch` into the mirror, its progress ("Receiving objects:  45% (9000/20000)") read from its
 /// stderr, the rest of which is the error when it fails.
 fn fetch_with_git(
@@ -173,6 +176,12 @@ fn fetch_with_git(
 ) -> Result<()> {
     use std::io::Read;
     let mut command = git_in(git, mirror);
+    // A remote that stops answering fails the fetch (less than a byte a second for a minute), as a
+    // server that accepted and never replied held the sync, and the source's lock, for ever. The
+    // operator's own GIT_HTTP_LOW_SPEED_LIMIT and _TIME, when set, are used instead.
+    if std::env::var_os("GIT_HTTP_LOW_SPEED_TIME").is_none() && std::env::var_os("GIT_HTTP_LOW_SPEED_LIMIT").is_none() {
+        command.env("GIT_HTTP_LOW_SPEED_LIMIT", "1").env("GIT_HTTP_LOW_SPEED_TIME", STALLED_FETCH_S);
+    }
     command.args(["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head"]);
     if is_local(url) {
         // The sending side runs on this machine: searching for deltas only shrinks bytes that never
@@ -218,11 +227,27 @@ fn fetch_with_git(
     Ok(())
 }
 
-/// The git executable, working on the mirror at `mirror`, asking nothing on a terminal.
+/// The git executable, working on the mirror at `mirror`, asking nothing on a terminal, and
+/// killed when the thread that starts it ends (each waits for its git): a git left fetching after
+/// its sync was killed went on writing into the mirror beside the next sync, which holds the
+/// source's lock and counts on being alone there.
 fn git_in(git: &Path, mirror: &Path) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
     let mut command = std::process::Command::new(git);
     // Never a question on a terminal: a sync runs from cron and scripts too.
     command.arg("--git-dir").arg(mirror).env("GIT_TERMINAL_PROMPT", "0").stdin(std::process::Stdio::null());
+    let parent = rustix::process::getpid();
+    // SAFETY: between fork and exec, two system calls (prctl, getppid) that allocate nothing.
+    unsafe {
+        command.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            // Gone before the signal was armed: this git is already an orphan.
+            if rustix::process::getppid() != Some(parent) {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
     command
 }
 

@@ -1261,3 +1261,52 @@ fn a_tree_over_the_size_limit_is_refused_before_any_of_it_is_written() {
     let stored: i64 = env.scalar("SELECT (SELECT count(*) FROM source_commit) + (SELECT count(*) FROM source_blob)");
     assert_eq!(stored, 0, "nothing of the refused tree is in the database");
 }
+
+/// The pids whose command line holds `needle` and whose parent is `parent`.
+fn children_running(parent: u32, needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // The parent is the second field after the command's name in parentheses.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if ppid == Some(parent) && String::from_utf8_lossy(&cmdline).contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A remote that accepts and never answers: the fetch fails once a minute passed without a byte
+/// (it held the sync, and the source's lock, for ever), and a sync killed meanwhile takes its
+/// `git fetch` with it (one left behind went on writing into the mirror beside the next sync).
+#[test]
+fn a_remote_that_never_answers_fails_the_sync_and_a_killed_sync_leaves_no_git_behind() {
+    let env = TestEnv::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for connection in listener.incoming() {
+            held.push(connection);
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}/never.git");
+    env.wf(["source", "add", "silent", &url]).ok();
+
+    let mut killed = env.wf(["sync", "silent"]).spawn(&env.dir.path().join("killed.log"));
+    let fetch = wait_for(Duration::from_secs(30), "the sync's git fetch", || {
+        let found = children_running(killed.id(), "fetch");
+        (!found.is_empty()).then_some(found)
+    });
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    wait_for(Duration::from_secs(10), "the killed sync's git fetch to end", || {
+        fetch.iter().all(|pid| !Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    });
+
+    let stalled = env.wf(["sync", "silent"]).run().expect_code(1);
+    assert!(stalled.stderr.contains("too slow"), "{stalled:?}");
+    assert_eq!(source_commit(&env, "silent"), None);
+}
