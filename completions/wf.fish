@@ -107,7 +107,7 @@ complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand
 json\t''"
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -l json -d 'Print exactly one JSON document on stdout'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -s q -l quiet -d 'Hide progress and informational messages'
-complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
+complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from list" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"

@@ -166,6 +166,10 @@ pub(crate) enum DbCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum SourceCommand {
     /// Register a git source.
+    ///
+    /// A password or token in the URL (https://user:TOKEN@host/...) is stored as given and given
+    /// to git, which shows it to anyone on the host who lists processes while it fetches; wf prints
+    /// it as `***`. A git credential helper, or ssh with a deploy key, keeps it out of both.
     Add(SourceAddArgs),
     /// List git sources.
     List,

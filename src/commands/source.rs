@@ -28,12 +28,13 @@ fn add(ctx: &Ctx, args: SourceAddArgs) -> CommandResult {
         ctx.out.json(&AddedDocument {
             id: source.id,
             name: &source.name,
-            url: &source.url,
+            url: &git_source::shown_url(&source.url),
             branch: source.branch.as_deref(),
         })?;
     } else {
         ctx.out.line(&source.id.to_string())?;
-        ctx.out.info(&format!("added source {} ({}); next: `wf sync {}`", source.name, source.url, source.name));
+        let url = git_source::shown_url(&source.url);
+        ctx.out.info(&format!("added source {} ({url}); next: `wf sync {}`", source.name, source.name));
     }
     Ok(Exit::Ok)
 }
@@ -49,7 +50,7 @@ fn list(ctx: &Ctx) -> CommandResult {
             .map(|s| {
                 vec![
                     s.name.clone(),
-                    s.url.clone(),
+                    git_source::shown_url(&s.url).into_owned(),
                     s.branch.clone().unwrap_or_else(|| "(remote HEAD)".to_string()),
                     s.commit_sha.as_deref().map_or("-".to_string(), |sha| short_sha(sha).to_string()),
                     time_cell(s.synced_at),
@@ -66,7 +67,11 @@ fn rm(ctx: &Ctx, args: SourceRmArgs) -> CommandResult {
     let source = git_source::find(&mut client, &args.name)?;
     let actions = catalog::list(&mut client, Some(&source.name))?.len();
     output::confirm(
-        &format!("remove source {} ({}) and its {actions} action(s) from the catalog?", source.name, source.url),
+        &format!(
+            "remove source {} ({}) and its {actions} action(s) from the catalog?",
+            source.name,
+            git_source::shown_url(&source.url)
+        ),
         args.yes,
     )?;
     let bars = SourceBars::new(ctx.out);
@@ -101,7 +106,7 @@ struct AddedDocument<'a> {
 struct SourceDocument<'a> {
     id: Uuid,
     name: &'a str,
-    url: &'a str,
+    url: std::borrow::Cow<'a, str>,
     branch: Option<&'a str>,
     commit_sha: Option<&'a str>,
     #[serde(serialize_with = "rfc3339_or_null")]
@@ -113,7 +118,7 @@ impl<'a> From<&'a GitSource> for SourceDocument<'a> {
         SourceDocument {
             id: source.id,
             name: &source.name,
-            url: &source.url,
+            url: git_source::shown_url(&source.url),
             branch: source.branch.as_deref(),
             commit_sha: source.commit_sha.as_deref(),
             synced_at: source.synced_at,

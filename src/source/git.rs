@@ -8,6 +8,8 @@ use anyhow::{Context, Result, bail};
 use git2::{AutotagOption, Cred, CredentialType, FetchOptions, FetchPrune, Oid, RemoteCallbacks, Repository};
 use uuid::Uuid;
 
+use super::git_source::shown_url;
+
 /// What `--ref` and `--commit` may name: heads and tags under their own names. `+`: a force-pushed
 /// branch is followed (the catalog's no-going-back rule is checked on commits, not on refs). Not
 /// the remote's HEAD: asking for a HEAD the remote does not have (an empty repository, or a bare
@@ -78,17 +80,18 @@ pub(crate) fn fetch(
     branch: Option<&str>,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Vec<String>> {
-    check_transport(url)?;
+    let shown = shown_url(url);
+    check_transport(url, &shown)?;
     remove_stale_locks(repo.path())?;
     let dropped = drop_refs_without_commit(repo)?;
     let (refspecs, what) = match (target, branch) {
         (Target::Default, Some(branch)) => {
-            (vec![format!("+refs/heads/{branch}:refs/heads/{branch}")], format!("branch {branch} of {url}"))
+            (vec![format!("+refs/heads/{branch}:refs/heads/{branch}")], format!("branch {branch} of {shown}"))
         }
         _ if matches!(target, Target::Default) || target.remote_head().is_some() => {
-            (vec![format!("+HEAD:{REMOTE_HEAD}")], format!("the HEAD of {url}"))
+            (vec![format!("+HEAD:{REMOTE_HEAD}")], format!("the HEAD of {shown}"))
         }
-        _ => (ALL_REFSPECS.map(str::to_string).to_vec(), format!("the heads and tags of {url}")),
+        _ => (ALL_REFSPECS.map(str::to_string).to_vec(), format!("the heads and tags of {shown}")),
     };
     let failed = |error: anyhow::Error| {
         let hint = match branch {
@@ -130,7 +133,7 @@ pub(crate) fn fetch(
     });
     let mut options = FetchOptions::new();
     options.remote_callbacks(callbacks).prune(FetchPrune::On).download_tags(AutotagOption::None);
-    let mut remote = repo.remote_anonymous(url).with_context(|| format!("preparing to fetch {url}"))?;
+    let mut remote = repo.remote_anonymous(url).with_context(|| format!("preparing to fetch {shown}"))?;
     remote.fetch(&refspecs, Some(&mut options), Some("wf sync")).map_err(|error| failed(said(error)))?;
     Ok(dropped)
 }
@@ -285,7 +288,7 @@ fn drop_refs_without_commit(repo: &Repository) -> Result<Vec<String>> {
 
 /// libgit2 can be built without its HTTPS or SSH transport; say so plainly instead of its bare
 /// "unsupported URL protocol".
-fn check_transport(url: &str) -> Result<()> {
+fn check_transport(url: &str, shown: &str) -> Result<()> {
     let version = git2::Version::get();
     let (needed, available) = if url.starts_with("https://") || url.starts_with("http://") {
         ("HTTPS", version.https())
@@ -296,7 +299,7 @@ fn check_transport(url: &str) -> Result<()> {
     };
     if !available {
         bail!(
-            "this wf was built without git's {needed} transport, so it cannot fetch {url}; use a local path or \
+            "this wf was built without git's {needed} transport, so it cannot fetch {shown}; use a local path or \
              a file:// URL (for example a clone kept up to date by cron), or a wf built with git2's `{}` feature",
             needed.to_lowercase()
         );

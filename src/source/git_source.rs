@@ -73,7 +73,7 @@ pub(crate) fn add(client: &mut impl GenericClient, name: &str, url: &str, branch
             bail!(
                 "a source named {name} already exists (url {}); pick another name, or remove it first \
                  with `wf source rm {name}`",
-                existing.url
+                shown_url(&existing.url)
             )
         }
     }
@@ -133,6 +133,21 @@ pub(crate) fn remove(client: &mut Client, name: &str, home: &Path, progress: &dy
 
 /// The schemes git fetches over.
 const SCHEMES: [&str; 7] = ["https", "http", "ssh", "git", "git+ssh", "ssh+git", "file"];
+
+/// A source's URL as wf prints it: a password in it as `***`, and over http(s) a user without one
+/// too (a token given as the user name). git is given the URL as stored; what wf says, and its
+/// `--json`, never holds the secret.
+pub(crate) fn shown_url(url: &str) -> std::borrow::Cow<'_, str> {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.into() };
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let Some(at) = authority.rfind('@') else { return url.into() };
+    let user = match authority[..at].split_once(':') {
+        Some((name, _)) => format!("{name}:***"),
+        None if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") => "***".to_string(),
+        None => return url.into(),
+    };
+    format!("{scheme}://{user}{}", &rest[at..]).into()
+}
 
 /// A URL is kept as is once it names a host (or, with file://, a local repository); an scp-like
 /// `host:path` as is; anything else is a local path, stored absolute so that a sync from another
@@ -195,5 +210,26 @@ fn open_repository(path: &Path) -> Result<()> {
         ),
         // One there that cannot be opened (its owner, its permissions, damage): git's own words.
         Err(error) => bail!("{} cannot be opened as a git repository: {}", path.display(), error.message()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_url;
+
+    #[test]
+    fn a_secret_in_a_url_is_never_shown() {
+        for (url, shown) in [
+            ("https://user:s3cr3t@git.example.com/x.git", "https://user:***@git.example.com/x.git"),
+            ("https://ghp_token@github.com/o/r.git", "https://***@github.com/o/r.git"),
+            ("HTTP://a:b:c@host:8080/p@q", "HTTP://a:***@host:8080/p@q"),
+            ("ssh://git@host/repo.git", "ssh://git@host/repo.git"),
+            ("ssh://git:pw@host/repo.git", "ssh://git:***@host/repo.git"),
+            ("git@host:repo.git", "git@host:repo.git"),
+            ("https://git.example.com/a@b.git", "https://git.example.com/a@b.git"),
+            ("/srv/repo", "/srv/repo"),
+        ] {
+            assert_eq!(shown_url(url), shown, "{url}");
+        }
     }
 }

@@ -104,10 +104,11 @@ fn sync_locked(
         });
 
         // 1. fetch, resolve, no going back.
-        progress.fetching(&source.url, 0, 0);
+        let shown = super::git_source::shown_url(&source.url);
+        progress.fetching(&shown, 0, 0);
         let fetched =
             git::fetch(&repo, places.git, &source.url, target, source.branch.as_deref(), |received, total| {
-                progress.fetching(&source.url, received, total);
+                progress.fetching(&shown, received, total);
             });
         progress.fetched();
         for reference in fetched? {

@@ -1310,3 +1310,32 @@ fn a_remote_that_never_answers_fails_the_sync_and_a_killed_sync_leaves_no_git_be
     assert!(stalled.stderr.contains("too slow"), "{stalled:?}");
     assert_eq!(source_commit(&env, "silent"), None);
 }
+
+/// A password or token in a source's URL is given to git, and never printed by wf: not by add,
+/// list (its table and JSON), a sync's error, nor rm's question.
+#[test]
+fn a_secret_in_a_source_url_is_never_printed() {
+    let env = TestEnv::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("https://deploy:s3cr3tTOKEN@127.0.0.1:{port}/x.git");
+    let runs = [
+        env.wf(["source", "add", "private", &url]).ok(),
+        env.wf(["source", "add", "again", &url, "--json"]).ok(),
+        env.wf(["source", "list"]).ok(),
+        env.wf(["source", "list", "--json"]).ok(),
+        env.wf(["sync", "private"]).run().expect_code(1),
+        env.wf(["source", "add", "private", &url]).run().expect_code(1),
+        env.wf(["source", "rm", "private"]).run().expect_code(3),
+    ];
+    for run in &runs {
+        assert!(!format!("{}{}", run.stdout, run.stderr).contains("s3cr3t"), "{run:?}");
+    }
+    let listed = runs[3].json();
+    assert_eq!(listed[0]["url"], format!("https://deploy:***@127.0.0.1:{port}/x.git"), "{listed}");
+    for said in [&runs[0], &runs[4], &runs[5], &runs[6]] {
+        assert!(said.stderr.contains(&format!("deploy:***@127.0.0.1:{port}")), "{said:?}");
+    }
+    // git is given the URL as stored.
+    let stored: String = env.scalar("SELECT url FROM git_source WHERE name = 'private'");
+    assert_eq!(stored, url);
+}
