@@ -125,7 +125,7 @@ complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from help" -f -a "list" -d 'List git sources'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from help" -f -a "rm" -d 'Remove a git source and its actions from the catalog (jobs keep their pinned metadata)'
 complete -c wf -n "__fish_wf_using_subcommand source; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wf -n "__fish_wf_using_subcommand sync" -l ref -d 'A ref to sync (branch, tag, or any revision git understands; HEAD is the remote\'s; a name that is both a branch and a tag is refused: say refs/heads/NAME or refs/tags/NAME)' -r
+complete -c wf -n "__fish_wf_using_subcommand sync" -l ref -d 'A ref to sync (branch, tag, or any revision git understands; HEAD is the remote\'s; a name that is both a branch and a tag is refused: say refs/heads/NAME or refs/tags/NAME). The commit must be held by a branch or tag of the remote, as for --commit' -r
 complete -c wf -n "__fish_wf_using_subcommand sync" -l commit -d 'An exact commit to sync, by its id (full, or 4 digits and more), held by a branch or tag of the remote' -r
 complete -c wf -n "__fish_wf_using_subcommand sync" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand sync" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''

@@ -202,7 +202,8 @@ pub(crate) struct SyncArgs {
     /// Source name.
     pub name: String,
     /// A ref to sync (branch, tag, or any revision git understands; HEAD is the remote's; a name
-    /// that is both a branch and a tag is refused: say refs/heads/NAME or refs/tags/NAME).
+    /// that is both a branch and a tag is refused: say refs/heads/NAME or refs/tags/NAME). The
+    /// commit must be held by a branch or tag of the remote, as for --commit.
     #[arg(long, conflicts_with = "commit")]
     pub r#ref: Option<String>,
     /// An exact commit to sync, by its id (full, or 4 digits and more), held by a branch or tag of

@@ -369,11 +369,16 @@ pub(crate) fn resolve(repo: &Repository, target: &Target, branch: Option<&str>) 
         .peel_to_commit()
         .map_err(said)
         .with_context(|| format!("{what} names a {}, not a commit", kind_of(&object)))?;
+    // A revision of the heads and tags just fetched (a commit id among them) is held by one of
+    // them, as `--commit` must be: the mirror keeps the objects of earlier fetches, and a commit
+    // pushed over since was synced again by its id. The remote's HEAD is fetched alone: the
+    // revisions of it are its own.
+    if matches!(target, Target::Ref(_)) && target.remote_head().is_none() && !held_by_a_ref(repo, commit.id())? {
+        bail!("{what} is not in the fetched heads and tags: no branch or tag holds it any more (pushed over?)");
+    }
     Ok(commit.id())
 }
 
-/// What libgit2 says of an error, without its class and code ("; class=Reference (4); code=NotFound
-/// (-3)"), which tell an operator nothing.
 /// Whether a head or tag of the mirror is `commit` or a descendant of it. The mirror keeps the
 /// objects of earlier fetches: a commit pushed over since is still found by its id, but it is no
 /// longer the remote's, and a host with a newer mirror would not find it.
@@ -390,6 +395,8 @@ fn held_by_a_ref(repo: &Repository, commit: Oid) -> Result<bool> {
     Ok(false)
 }
 
+/// What libgit2 says of an error, without its class and code ("; class=Reference (4); code=NotFound
+/// (-3)"), which tell an operator nothing.
 fn said(error: git2::Error) -> anyhow::Error {
     anyhow::anyhow!("{}", error.message())
 }

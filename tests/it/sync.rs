@@ -508,7 +508,7 @@ fn refs_and_commits_name_what_the_remote_means() {
 /// A commit the branch was pushed over is no longer the remote's: `--commit` refuses it, although
 /// the mirror still holds its objects (it was synced: a host with a newer mirror refused it).
 #[test]
-fn a_commit_pushed_over_is_no_longer_synced_by_its_id() {
+fn a_commit_pushed_over_is_no_longer_synced_by_its_id_or_as_a_ref() {
     let env = TestEnv::new();
     let repo = fixture_repo();
     add_source(&env, "s", &repo);
@@ -521,10 +521,13 @@ fn a_commit_pushed_over_is_no_longer_synced_by_its_id() {
     let over = repo.repo.commit(None, &signature, &signature, "pushed over", &head.tree().unwrap(), &[]).unwrap();
     repo.repo.reference("refs/heads/main", over, true, "force-push").unwrap();
     assert_eq!(sync_json(&env, &["s"])["commit_sha"], over.to_string().as_str());
-    let run = env.wf(["sync", "s", "--commit", &second]).run();
-    assert_eq!(run.code, 1, "{run:?}");
-    assert!(run.stderr.contains("no branch or tag holds it any more"), "{run:?}");
-    assert_eq!(source_commit(&env, "s"), Some(over.to_string()), "nothing changed");
+    // By --commit, or by --ref, which takes any revision (it brought the commit back).
+    for flag in ["--commit", "--ref"] {
+        let run = env.wf(["sync", "s", flag, &second]).run();
+        assert_eq!(run.code, 1, "{run:?}");
+        assert!(run.stderr.contains("no branch or tag holds it any more"), "{run:?}");
+        assert_eq!(source_commit(&env, "s"), Some(over.to_string()), "nothing changed");
+    }
 }
 
 #[test]
