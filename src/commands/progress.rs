@@ -65,6 +65,15 @@ impl source::Progress for SourceBars {
         self.out.info(&format!("left {reference} out of the mirror of {source}: it names no commit"));
     }
 
+    fn unchecked_ancestry(&self, source: &str, current: &str, commit: &str) {
+        self.out.warn(&format!(
+            "{source}: the catalog's commit {} is neither in this host's mirror nor on the remote any more \
+             (pushed over): whether {} is older cannot be told, and the catalog follows the remote",
+            short_sha(current),
+            short_sha(commit)
+        ));
+    }
+
     fn materializing(&self, commit: &str, done: usize, total: usize) {
         self.show(
             || self.out.progress(0, &format!("materializing {}", short_sha(commit))),

@@ -407,13 +407,25 @@ fn kind_of(object: &git2::Object<'_>) -> &'static str {
     kind.map_or("git object", |kind| kind.str())
 }
 
-/// Is `commit` a strict ancestor of `newer`? An unknown `newer` (a mirror rebuilt after a
-/// force-push dropped it) cannot be compared and is not treated as newer.
-pub(crate) fn is_strict_ancestor(repo: &Repository, commit: Oid, newer: &str) -> bool {
-    match Oid::from_str(newer) {
-        Ok(newer) if newer != commit => repo.graph_descendant_of(newer, commit).unwrap_or(false),
-        _ => false,
+/// Is `commit` a strict ancestor of `newer`? Only when the mirror has both: see `fetch_commit`.
+pub(crate) fn is_strict_ancestor(repo: &Repository, commit: Oid, newer: Oid) -> bool {
+    newer != commit && repo.graph_descendant_of(newer, commit).unwrap_or(false)
+}
+
+/// Bring `commit` into the mirror by its id when it is not there (the catalog's commit, synced by
+/// another host, or before this mirror was made) and the remote still has it; whether the mirror
+/// has it now. Without it, whether a commit is older than the catalog's cannot be told: a host
+/// whose mirror lacked it moved the catalog back where the host that synced it refused.
+pub(crate) fn fetch_commit(repo: &Repository, git_cli: Option<&Path>, url: &str, commit: Oid) -> bool {
+    if repo.find_commit(commit).is_ok() {
+        return true;
     }
+    let wanted = [commit.to_string()];
+    let fetched = match git_cli {
+        Some(git) => fetch_with_git(git, repo.path(), url, &wanted, &mut |_, _| {}).is_ok(),
+        None => repo.remote_anonymous(url).and_then(|mut remote| remote.fetch(&wanted, None, None)).is_ok(),
+    };
+    fetched && repo.find_commit(commit).is_ok()
 }
 
 /// Blobs larger than this are read from git a piece at a time (when git is on PATH), not whole.

@@ -29,6 +29,9 @@ pub(crate) trait Progress {
     fn fetched(&self);
     /// A ref of `source`'s mirror that names no commit was dropped from it.
     fn dropped_ref(&self, source: &str, reference: &str);
+    /// Whether `commit` is older than the catalog's `current` could not be told: neither this
+    /// host's mirror nor the remote has `current` any more.
+    fn unchecked_ancestry(&self, source: &str, current: &str, commit: &str);
     /// Writing `commit`'s tree into the store: `done` of `total` files.
     fn materializing(&self, commit: &str, done: usize, total: usize);
     fn materialized(&self);

@@ -119,15 +119,18 @@ fn sync_locked(
         if store::is_materialized(&store::commit_dir(places.store, source.id, &sha)) {
             enough.store(true, Ordering::Relaxed);
         }
-        if let Some(current) = &source.commit_sha
-            && git::is_strict_ancestor(&repo, commit, current)
-        {
-            bail!(
-                "commit {} is older than the catalog's commit {} (an ancestor of it) and the catalog never \
-                 moves back; to roll back, commit a revert on top and sync that",
-                short_sha(&sha),
-                short_sha(current)
-            );
+        let current = source.commit_sha.as_deref().and_then(|sha| Oid::from_str(sha).ok());
+        if let Some(current) = current.filter(|current| *current != commit) {
+            if !git::fetch_commit(&repo, places.git, &source.url, current) {
+                progress.unchecked_ancestry(&source.name, &current.to_string(), &sha);
+            } else if git::is_strict_ancestor(&repo, commit, current) {
+                bail!(
+                    "commit {} is older than the catalog's commit {} (an ancestor of it) and the catalog never \
+                     moves back; to roll back, commit a revert on top and sync that",
+                    short_sha(&sha),
+                    short_sha(&current.to_string())
+                );
+            }
         }
 
         // 2. the manifest and its schemas, from the commit's tree.

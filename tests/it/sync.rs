@@ -1342,3 +1342,39 @@ fn a_secret_in_a_source_url_is_never_printed() {
     let stored: String = env.scalar("SELECT url FROM git_source WHERE name = 'private'");
     assert_eq!(stored, url);
 }
+
+/// A host whose mirror lacks the catalog's commit (synced by another host, or a mirror made
+/// again) fetches it by its id to tell whether a commit is older: it refuses the commit as the
+/// host that synced the catalog's does (it moved the catalog back). With the catalog's commit
+/// gone from the remote too, it cannot tell: it says so, and follows the remote.
+#[test]
+fn a_host_without_the_catalogs_commit_fetches_it_to_refuse_an_older_one() {
+    let env = TestEnv::new();
+    let repo = fixture_repo();
+    let older = git_in(repo.path(), &["rev-parse", "HEAD"], None);
+    git_in(repo.path(), &["branch", "release"], None);
+    repo.file("billing/new.ts", "export function main() { return {}; }\n");
+    let newer = repo.commit("newer");
+    let id = env.wf(["source", "add", "s", &repo.url(), "--branch", "release", "--json"]).ok().json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(sync_json(&env, &["s", "--ref", "main"])["commit_sha"], newer.as_str());
+    let mirror = env.home().join("git").join(format!("{id}.git"));
+
+    // A mirror without the catalog's commit: the source's branch alone is fetched.
+    std::fs::remove_dir_all(&mirror).unwrap();
+    let refused = env.wf(["sync", "s"]).run().expect_code(1);
+    assert!(refused.stderr.contains("the catalog never moves back"), "{refused:?}");
+    assert_eq!(source_commit(&env, "s"), Some(newer.clone()));
+
+    // Gone from the remote as well: it cannot be told, and is said.
+    git_in(repo.path(), &["checkout", "-q", "release"], None);
+    git_in(repo.path(), &["branch", "-q", "-D", "main"], None);
+    git_in(repo.path(), &["reflog", "expire", "--expire=now", "--all"], None);
+    git_in(repo.path(), &["gc", "-q", "--prune=now"], None);
+    std::fs::remove_dir_all(&mirror).unwrap();
+    let followed = env.wf(["sync", "s"]).ok();
+    assert!(followed.stderr.contains("whether") && followed.stderr.contains("cannot be told"), "{followed:?}");
+    assert_eq!(source_commit(&env, "s"), Some(older));
+}
