@@ -372,7 +372,7 @@ canceled\t''"
 complete -c wf -n "__fish_wf_using_subcommand prune" -l database-url -d 'PostgreSQL connection (URL or key=value; TLS as libpq: sslmode, sslrootcert, sslcert, sslkey; connect_timeout bounds the whole connect, 10 s by default); unset: the embedded local cluster under WF_HOME' -r
 complete -c wf -n "__fish_wf_using_subcommand prune" -l output -d 'Output format (`--json` is the short form of `--output json`) [default: table]' -r -f -a "table\t''
 json\t''"
-complete -c wf -n "__fish_wf_using_subcommand prune" -l sources -d 'Delete the synced commits no job pins any more (queued, running, or completed and not pruned) and the catalog is not on, from the database and from this host\'s store, and the file contents no commit holds any more. After the jobs when both are given'
+complete -c wf -n "__fish_wf_using_subcommand prune" -l sources -d 'Delete the synced commits no job pins any more (queued, running, or completed and not pruned) and the catalog is not on, from the database and from this host\'s store, and the file contents no commit holds any more; and this host\'s git mirrors of removed sources. After the jobs when both are given'
 complete -c wf -n "__fish_wf_using_subcommand prune" -l dry-run -d 'Count what would be deleted, delete nothing (with --older-than and --sources: the commits the jobs\' pruning would free too)'
 complete -c wf -n "__fish_wf_using_subcommand prune" -l yes -d 'Do not ask for confirmation'
 complete -c wf -n "__fish_wf_using_subcommand prune" -l json -d 'Print exactly one JSON document on stdout'

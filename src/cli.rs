@@ -597,7 +597,8 @@ pub(crate) struct PruneArgs {
     pub older_than: Option<Duration>,
     /// Delete the synced commits no job pins any more (queued, running, or completed and not
     /// pruned) and the catalog is not on, from the database and from this host's store, and the
-    /// file contents no commit holds any more. After the jobs when both are given.
+    /// file contents no commit holds any more; and this host's git mirrors of removed sources.
+    /// After the jobs when both are given.
     #[arg(long)]
     pub sources: bool,
     /// Only jobs that ended with this status (with --older-than: it does not choose commits).

@@ -1,14 +1,19 @@
 //! `wf prune`: delete completed jobs older than a cutoff, in batches; with `--sources`, the synced
 //! commits no job pins any more.
 
+use std::path::Path;
+
+use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use uuid::Uuid;
 
 use super::{CommandResult, Ctx};
 use crate::cli::PruneArgs;
 use crate::error::{CommandError, Exit};
 use crate::output::{confirm, time_cell};
 use crate::queue::prune;
+use crate::source::git::mirror_path;
 use crate::source::stored::{self, PruneRun};
 
 pub(super) fn run(ctx: &Ctx, args: PruneArgs) -> CommandResult {
@@ -78,6 +83,7 @@ fn prune_sources(
     cutoff: Option<DateTime<Utc>>,
 ) -> Result<SourcesDocument, CommandError> {
     let store = ctx.config.store()?;
+    let home = ctx.config.home()?;
     let retention = if args.dry_run { cutoff.map(|cutoff| (cutoff, args.status)) } else { None };
     let mut said = false;
     let mut waiting = || {
@@ -86,23 +92,27 @@ fn prune_sources(
         }
     };
     let counted = stored::prune(client, &store, PruneRun::Count(retention), &mut waiting)?;
-    let pruned = if args.dry_run || (counted.commits == 0 && counted.local_trees == 0 && counted.blobs == 0) {
+    let mirrors = remove_mirrors(home, &counted.removed_sources, true)?;
+    let nothing = counted.commits == 0 && counted.local_trees == 0 && counted.blobs == 0 && mirrors == 0;
+    let pruned = if args.dry_run || nothing {
         counted
     } else {
         confirm(
             &format!(
-                "delete {} synced commit(s) no job pins ({} in this host's store)",
+                "delete {} synced commit(s) no job pins ({} in this host's store) and {mirrors} git mirror(s) of \
+                 removed sources",
                 counted.commits, counted.local_trees
             ),
             args.yes,
         )?;
         stored::prune(client, &store, PruneRun::Remove, &mut waiting)?
     };
+    let local_mirrors = remove_mirrors(home, &pruned.removed_sources, args.dry_run)?;
     let verb = if args.dry_run { "would delete" } else { "deleted" };
     if !ctx.out.json {
         ctx.out.info(&format!(
             "{verb} {} synced commit(s) and {} file content(s) ({} KiB) from the database; {} tree(s) and {} file \
-             content(s) from {}",
+             content(s) from {}; {local_mirrors} git mirror(s) of removed sources",
             pruned.commits,
             pruned.blobs,
             pruned.bytes.div_ceil(1024),
@@ -127,7 +137,26 @@ fn prune_sources(
         local_trees: pruned.local_trees,
         local_blobs: pruned.local_blobs,
         foreign_trees: pruned.foreign_trees,
+        local_mirrors,
     })
+}
+
+/// This host's git mirrors of `removed` sources (`wf source rm` ran here, where it deletes the
+/// mirror, or on another host): how many there were, removed unless `dry_run`.
+fn remove_mirrors(home: &Path, removed: &[Uuid], dry_run: bool) -> Result<u64, CommandError> {
+    let mut count = 0;
+    for id in removed {
+        let mirror = mirror_path(home, *id);
+        if !mirror.exists() {
+            continue;
+        }
+        if !dry_run {
+            std::fs::remove_dir_all(&mirror)
+                .with_context(|| format!("removing {}, the mirror of a removed source", mirror.display()))?;
+        }
+        count += 1;
+    }
+    Ok(count)
 }
 
 /// How many completed jobs went; with `--dry-run`, none, and how many would have; with
@@ -153,4 +182,6 @@ struct SourcesDocument {
     local_blobs: u64,
     /// Trees of this host's store kept: their source is not this database's.
     foreign_trees: u64,
+    /// This host's git mirrors of removed sources, removed.
+    local_mirrors: u64,
 }

@@ -253,6 +253,9 @@ pub(crate) struct Pruned {
     pub local_blobs: u64,
     /// Trees of this host's store kept because their source is not this database's.
     pub foreign_trees: u64,
+    /// Sources removed (`wf source rm`) whose commits the database still held: no sync of them
+    /// comes again, and their mirrors on every host may go.
+    pub removed_sources: Vec<Uuid>,
 }
 
 /// Of the commits given (two arrays: source ids, commit ids), those no job pins and the catalog is
@@ -347,6 +350,15 @@ pub(crate) fn prune(client: &mut Client, store: &Path, run: PruneRun, waiting: &
         .collect();
     let known: HashSet<Uuid> = tx
         .query("SELECT id FROM git_source UNION SELECT git_source_id FROM source_commit", &[])?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    pruned.removed_sources = tx
+        .query(
+            "SELECT DISTINCT git_source_id FROM source_commit c
+              WHERE NOT EXISTS (SELECT 1 FROM git_source s WHERE s.id = c.git_source_id)",
+            &[],
+        )?
         .iter()
         .map(|row| row.get(0))
         .collect();

@@ -479,6 +479,30 @@ fn prune_sources_keeps_the_trees_of_another_databases_sources() {
     let job = in_ones_home(&["enqueue", "t/echo", "--input", "{}"]).ok().stdout.trim().to_string();
     in_ones_home(&["work", "--drain", "--isolation", "none"]).ok();
     assert_eq!(status_of(&two, &job), "success");
+    assert!(one.home().join("git").join(format!("{other}.git")).is_dir(), "the other database's mirror is kept");
+}
+
+/// A source removed on one host: `prune --sources` on another removes that host's git mirror of
+/// it, which nothing else would ever remove (a mirror holds the repository's whole history).
+#[test]
+fn prune_sources_removes_the_mirror_of_a_source_removed_on_another_host() {
+    let env = TestEnv::new();
+    let (_repo, id, _) = synced(&env);
+    let other = host(&env, "host2");
+    env.wf(["sync", "tests"]).env("WF_HOME", &other).ok();
+    let mirror = other.join("git").join(format!("{id}.git"));
+    assert!(mirror.is_dir(), "host2 synced into its own mirror");
+    let kept = env.wf(["prune", "--sources", "--yes", "--json"]).env("WF_HOME", &other).ok().json();
+    assert_eq!(kept["sources"]["local_mirrors"], 0, "{kept}");
+    assert!(mirror.is_dir(), "the mirror of a source still registered stays");
+
+    env.wf(["source", "rm", "tests", "--yes"]).ok();
+    let counted = env.wf(["prune", "--sources", "--dry-run", "--json"]).env("WF_HOME", &other).ok().json();
+    assert_eq!(counted["sources"]["local_mirrors"], 1, "{counted}");
+    assert!(mirror.is_dir(), "a dry run removes nothing");
+    let pruned = env.wf(["prune", "--sources", "--yes", "--json"]).env("WF_HOME", &other).ok().json();
+    assert_eq!(pruned["sources"]["local_mirrors"], 1, "{pruned}");
+    assert!(!mirror.exists(), "the removed source's mirror is gone");
 }
 
 /// A tree found changed on the host is set aside and written again; another worker process's job
