@@ -103,6 +103,18 @@ fn list(ctx: &Ctx) -> CommandResult {
     Ok(Exit::Ok)
 }
 
+/// Warn of every schedule that could not enqueue now, and how to mend it: after a sync or a
+/// source's removal took its action away, or made its input no longer fit.
+pub(super) fn warn_broken(ctx: &Ctx, client: &mut postgres::Client) -> anyhow::Result<()> {
+    for (name, problem) in schedule::broken(client)? {
+        ctx.out.warn(&format!(
+            "schedule {name} is broken: {problem} (`wf schedule update {name}` with --action or --input, or `wf schedule \
+             rm {name}`)"
+        ));
+    }
+    Ok(())
+}
+
 /// `active`, `paused`, or `broken` (it could not enqueue now).
 fn state(schedule: &Schedule, problem: Option<&str>) -> &'static str {
     match (problem, schedule.enabled) {

@@ -76,6 +76,8 @@ fn rm(ctx: &Ctx, args: SourceRmArgs) -> CommandResult {
     )?;
     let bars = SourceBars::new(ctx.out);
     let removed = git_source::remove(&mut client, &args.name, ctx.config.home()?, &bars)?;
+    // Its actions are gone: the schedules of them are said, as a sync says them.
+    super::schedule::warn_broken(ctx, &mut client)?;
     if ctx.out.json {
         ctx.out.json(&RemovedDocument {
             id: removed.source.id,

@@ -36,12 +36,7 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
         .collect();
     // A sync may leave schedules without their action or with an input that no longer fits: said
     // now, rather than by the next tick.
-    for (name, problem) in crate::schedule::broken(&mut client)? {
-        ctx.out.warn(&format!(
-            "schedule {name} is broken: {problem} (`wf schedule update {name}` with --action or --input, or `wf schedule \
-             rm {name}`)"
-        ));
-    }
+    super::schedule::warn_broken(ctx, &mut client)?;
     if ctx.out.json {
         ctx.out.json(&SyncDocument {
             source: &report.source,

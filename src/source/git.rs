@@ -102,7 +102,7 @@ pub(crate) fn fetch(
                 format!("the repository has no branch {branch}: push it, or sync another ref with --ref")
             }
             _ => "the repository has no such ref: an empty repository, or a HEAD naming a branch never pushed \
-                  (give the source a branch with `wf source add --branch`, or sync with --ref)"
+                  (sync with --ref BRANCH, or remove the source and add it again with --branch)"
                 .to_string(),
         };
         error.context(format!("fetching {what}; {hint}"))

@@ -241,7 +241,7 @@ pub(crate) fn read(repo: &Repository, root: &Tree, taken: &BTreeMap<String, Stri
             }
         },
         Err(reason) => {
-            problems.at(&[], format_args!("{reason}; add one at the repository root (see examples/windforce.json)"));
+            problems.at(&[], format_args!("{reason}; add one at the repository root (windforce.json(5) describes it)"));
             None
         }
     };

@@ -359,3 +359,19 @@ fn a_fire_time_canceled_ahead_stays_canceled_through_a_prune_and_a_change_of_its
     let updated = env.wf(["schedule", "update", "hourly", "--priority", "6", "--json"]).ok().json();
     assert_eq!(updated["next_fire_time"], listed[0]["next_fire_time"], "{updated}");
 }
+
+/// Removing a source takes its actions away: the schedules of them are said to be broken at once,
+/// as a sync that removes an action says it (it was left to the next tick).
+#[test]
+fn removing_a_source_says_which_schedules_it_broke() {
+    let env = TestEnv::new();
+    synced(&env);
+    env.wf(["schedule", "add", "nightly", "t/echo", "--cron", "0 3 * * *"]).ok();
+    let removed = env.wf(["source", "rm", "tests", "--yes"]).ok();
+    assert!(
+        removed
+            .stderr
+            .contains("warning: schedule nightly is broken: its action t/echo is not in the catalog any more"),
+        "{removed:?}"
+    );
+}
