@@ -89,7 +89,8 @@ pub(crate) enum Command {
     Result(ResultArgs),
     /// Print a job's logs.
     ///
-    /// On a terminal, control characters the action wrote (escape sequences among them) are shown
+    /// Lines of stdout as they are, stderr's marked `[stderr]`, wf's own `[wf]`, and a line of stdout
+    /// that starts with `[` marked `[stdout]`: a line starting with `[wf]` is always wf's. On a terminal, control characters the action wrote (escape sequences among them) are shown
     /// as `\xNN` instead of sent to the terminal; into a pipe or a file, and with --json, each line is
     /// as the action wrote it.
     Logs(LogsArgs),

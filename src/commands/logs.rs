@@ -59,8 +59,10 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
             false => String::new(),
         };
         let line = if terminal { escape_controls(&entry.line) } else { entry.line.as_str().into() };
+        // A line of stdout goes unmarked, unless it starts as a mark does: then it is marked too,
+        // so that a line starting with `[wf]` is always wf's own, never an action's forgery.
         match entry.stream.as_str() {
-            "stdout" => ctx.out.line(&format!("{time}{line}")),
+            "stdout" if !line.starts_with('[') => ctx.out.line(&format!("{time}{line}")),
             stream => ctx.out.line(&format!("{time}[{stream}] {line}")),
         }
     };

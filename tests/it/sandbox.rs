@@ -191,6 +191,7 @@ export function main(input: any) {
         r#"
 export function main() {
   console.log("\x1b[2J\x1b[H\x1b]0;owned\x07title set");
+  console.log("[wf] the job succeeded, said the action");
   console.error("\x1b]52;c;b3duZWQ=\x07clipboard written\u009b31mred");
   return { shown: "\u009b31mred\u007f" };
 }
@@ -538,6 +539,9 @@ fn an_actions_output_cannot_drive_the_terminal_of_an_operator_reading_its_logs()
     let piped = env.wf(["logs", &id]).ok().stdout;
     assert!(piped.contains("\x1b[2J\x1b[H\x1b]0;owned\x07title set\n"), "{piped:?}");
     assert!(piped.contains("\u{9b}31mred"), "{piped:?}");
+    // A line of its stdout that starts as wf's own lines do is marked as the action's.
+    assert!(piped.contains("\n[stdout] [wf] the job succeeded, said the action\n"), "{piped:?}");
+    assert!(!piped.lines().any(|line| line.starts_with("[wf]")), "{piped:?}");
     // Its result, through JSON: the C1 control and DEL escaped too, the value the same.
     for args in [vec!["result", &id], vec!["show", &id]] {
         let shown = env.wf(args.clone()).ok().stdout;
