@@ -88,6 +88,11 @@ impl LogBuffer {
         self.pending.push(LogLine { stream, line });
     }
 
+    /// Whether the attempt's output went past the caps (its lines are dropped from then on).
+    pub(crate) fn truncated(&self) -> bool {
+        self.truncated
+    }
+
     /// A line of windforce's own (why the attempt failed or was not run), kept past the caps.
     pub(crate) fn note(&mut self, line: String) {
         self.pending.push(LogLine { stream: "wf", line });

@@ -194,6 +194,8 @@ struct Supervisor {
     abandon_pipes: AtomicBool,
     /// A warm runner's current job, as the pipe readers see its end.
     ends: Option<pump::Ends>,
+    /// The job's output is past what is kept: the pipe readers drain without making lines.
+    quiet: AtomicBool,
 }
 
 /// An attempt in progress.
@@ -255,6 +257,7 @@ impl Running {
         let nonce = Uuid::new_v4().simple().to_string();
         let ends = self.supervisor.ends.as_ref().context("submit is for a warm runner")?;
         ends.expect(&nonce);
+        self.supervisor.quiet.store(false, Ordering::SeqCst);
         self.settled = None;
         let env = env.iter().map(|(key, value)| (key.as_str(), value.as_str())).collect();
         // JavaScript's line reader ends a line at U+2028 and U+2029 too, which JSON leaves as they
@@ -305,6 +308,12 @@ impl Running {
         };
         let outcome = read_result(&Paths::new(&self.scratch).result, code);
         Some(outcome.unwrap_or_else(|| Outcome::failed("ResultUnreadable", "the warm runner wrote no result")))
+    }
+
+    /// The current job's output is past what is kept: from now on its lines are not made, only
+    /// drained (a warm runner's ends of a job are still read; its next job's lines are made again).
+    pub fn quiet(&self) {
+        self.supervisor.quiet.store(true, Ordering::SeqCst);
     }
 
     /// Ask the supervisor to kill the whole tree now. Idempotent; harmless after the end. A
@@ -592,6 +601,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
         stop_requested: AtomicBool::new(false),
         abandon_pipes: AtomicBool::new(false),
         ends: spec.warm.then(pump::Ends::default),
+        quiet: AtomicBool::new(false),
     });
     let requests = child.stdin.take();
     let request_room = requests.as_ref().and_then(|pipe| rustix::pipe::fcntl_getpipe_size(pipe).ok()).unwrap_or(0);
@@ -680,7 +690,8 @@ fn spawn_reader(
     std::thread::Builder::new()
         .name("wf-action-output".to_string())
         .spawn(move || {
-            pump::pump(pipe, stream, events, &supervisor.abandon_pipes, supervisor.ends.as_ref());
+            let flags = pump::Flags { abandon: &supervisor.abandon_pipes, quiet: &supervisor.quiet };
+            pump::pump(pipe, stream, events, flags, supervisor.ends.as_ref());
             let _ = closed.send(());
         })
         .context("starting an output reader thread")

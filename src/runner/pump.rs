@@ -80,14 +80,24 @@ impl Ends {
 /// How often a reader blocked on an idle pipe looks at the `abandon` flag.
 const POLL: rustix::event::Timespec = rustix::event::Timespec { tv_sec: 0, tv_nsec: 200_000_000 };
 
+/// What the attempt tells its pipe readers while they read.
+pub(super) struct Flags<'a> {
+    /// Give up on pipes that never close.
+    pub abandon: &'a AtomicBool,
+    /// The job's output is past its caps: drain it without making lines of it.
+    pub quiet: &'a AtomicBool,
+}
+
 /// Read `pipe` until EOF (or until `abandon` is set) and send each line as an event. Lines are sent
 /// without their newline; invalid UTF-8 is replaced. A gone receiver does not stop the reading: the
-/// pipe is still drained, so the action never blocks on a full pipe. `ends`: a warm runner's.
+/// pipe is still drained, so the action never blocks on a full pipe. While `quiet`, what is read
+/// is dropped with no work per line, but for a warm runner's end of a job (`ends`), which is still
+/// looked for: an action flooding its output past the caps costs the worker a read per chunk.
 pub(super) fn pump(
     mut pipe: impl Read + AsFd,
     stream: Stream,
     events: SyncSender<Event>,
-    abandon: &AtomicBool,
+    flags: Flags,
     ends: Option<&Ends>,
 ) {
     let mut lines = Lines::default();
@@ -116,12 +126,15 @@ pub(super) fn pump(
             let _ = events.send(line(text));
         }
     };
-    while !abandon.load(Ordering::SeqCst) {
+    while !flags.abandon.load(Ordering::SeqCst) {
         if !readable(pipe.as_fd()) {
             continue;
         }
         match pipe.read(&mut buffer) {
             Ok(0) => break,
+            Ok(n) if flags.quiet.load(Ordering::SeqCst) && !lines.may_end_a_job(&buffer[..n], ends.is_some()) => {
+                lines.drop_pending();
+            }
             Ok(n) => lines.push(&buffer[..n], &mut send),
             Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => break,
@@ -162,6 +175,17 @@ impl Lines {
             }
         }
         self.pending.drain(..start);
+    }
+
+    /// Whether a warm runner's end of a job may be in `bytes` or in the line they continue.
+    fn may_end_a_job(&self, bytes: &[u8], warm: bool) -> bool {
+        let mark = END_MARK as u8;
+        warm && (bytes.contains(&mark) || self.pending.contains(&mark))
+    }
+
+    /// Forget the unfinished line.
+    fn drop_pending(&mut self) {
+        self.pending.clear();
     }
 
     /// The last line, when the stream did not end with a newline.

@@ -756,7 +756,12 @@ fn watch(
     let mut stopped_at: Option<Instant> = None;
     loop {
         match running.events.recv_timeout(Duration::from_millis(50)) {
-            Ok(Event::Line { stream, text }) => logs.push(stream_name(stream), text),
+            Ok(Event::Line { stream, text }) => {
+                logs.push(stream_name(stream), text);
+                if logs.truncated() {
+                    running.quiet();
+                }
+            }
             Ok(Event::Settled { code }) => {
                 running.settle(code);
                 return stop;

@@ -445,6 +445,41 @@ fn output_lines_arrive_as_events_and_stay_out_of_the_result() {
     assert_eq!(finished.outcome, Outcome::Returned(json!(1)));
 }
 
+/// Once told its output is past what is kept (`quiet`), an attempt's output is drained without
+/// being made into lines: a flood costs the worker a read per chunk, not a line per newline (before,
+/// each of millions of newlines the worker would drop was a string sent to it), and the attempt
+/// still ends as it would have.
+#[test]
+fn a_quiet_attempt_drains_its_output_without_making_lines_of_it() {
+    for world in World::both() {
+        let entrypoint = world.action(
+            "flood.ts",
+            r#"
+            export async function main() {
+              console.log("begin");
+              const chunk = "\n".repeat(1 << 20);
+              for (let i = 0; i < 8; i++) process.stdout.write(chunk);
+              await new Promise((done) => process.stdout.write("end\n", done));
+              return "flooded";
+            }
+            "#,
+        );
+        let running = Running::start(world.spec(entrypoint, json!({}), Vec::new())).unwrap();
+        line_starting(&running, "begin");
+        running.quiet();
+        let after = collect(running);
+        assert_eq!(after.outcome, Outcome::Returned(json!("flooded")), "sandboxed: {}", world.sandboxed());
+        // What was read before `quiet` came (a chunk being split, the events queued) is bounded;
+        // the 8 Mi newlines after it are not lines.
+        assert!(
+            after.lines.len() < 100_000,
+            "{} lines made after quiet (sandboxed: {})",
+            after.lines.len(),
+            world.sandboxed()
+        );
+    }
+}
+
 /// console formats as Node does: plain strings joined (the wrapper's fast path, without loading
 /// node:util), and format strings, objects and numbers through util.format.
 #[test]

@@ -399,6 +399,29 @@ fn a_warm_job_that_leaves_a_long_line_unfinished_still_ends_at_once() {
     assert_eq!(lengths, [out, err], "each long line whole, before the end");
 }
 
+/// A warm job whose output goes past the caps still ends at once (its end is looked for while the
+/// rest of its output is drained unread), and the runner's next job has its lines again.
+#[test]
+fn a_warm_job_past_the_output_caps_ends_and_the_next_job_has_its_lines() {
+    let env = TestEnv::new();
+    synced_warm(&env);
+    let flood = enqueue(&env, "w/first", json!({"n": 1, "tails": [8 << 20, 10]}));
+    let next = enqueue(&env, "w/first", json!({"n": 2}));
+    env.wf(["work", "--drain", "--concurrency", "1"]).ok();
+    let (status, first, logs) = ended(&env, &flood);
+    assert_eq!(status, "success", "{first}");
+    assert!(logs.iter().map(String::len).sum::<usize>() <= 1 << 20, "past the cap: nothing more kept");
+    let own: Vec<String> = env
+        .column_of("SELECT line FROM job_logs WHERE job_id = $1::text::uuid AND stream = 'wf' ORDER BY id", &[&flood]);
+    assert_eq!(own, ["output truncated: this attempt wrote more than 1048576 bytes"]);
+    let (status, second, logs) = ended(&env, &next);
+    assert_eq!(status, "success", "{second}");
+    assert_eq!(second["runner"], first["runner"], "one runner ran both");
+    for line in ["log 2", "error 2", "raw 2", "unfinished 2"] {
+        assert!(logs.iter().any(|logged| logged == line), "{line:?} in {logs:?}");
+    }
+}
+
 /// A warm job that leaves a process running (or a timer) ends at once, but what it left does not
 /// live on as long as its worker: a runner idle for its action's timeout (at least 10 s) ends, with
 /// every process in it (before, it lived until the worker stopped or the slot ran another action).
