@@ -304,14 +304,17 @@ pub(crate) struct WorkArgs {
     #[arg(long)]
     pub no_reap: bool,
     /// How actions are isolated. `sandbox`: every attempt in its own user, PID and mount
-    /// namespaces, as an unprivileged user (nobody for a root worker), seeing only the system's
+    /// namespaces, as an unprivileged user (for a root worker, nobody inside and a host uid of its
+    /// own per attempt, from 1879048192 up), seeing only the system's
     /// read-only /usr, its pinned commit (read-only), a private work folder and /tmp, with the
     /// manifest's memory and process limits; the worker refuses to start where the kernel does not
     /// allow it. `none`: as the worker's own user on its file system, without limits.
     #[arg(long, value_enum, env = "WF_ISOLATION", default_value_t = Isolation::Sandbox)]
     pub isolation: Isolation,
     /// A host folder bound read-write into every sandbox at the same path (repeatable; WF_ALLOW_WRITE
-    /// takes a colon-separated list). The sandbox user must be allowed to write it.
+    /// takes a colon-separated list). The sandbox user must be allowed to write it: under a root
+    /// worker, whose attempts each have a uid of their own, by the group nogroup (65534) or by all
+    /// (its actions run with umask 002: what one makes there, the next may write).
     #[arg(long = "allow-write", value_name = "DIR", env = "WF_ALLOW_WRITE", value_delimiter = ':')]
     pub allow_write: Vec<PathBuf>,
     /// How the worker writes its lines on stderr (one per job event: claimed, finished, killed,

@@ -49,6 +49,16 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> CommandResult {
     options.check()?;
     if matches!(options.isolation, Isolation::Sandbox { .. }) {
         warn_of_supplementary_groups(ctx);
+        if rustix::process::geteuid().is_root() && !crate::runner::sandbox::host_uids_mapped() {
+            let uids = crate::runner::sandbox::HOST_UIDS;
+            ctx.out.warn(&format!(
+                "this worker's user namespace does not map the uids {}-{}: every action runs as nobody \
+                 (65534) on the host, and shares the kernel's limits per user (inotify instances, epoll \
+                 watches, pipe buffers) with every other action and the host's processes of nobody",
+                uids.start,
+                uids.end - 1
+            ));
+        }
         if !crate::runner::sandbox::landlock_scopes_sockets() {
             ctx.out.warn(
                 "this kernel's Landlock cannot scope abstract Unix sockets (Linux 6.12 and later can): \

@@ -228,13 +228,9 @@ impl Running {
     pub fn start(spec: Spec) -> Result<Running> {
         let bun = resolve_bun(&spec.bun)?;
         let paths = Paths::new(&spec.scratch);
-        let owner = match spec.isolation {
-            Isolation::Sandbox(_) => Some(sandbox::User::for_this_worker()),
-            Isolation::None => None,
-        };
         // A warm runner's jobs get their inputs with their requests (`submit`).
         let input = (!spec.warm).then_some(&spec.input);
-        prepare_scratch(&paths, input, owner)
+        prepare_scratch(&paths, input)
             .with_context(|| format!("preparing the scratch directory {}", spec.scratch.display()))?;
         match spawn(&spec, &bun, &paths) {
             Ok(running) => Ok(running),
@@ -442,9 +438,9 @@ impl Paths {
     }
 }
 
-/// Make the attempt's folders, and its input file when it has one; in a sandbox, `work` and `io`
-/// belong to the sandbox user.
-fn prepare_scratch(paths: &Paths, input: Option<&Value>, owner: Option<sandbox::User>) -> io::Result<()> {
+/// Make the attempt's folders, and its input file when it has one (a root worker's supervisor
+/// gives `work`, `io` and the input to the sandbox's user: `sandbox::start`).
+fn prepare_scratch(paths: &Paths, input: Option<&Value>) -> io::Result<()> {
     let scratch = paths.work.parent().expect("work is inside the scratch directory");
     let mut builder = fs::DirBuilder::new();
     builder.mode(0o700);
@@ -459,26 +455,17 @@ fn prepare_scratch(paths: &Paths, input: Option<&Value>, owner: Option<sandbox::
     builder.create(&paths.work)?;
     builder.create(&paths.io)?;
     builder.create(&paths.root)?;
-    if let Some(user) = owner {
-        for path in [&paths.work, &paths.io] {
-            std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))?;
-        }
-    }
     match input {
-        Some(input) => write_input(paths, input, owner),
+        Some(input) => write_input(paths, input),
         None => Ok(()),
     }
 }
 
 /// The attempt's input file, the action's to read, made in its fresh `io` folder before the action
 /// starts (never opened if something is there already).
-fn write_input(paths: &Paths, input: &Value, owner: Option<sandbox::User>) -> io::Result<()> {
+fn write_input(paths: &Paths, input: &Value) -> io::Result<()> {
     let mut file = fs::OpenOptions::new().write(true).create_new(true).open(&paths.input)?;
-    file.write_all(&serde_json::to_vec(input)?)?;
-    if let Some(user) = owner {
-        std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid))?;
-    }
-    Ok(())
+    file.write_all(&serde_json::to_vec(input)?)
 }
 
 /// Remove a file, or a link (never its target); nothing there is no error.

@@ -17,7 +17,12 @@
 //!   and SIGSTOP sent to a namespace's init by its own processes).
 //! - **User namespace.** One uid is mapped: the sandbox user, `nobody` (65534) for a root worker,
 //!   else the worker's own uid (an unprivileged process can map only its own). bun runs as that
-//!   user with no capability, no_new_privs, and no supplementary group of the worker's.
+//!   user with no capability, no_new_privs, and no supplementary group of the worker's. A root
+//!   worker maps nobody to a host uid of the attempt's own (`HOST_UIDS`), and makes the namespace
+//!   as that user: the kernel's limits per user of the host (inotify instances, epoll watches,
+//!   pipe buffers) count what the action holds against that uid alone, not against root's or
+//!   another attempt's. Its IPC namespace is the supervisor's, made by root without System V
+//!   shared memory.
 //! - **Mount namespace.** A fresh tmpfs root with only the system's read-only `/usr` (and `/bin`,
 //!   `/lib`, ...), a few files of `/etc`, a minimal `/dev`, a fresh `/proc` and `/tmp`, and under
 //!   `/wf` the pinned commit, the wrapper, its transpiled form and bun (all read-only), and the
@@ -66,8 +71,14 @@ pub(crate) const WORK: &str = "/wf/work";
 pub(crate) const PATH: &str = "/wf/bin:/usr/local/bin:/usr/bin:/bin";
 pub(crate) const HOME: &str = "/tmp";
 
-/// The sandbox user of a root worker.
+/// The sandbox user of a root worker, as the action sees it.
 const NOBODY: u32 = 65534;
+
+/// The host uids of a root worker's attempts: each is the first plus its supervisor's pid (below
+/// 2^22, Linux's highest), unique among the attempts running while it lives (the sandbox lives no
+/// longer). In the range systemd leaves unallocated (0x70000000 to 0x7ffeffff): a uid that no
+/// other process of the host has, not even another attempt's.
+pub(crate) const HOST_UIDS: std::ops::Range<u32> = 0x7000_0000..0x7000_0000 + (1 << 22);
 
 /// Read-only from the host, when they exist: the system (a symlink such as `/bin -> usr/bin` is
 /// copied as a symlink).
@@ -136,18 +147,59 @@ impl Default for Limits {
 /// The user the action runs as: nobody for a root worker, else the worker's own user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct User {
+    /// The action's uid and gid, in the sandbox.
     pub uid: u32,
     pub gid: u32,
+    /// Who that uid is on the host.
+    pub host: Host,
+}
+
+/// The host user a sandbox's user is: the owner of its user namespace, and the one the kernel
+/// counts what it holds against (inotify instances, epoll watches, pipe buffers, descriptors in
+/// flight, signals queued, processes: limits per user of the host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Host {
+    /// The same uid: a worker that is not root maps only its own.
+    Same,
+    /// A root worker's: a uid of HOST_UIDS for each attempt.
+    PerAttempt,
+    /// A root worker's whose user namespace does not map HOST_UIDS (a container's): nobody,
+    /// shared by its attempts.
+    Nobody,
 }
 
 impl User {
     pub(crate) fn for_this_worker() -> User {
         if rustix::process::geteuid().is_root() {
-            User { uid: NOBODY, gid: NOBODY }
+            let host = if host_uids_mapped() { Host::PerAttempt } else { Host::Nobody };
+            User { uid: NOBODY, gid: NOBODY, host }
         } else {
-            User { uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() }
+            let (uid, gid) = (rustix::process::getuid().as_raw(), rustix::process::getgid().as_raw());
+            User { uid, gid, host: Host::Same }
         }
     }
+
+    /// The host uid of this attempt's user. Called in its supervisor, whose pid it is made of.
+    fn host_uid(&self) -> u32 {
+        match self.host {
+            Host::Same => self.uid,
+            Host::PerAttempt => HOST_UIDS.start + std::process::id(),
+            Host::Nobody => NOBODY,
+        }
+    }
+}
+
+/// Whether this process's user namespace maps every uid of HOST_UIDS (the host's own maps all).
+pub(crate) fn host_uids_mapped() -> bool {
+    static MAPPED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *MAPPED.get_or_init(|| {
+        let map = fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+        map.lines().any(|line| {
+            let numbers: Vec<u64> = line.split_whitespace().filter_map(|n| n.parse().ok()).collect();
+            matches!(numbers[..], [inside, _, count]
+                if inside <= u64::from(HOST_UIDS.start) && inside + count >= u64::from(HOST_UIDS.end))
+        })
+    })
 }
 
 /// What the sandbox is made of: host paths, bound at the fixed places above.
@@ -220,30 +272,46 @@ impl Init {
 pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)], requests: bool) -> Result<Init> {
     let command = c_strings(command.iter().map(String::as_str))?;
     let env = c_strings(env.iter().map(|(key, value)| format!("{key}={value}")))?;
-    if rustix::process::geteuid().is_root() {
-        // Root's supplementary groups would follow bun into the sandbox, where setgroups() is
-        // refused: drop them here, before the clone.
-        rustix::thread::set_thread_groups(&[]).context("dropping the supervisor's supplementary groups")?;
-    }
-    let (go_read, go_write) = pipe()?;
-    let (report_read, report_write) = pipe()?;
-    let mut flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS
-        | libc::SIGCHLD;
+    let root = rustix::process::geteuid().is_root();
+    let host_uid = plan.user.host_uid();
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWUTS | libc::SIGCHLD;
     if !plan.network {
         flags |= libc::CLONE_NEWNET;
     }
-    // Init starts dumpable, for the clone's length only: a process that is not has its /proc files
-    // owned by root, and a supervisor that is not root could not write init's id maps.
+    if root {
+        // Root's supplementary groups would follow bun into the sandbox, where setgroups() is
+        // refused: drop them here, before the clone.
+        rustix::thread::set_thread_groups(&[]).context("dropping the supervisor's supplementary groups")?;
+        give_the_attempts_folders(plan, host_uid)?;
+        refuse_shared_memory()?;
+    } else {
+        flags |= libc::CLONE_NEWIPC;
+    }
+    let (go_read, go_write) = pipe()?;
+    let (report_read, report_write) = pipe()?;
     use rustix::process::{DumpableBehavior, set_dumpable_behavior};
-    set_dumpable_behavior(DumpableBehavior::Dumpable).context("letting the sandbox's init be mapped")?;
+    if root {
+        // The user namespace is its creator's: made as the sandbox's host user, the kernel counts
+        // what the action holds against that user's limits, not root's (an action that took all of
+        // root's inotify instances left none to the host's daemons). The file system is still
+        // reached as root until init becomes the sandbox user: the worker's folders are root's.
+        nix::unistd::seteuid(nix::unistd::Uid::from_raw(host_uid))
+            .with_context(|| format!("becoming the sandbox's host user {host_uid}"))?;
+        // SAFETY: setfsuid takes a number and changes only this (single-threaded) process's
+        // credentials; to root, which its real uid allows.
+        unsafe { libc::setfsuid(0) };
+    } else {
+        // Init starts dumpable, for the clone's length only: a process that is not has its /proc
+        // files owned by root, and a supervisor that is not root could not write init's id maps.
+        set_dumpable_behavior(DumpableBehavior::Dumpable).context("letting the sandbox's init be mapped")?;
+    }
     // SAFETY: clone without CLONE_VM and without a new stack is fork() with namespaces: the child
     // runs on a copy of this (single-threaded) process. It never returns from `init`.
     let pid = unsafe { libc::syscall(libc::SYS_clone, flags as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
     if pid != 0 {
+        if root {
+            nix::unistd::seteuid(nix::unistd::Uid::from_raw(0)).context("becoming root again after the clone")?;
+        }
         set_dumpable_behavior(DumpableBehavior::NotDumpable).context("making the supervisor not dumpable")?;
     }
     match pid {
@@ -261,8 +329,10 @@ pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)], r
     let pid = pid as i32;
     drop(go_read);
     drop(report_write);
-    let user = plan.user;
-    let mapped = write_id_maps(pid, user);
+    // Before init goes on: so the kernel's OOM killer picks an action before its worker.
+    let mapped = fs::write(format!("/proc/{pid}/oom_score_adj"), "1000")
+        .context("setting the sandbox's oom_score_adj")
+        .and_then(|()| write_id_maps(pid, plan.user, host_uid));
     // Init waits for this byte before anything else; on an error it reads EOF and exits.
     let mut go = File::from(go_write);
     if let Err(error) = mapped {
@@ -276,12 +346,12 @@ pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)], r
     Ok(Init { pid, report: File::from(report_read), text: Vec::new(), _alive: go.into() })
 }
 
-/// The sandbox user is the only id mapped, to itself. `deny` is required of an unprivileged writer
-/// before the gid map; for root it changes nothing (nobody in the sandbox may call setgroups).
-fn write_id_maps(pid: i32, user: User) -> Result<()> {
+/// The sandbox user is the only id mapped, to its host uid. `deny` is required of an unprivileged
+/// writer before the gid map; for root it changes nothing (nobody in the sandbox may call setgroups).
+fn write_id_maps(pid: i32, user: User, host_uid: u32) -> Result<()> {
     let proc = PathBuf::from(format!("/proc/{pid}"));
-    fs::write(proc.join("uid_map"), format!("{0} {0} 1\n", user.uid))
-        .with_context(|| format!("mapping the sandbox user {} (uid_map)", user.uid))?;
+    fs::write(proc.join("uid_map"), format!("{} {host_uid} 1\n", user.uid))
+        .with_context(|| format!("mapping the sandbox user {} to {host_uid} (uid_map)", user.uid))?;
     fs::write(proc.join("setgroups"), "deny").context("writing the sandbox's setgroups")?;
     fs::write(proc.join("gid_map"), format!("{0} {0} 1\n", user.gid))
         .with_context(|| format!("mapping the sandbox group {} (gid_map)", user.gid))?;
@@ -320,21 +390,10 @@ fn prepare(plan: &Plan, go: &OwnedFd) -> Result<()> {
     if go_file.read(&mut byte)? != 1 {
         bail!("the supervisor is gone");
     }
-    // No System V shared memory: memory no process holds, which no limit of the sandbox counts
-    // (set in the sandbox's own IPC namespace; the host's is untouched). The kernel lets only
-    // root set it there: a worker that is not root cannot (see the README's isolation).
-    match fs::write("/proc/sys/kernel/shmall", "0") {
-        Err(error) if error.kind() != io::ErrorKind::PermissionDenied => {
-            return Err(error).context("refusing System V shared memory in the sandbox");
-        }
-        _ => {}
-    }
     // What lies in the worker's own folders is reached before becoming the sandbox user: for a
     // root worker those are root's folders, which nobody may traverse. The private sources are
     // held open (bound from /proc/self/fd, closed before bun starts) and the new root is entered.
     let private = Private::open(plan)?;
-    // Before the change of user, which makes /proc/self root's.
-    fs::write("/proc/self/oom_score_adj", "1000").context("setting the sandbox's oom_score_adj")?;
     enter_root(plan).context("mounting the sandbox's root")?;
     become_sandbox_user(plan.user)?;
     // A change of user clears the parent-death signal: armed now, then the supervisor checked,
@@ -351,6 +410,33 @@ fn prepare(plan: &Plan, go: &OwnedFd) -> Result<()> {
     rustix::system::sethostname(b"wf").context("naming the sandbox's host")?;
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)?;
     Ok(())
+}
+
+/// A root worker's attempt's `work` and `io` folders, and its input, are its host user's.
+fn give_the_attempts_folders(plan: &Plan, host_uid: u32) -> Result<()> {
+    let input = plan.io.join("input.json");
+    let owner = (Some(host_uid), Some(plan.user.gid));
+    for path in [&plan.work, &plan.io] {
+        std::os::unix::fs::chown(path, owner.0, owner.1).with_context(|| format!("giving {}", path.display()))?;
+    }
+    match std::os::unix::fs::lchown(&input, owner.0, owner.1) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => {
+            Err(error).with_context(|| format!("giving {}", input.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// An IPC namespace of the supervisor's own, which init inherits, with no System V shared memory:
+/// memory no process holds, which no limit of the sandbox counts (the host's namespace is
+/// untouched). Made by root, in the host's user namespace: the kernel lets only root set that
+/// limit, and nothing in the sandbox may change it. A worker that is not root cannot (see the
+/// README's isolation): its sandboxes get a namespace of their own that allows it.
+fn refuse_shared_memory() -> Result<()> {
+    // SAFETY: an IPC namespace, not the descriptor table this function's caveat is about.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWIPC) }
+        .context("making the sandbox's IPC namespace")?;
+    fs::write("/proc/sys/kernel/shmall", "0").context("refusing System V shared memory in the sandbox")
 }
 
 /// A private copy of the host's mounts, and a tmpfs owned by the sandbox user on `plan.root`,
@@ -566,6 +652,11 @@ fn spawn_bun(plan: &Plan, command: &[CString], env: &[CString], requests: bool) 
         return Err(io::Error::last_os_error()).context("starting bun in the sandbox");
     }
     if pid == 0 {
+        if plan.user.host == Host::PerAttempt {
+            // Each attempt is a user of its own, all of them in the group nogroup: what one makes
+            // in an --allow-write folder, its group may write, so the next attempt may too.
+            rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o002));
+        }
         let error = exec_bun(command, env, nproc, requests);
         let _ = writeln!(io::stderr(), "wf: could not start bun in the sandbox: {error}");
         exit_now(127)

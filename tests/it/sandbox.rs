@@ -43,7 +43,8 @@ fn attack_repo() -> GitRepo {
                     "shm": {"entrypoint": "a/shm.ts", "memory_mb": 128},
                     "nap": {"entrypoint": "a/nap.ts"},
                     "stopper": {"entrypoint": "a/stopper.ts", "timeout": 3},
-                    "kernel": {"entrypoint": "a/kernel.ts"}
+                    "kernel": {"entrypoint": "a/kernel.ts"},
+                    "inotify": {"entrypoint": "a/inotify.ts"}
                 },
                 "network": false
             }
@@ -315,6 +316,24 @@ import { dlopen, FFIType } from "bun:ffi";
 export function main() {
   const libc = dlopen("libc.so.6", { shmget: { args: [FFIType.i32, FFIType.u64, FFIType.i32], returns: FFIType.i32 } });
   return libc.symbols.shmget(0, 64 * 1024 * 1024, 0o1000 | 0o600);
+}
+"#,
+    );
+    // Makes inotify instances (which the kernel counts per user of the host) until it may make no
+    // more or has `most`; then holds them for `hold_ms`.
+    repo.file(
+        "a/inotify.ts",
+        r#"
+import { dlopen, FFIType } from "bun:ffi";
+export async function main(input: any) {
+  const libc = dlopen("libc.so.6", { inotify_init1: { args: [FFIType.i32], returns: FFIType.i32 } });
+  let made = 0;
+  while (made < input.most && libc.symbols.inotify_init1(0) >= 0) made += 1;
+  if (input.hold_ms) {
+    console.log(`holding ${made}`);
+    await Bun.sleep(input.hold_ms);
+  }
+  return { made };
 }
 "#,
     );
@@ -721,6 +740,89 @@ fn a_worker_that_is_not_root_runs_sandboxed_actions() {
     assert_eq!(found["hits"], json!([]), "{found}");
     assert_eq!(found["store"], "ENOENT", "{found}");
     assert_eq!(result(&env, &hello), "hello");
+}
+
+/// Each attempt of a root worker runs as a host user of its own, which owns the sandbox's user
+/// namespace: what the kernel counts per user of the host (inotify instances here, 128 by default;
+/// epoll watches, pipe buffers alike) an action exhausts for itself only. Before, every sandbox's
+/// user namespace was root's and every action was nobody: an action that took its 128 inotify
+/// instances took root's, and left none to the host's daemons nor to any other attempt.
+#[test]
+fn an_action_exhausts_the_kernels_limits_per_user_for_itself_only() {
+    assert!(rustix::process::geteuid().is_root(), "this test runs a root worker: run the tests as root");
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let hog = enqueue(&env, "a/inotify", json!({"most": 100_000, "hold_ms": 120_000}));
+    let mut w = worker(&env, "w", &["--concurrency", "2"]);
+    let held = wait_for(Duration::from_secs(60), "the action to hold what it could make", || {
+        let logs = env.wf(["logs", &hog]).ok().stdout;
+        logs.lines().find_map(|line| line.strip_prefix("holding ")?.parse::<u32>().ok())
+    });
+    assert!(held < 100_000, "the action met no limit ({held} inotify instances): the test shows nothing");
+    let outside = rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC);
+    let other = enqueue(&env, "a/inotify", json!({"most": 1}));
+    wait_completed(&env, &other, Duration::from_secs(60));
+    let uids: HashSet<u32> =
+        job_processes(&[hog.clone()].into_iter().collect()).iter().filter_map(|(pid, _, _)| host_uid(*pid)).collect();
+    env.wf(["cancel", &hog]).ok();
+    wait_completed(&env, &hog, Duration::from_secs(60));
+    crate::support::checks::kill(&mut w);
+    assert!(outside.is_ok(), "root outside the sandbox could make no inotify instance: {outside:?}");
+    assert_eq!(result(&env, &other), json!({"made": 1}), "another attempt could make none");
+    // Its supervisor is root; its init and bun are its host user, neither root nor nobody.
+    let sandboxed: Vec<u32> = uids.iter().copied().filter(|uid| *uid != 0).collect();
+    assert!(
+        matches!(sandboxed[..], [uid] if (0x7000_0000..0x7040_0000).contains(&uid)),
+        "the action's host uids: {uids:?}"
+    );
+}
+
+/// A root worker in a user namespace that does not map the host uids of attempts (a container's:
+/// here one mapping the host's uids 0 to 65535) says so at start, and runs its actions as the
+/// host's nobody, in sandboxes that still hold.
+#[test]
+fn a_root_worker_in_a_namespace_without_the_uids_of_attempts_runs_them_as_nobody_and_says_so() {
+    assert!(rustix::process::geteuid().is_root(), "this test runs a root worker: run the tests as root");
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/nap", json!({"ms": 60_000}));
+    let log = env.dir.path().join("contained.log");
+    // Waits for its namespace's map, which the test writes, then runs the worker in it.
+    let mapped = r#"until [ -n "$(cat /proc/self/uid_map)" ]; do sleep 0.05; done; exec "$0" "$@""#;
+    let wrapper = ["--user", "--fork", "--", "sh", "-c", mapped];
+    let mut w = env
+        .wf(["work", "--once"])
+        .under("unshare", wrapper, crate::support::harness::wf_binary().as_os_str())
+        .spawn(&log);
+    let own = std::fs::read_link("/proc/self/ns/user").unwrap();
+    let contained = w.id();
+    wait_for(Duration::from_secs(10), "unshare to make its user namespace", || {
+        std::fs::read_link(format!("/proc/{contained}/ns/user")).ok().filter(|ns| *ns != own)
+    });
+    std::fs::write(format!("/proc/{contained}/gid_map"), "0 0 65536\n").unwrap();
+    std::fs::write(format!("/proc/{contained}/uid_map"), "0 0 65536\n").unwrap();
+    let jobs = [id.clone()].into_iter().collect();
+    let uids: HashSet<u32> = wait_for(Duration::from_secs(60), "the action to run", || {
+        let processes = job_processes(&jobs);
+        let uids: HashSet<u32> = processes.iter().filter_map(|(pid, _, _)| host_uid(*pid)).collect();
+        (processes.len() >= 3).then_some(uids)
+    });
+    env.wf(["cancel", &id]).ok();
+    wait_completed(&env, &id, Duration::from_secs(60));
+    assert!(w.wait().unwrap().success());
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("does not map the uids 1879048192-1883242495: every action runs as nobody"), "{said}");
+    assert_eq!(uids, [0, 65534].into_iter().collect(), "the supervisor root, its sandbox nobody");
+    let canceled =
+        env.db().query_one("SELECT status FROM job_completed WHERE job_id = $1::text::uuid", &[&id]).unwrap();
+    assert_eq!(canceled.get::<_, String>(0), "canceled");
+}
+
+/// A process's uid, as the host sees it.
+fn host_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A worker started with keys in its session keyring (a database password, a Kerberos ticket)
