@@ -59,6 +59,13 @@ pub(super) fn run(ctx: &Ctx, args: WorkArgs) -> CommandResult {
                 uids.end - 1
             ));
         }
+        if crate::runner::memcg::parent().is_none() {
+            ctx.out.warn(
+                "this worker may make no memory cgroup (cgroup v1's memory controller, in its own): an \
+                 action's memory_mb is watched every 100 ms, not held by the kernel, and memory the kernel \
+                 keeps for it (socket buffers, pipes) does not count",
+            );
+        }
         if !crate::runner::sandbox::landlock_scopes_sockets() {
             ctx.out.warn(
                 "this kernel's Landlock cannot scope abstract Unix sockets (Linux 6.12 and later can): \

@@ -530,6 +530,7 @@ fn spawn(spec: &Spec, bun: &Path, paths: &Paths) -> Result<Running> {
                 network: options.network,
                 limits: options.limits,
                 user: sandbox::User::for_this_worker(),
+                memory_cgroup: super::memcg::parent().map(Path::to_path_buf),
             });
         }
         Isolation::None => {

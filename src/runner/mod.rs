@@ -9,10 +9,12 @@
 //! - `attempt`: `Running::start(Spec)` → events → `stop()` when needed → `finish()` → `Outcome`.
 //! - `supervisor`: the process that owns the action's whole tree and kills it (ADR-0011).
 //! - `pump`: the supervisor's stdout/stderr turned into lines.
+//! - `memcg`: a sandboxed attempt's memory cgroup, where the worker may make one.
 //! - `scratch`: per-worker scratch roots and per-attempt directories, stale ones removed.
 //! - `wrapper`: the script that calls `main(input)` and writes the result file.
 
 mod attempt;
+pub(crate) mod memcg;
 mod pump;
 pub(crate) mod sandbox;
 mod scratch;

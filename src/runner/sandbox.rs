@@ -32,8 +32,9 @@
 //! - **Limits.** RLIMIT_NPROC fences the tasks (threads count) of the sandbox user in its own user
 //!   namespace at `max_processes`: a fork past it fails with EAGAIN. Init looks at the sandbox's
 //!   processes every LIMITS_PERIOD and ends the attempt with `MemoryLimit` (resident memory over
-//!   `memory_mb`) or `ProcessLimit` (at `max_processes`). Without cgroups memory is watched, not
-//!   fenced: a burst shorter than a period is not caught; and an action that gives up at once on
+//!   `memory_mb`) or `ProcessLimit` (at `max_processes`). Where the worker may make memory cgroups,
+//!   init is put in one of the attempt's own (`memcg`) and the kernel fences memory. Without,
+//!   memory is watched, not fenced: a burst shorter than a period is not caught; and an action that gives up at once on
 //!   EAGAIN fails with its own error rather than `ProcessLimit`. `/tmp` and `/dev/shm` are capped at `memory_mb` each, and the sandbox's
 //!   oom_score_adj is 1000, so the kernel's OOM killer picks an action before its worker. The
 //!   action cannot make a user namespace (where it could mount a tmpfs of no size limit).
@@ -57,6 +58,7 @@ use nix::sys::signal::{SigSet, Signal};
 use rustix::mount::{self, MountFlags, MountPropagationFlags, UnmountFlags};
 use serde::{Deserialize, Serialize};
 
+use super::memcg::MemoryCgroup;
 use super::supervisor::Signals;
 
 /// Where the attempt's things are inside the sandbox.
@@ -222,6 +224,8 @@ pub(crate) struct Plan {
     pub network: bool,
     pub limits: Limits,
     pub user: User,
+    /// Where to make the attempt's memory cgroup (`memcg`), when the worker may.
+    pub memory_cgroup: Option<PathBuf>,
 }
 
 /// How the attempt ended, as init tells the supervisor.
@@ -240,6 +244,8 @@ pub(super) struct Init {
     pub pid: i32,
     report: File,
     text: Vec<u8>,
+    /// The attempt's memory cgroup, holding init and all it starts, when there is one.
+    pub memory: Option<MemoryCgroup>,
     /// Held open for init's life: init takes its end closing as the supervisor's death.
     _alive: OwnedFd,
 }
@@ -329,10 +335,19 @@ pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)], r
     let pid = pid as i32;
     drop(go_read);
     drop(report_write);
-    // Before init goes on: so the kernel's OOM killer picks an action before its worker.
+    // Before init goes on: so the kernel's OOM killer picks an action before its worker, and
+    // the memory of all it starts is the attempt's cgroup's.
+    let mut memory = None;
     let mapped = fs::write(format!("/proc/{pid}/oom_score_adj"), "1000")
         .context("setting the sandbox's oom_score_adj")
-        .and_then(|()| write_id_maps(pid, plan.user, host_uid));
+        .and_then(|()| write_id_maps(pid, plan.user, host_uid))
+        .and_then(|()| {
+            let Some(parent) = &plan.memory_cgroup else { return Ok(()) };
+            let cgroup = MemoryCgroup::create(parent, plan.limits.memory_mb)?;
+            let added = cgroup.add(pid);
+            memory = Some(cgroup);
+            added
+        });
     // Init waits for this byte before anything else; on an error it reads EOF and exits.
     let mut go = File::from(go_write);
     if let Err(error) = mapped {
@@ -343,7 +358,7 @@ pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)], r
         return Err(error);
     }
     go.write_all(b"g").context("starting the sandbox's init")?;
-    Ok(Init { pid, report: File::from(report_read), text: Vec::new(), _alive: go.into() })
+    Ok(Init { pid, report: File::from(report_read), text: Vec::new(), memory, _alive: go.into() })
 }
 
 /// The sandbox user is the only id mapped, to its host uid. `deny` is required of an unprivileged

@@ -26,6 +26,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use serde::{Deserialize, Serialize};
 
+use super::memcg::MemoryCgroup;
 use super::sandbox;
 
 /// Signals that stop the job: the worker's stop() and the parent-death signal send SIGTERM; INT and
@@ -172,9 +173,26 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
         write_status(plan, None, "ProcessError", "stopped: the worker was gone before the action started");
         return Ok(128 + libc::SIGTERM);
     }
-    let (ending, init) = match &plan.sandbox {
+    let (ending, init, memory) = match &plan.sandbox {
         Some(sandbox) => run_sandboxed(plan, sandbox, &signals),
-        None => (run_plain(plan, &signals)?, None),
+        None => (run_plain(plan, &signals)?, None, None),
+    };
+    // A process of the attempt the kernel killed at its cgroup's limit: bun, or init, or a process
+    // bun started, where bun then ended by a signal too.
+    let ending = match (ending, &memory, &plan.sandbox) {
+        (Ending::Finished(status) | Ending::InitDied(Some(status)), Some(memory), Some(sandbox))
+            if libc::WIFSIGNALED(status) && memory.killed_a_process() =>
+        {
+            Ending::Limit(Status {
+                code: None,
+                name: "MemoryLimit".to_string(),
+                message: format!(
+                    "the action used more than its limit of {} MiB of memory (memory_mb) and was killed",
+                    sandbox.limits.memory_mb
+                ),
+            })
+        }
+        (ending, _, _) => ending,
     };
     let (code, name, message, exit) = match ending {
         Ending::Finished(status) if libc::WIFEXITED(status) => {
@@ -222,6 +240,7 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
         release_output();
         reap_within(init, &signals);
     }
+    drop(memory);
     Ok(exit)
 }
 
@@ -293,12 +312,19 @@ fn run_plain(plan: &Supervision, signals: &Signals) -> Result<Ending> {
 
 /// In a sandbox: init is our only child; killing it kills every process of the attempt. Returns
 /// init's pid when it is still to be reaped: it reported, and every process of the attempt is
-/// dead, but it is still exiting.
-fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &Signals) -> (Ending, Option<i32>) {
+/// dead, but it is still exiting; and the attempt's memory cgroup, to be removed after.
+fn run_sandboxed(
+    plan: &Supervision,
+    sandbox: &sandbox::Plan,
+    signals: &Signals,
+) -> (Ending, Option<i32>, Option<MemoryCgroup>) {
     let mut init = match sandbox::start(sandbox, &plan.command, &plan.environment(), plan.requests) {
         Ok(init) => init,
-        Err(error) => return (Ending::NotStarted(format!("the sandbox could not be set up: {error:#}")), None),
+        Err(error) => {
+            return (Ending::NotStarted(format!("the sandbox could not be set up: {error:#}")), None, None);
+        }
     };
+    let memory = init.memory.take();
     let mut worker = WorkerWatch::default();
     let stopped = loop {
         match wait_readable([signals.fd.as_fd(), init.report_fd()], PARENT_CHECK) {
@@ -314,9 +340,9 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &Signals)
                             Ending::NotStarted(format!("the sandbox could not be set up: {message}"))
                         }
                         // Init died without a report: its end must be known first.
-                        None => return (Ending::InitDied(reap_within(init.pid, signals)), None),
+                        None => return (Ending::InitDied(reap_within(init.pid, signals)), None, memory),
                     };
-                    return (ending, Some(init.pid));
+                    return (ending, Some(init.pid), memory);
                 }
             },
             Ok(_) | Err(_) => {}
@@ -332,7 +358,7 @@ fn run_sandboxed(plan: &Supervision, sandbox: &sandbox::Plan, signals: &Signals)
     // in its namespace before init is reaped.
     kill(init.pid);
     reap_within(init.pid, signals);
-    (stopped, None)
+    (stopped, None, memory)
 }
 
 /// Wait until one of `fds` is readable (or closed), at most `timeout`; which ones are.

@@ -44,7 +44,8 @@ fn attack_repo() -> GitRepo {
                     "nap": {"entrypoint": "a/nap.ts"},
                     "stopper": {"entrypoint": "a/stopper.ts", "timeout": 3},
                     "kernel": {"entrypoint": "a/kernel.ts"},
-                    "inotify": {"entrypoint": "a/inotify.ts"}
+                    "inotify": {"entrypoint": "a/inotify.ts"},
+                    "sockets": {"entrypoint": "a/sockets.ts", "memory_mb": 128}
                 },
                 "network": false
             }
@@ -334,6 +335,31 @@ export async function main(input: any) {
     await Bun.sleep(input.hold_ms);
   }
   return { made };
+}
+"#,
+    );
+    // Queues `mb` MiB in the buffers of Unix socket pairs: memory the kernel holds, no process's.
+    repo.file(
+        "a/sockets.ts",
+        r#"
+import { dlopen, FFIType, ptr } from "bun:ffi";
+export function main(input: any) {
+  const libc = dlopen("libc.so.6", {
+    socketpair: { args: [FFIType.i32, FFIType.i32, FFIType.i32, FFIType.ptr], returns: FFIType.i32 },
+    send: { args: [FFIType.i32, FFIType.ptr, FFIType.u64, FFIType.i32], returns: FFIType.i64 },
+  });
+  const chunk = new Uint8Array(65536).fill(120);
+  const pair = new Int32Array(2);
+  const MSG_DONTWAIT = 0x40;
+  let queued = 0;
+  while (queued < input.mb * 2 ** 20 && libc.symbols.socketpair(1, 1, 0, ptr(pair)) === 0) {
+    for (;;) {
+      const sent = Number(libc.symbols.send(pair[0], ptr(chunk), chunk.length, MSG_DONTWAIT));
+      if (sent <= 0) break;
+      queued += sent;
+    }
+  }
+  return { queued_mb: Math.floor(queued / 2 ** 20) };
 }
 "#,
     );
@@ -661,6 +687,45 @@ fn the_manifests_limits_hold_and_the_worker_lives_on() {
     server.join().unwrap();
 }
 
+/// Where the worker may make memory cgroups (cgroup v1's, in its own), `memory_mb` is a fence the
+/// kernel holds, also on memory no process has: an action that queued a GiB in socket buffers
+/// under `memory_mb: 128` (which its resident memory never showed) ran to success; it is killed
+/// now, as `MemoryLimit`. The attempt's cgroup holds its processes while it runs, with the limit,
+/// and is gone after.
+#[test]
+fn memory_the_kernel_holds_for_an_action_counts_against_its_limit() {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let path = own.lines().find_map(|line| line.split_once(":memory:").map(|(_, path)| path.to_string()));
+    let parent = std::path::Path::new("/sys/fs/cgroup/memory")
+        .join(path.expect("a cgroup v1 memory controller").trim_start_matches('/'));
+    assert!(parent.join("memory.limit_in_bytes").exists(), "{} is not a memory cgroup", parent.display());
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let flood = enqueue(&env, "a/sockets", json!({"mb": 1024}));
+    env.wf(["work", "--drain"]).ok();
+    let error = error(&env, &flood);
+    assert_eq!(error["name"], "MemoryLimit", "{error}");
+    assert!(error["message"].as_str().unwrap().contains("limit of 128 MiB"), "{error}");
+
+    let nap = enqueue(&env, "a/nap", json!({"ms": 60_000}));
+    let mut w = worker(&env, "w", &["--once"]);
+    let jobs = [nap.clone()].into_iter().collect();
+    let cgroup = wait_for(Duration::from_secs(60), "the action to run in its cgroup", || {
+        job_processes(&jobs).iter().filter(|(pid, _, _)| host_uid(*pid) != Some(0)).find_map(|(pid, _, _)| {
+            let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+            let path =
+                cgroups.lines().find_map(|line| line.split_once(":memory:").map(|(_, path)| path.to_string()))?;
+            Some(std::path::Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')))
+        })
+    });
+    let limit = std::fs::read_to_string(cgroup.join("memory.limit_in_bytes")).unwrap();
+    env.wf(["cancel", &nap]).ok();
+    assert!(w.wait().unwrap().success());
+    assert_eq!(cgroup.parent(), Some(parent.as_path()), "made in the worker's own");
+    assert_eq!(limit.trim(), (2048u64 << 20).to_string(), "the action's memory_mb (the default)");
+    assert!(!cgroup.exists(), "{} is left behind", cgroup.display());
+}
+
 /// Where the kernel refuses what the sandbox needs, `wf work` refuses to start and names the way
 /// out; it never runs an action unsandboxed behind the operator's back.
 #[test]
@@ -725,7 +790,8 @@ fn worker_as_nobody_in(env: &TestEnv, until: &str, group: Option<u32>) -> std::p
 }
 
 /// A worker that is not root runs its actions in a sandbox too: as its own user, which the kernel
-/// lets it map, with the same isolation.
+/// lets it map, with the same isolation; but for memory, which it may not fence with a cgroup, and
+/// says so.
 #[test]
 fn a_worker_that_is_not_root_runs_sandboxed_actions() {
     let env = TestEnv::new().env("WF_SECRET", SECRET);
@@ -735,7 +801,8 @@ fn a_worker_that_is_not_root_runs_sandboxed_actions() {
     let output = worker_as_nobody(&env, "--drain").output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    assert!(!stderr.contains("warning"), "in no other group, nothing to warn of: {stderr}");
+    assert!(!stderr.contains("groups"), "in no other group, nothing to warn of: {stderr}");
+    assert!(stderr.contains("warning: this worker may make no memory cgroup"), "{stderr}");
     let found = result(&env, &id);
     assert_eq!(found["hits"], json!([]), "{found}");
     assert_eq!(found["store"], "ENOENT", "{found}");

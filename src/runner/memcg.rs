@@ -1,0 +1,141 @@
+//! The memory cgroup of one sandboxed attempt: the kernel itself holds what the attempt's processes
+//! use and what it keeps for them (socket buffers, pipes, `/tmp`'s pages, memory no process maps)
+//! under `memory_mb`, and kills a process of the attempt at the limit. Made in the worker's own
+//! memory cgroup of cgroup v1, when the worker may make cgroups there (a root worker, most often);
+//! elsewhere the sandbox's init only watches its processes' resident memory (`sandbox`).
+//!
+//! ```text
+//! <the worker's memory cgroup>/wf-<supervisor pid>/   memory.limit_in_bytes = memory_mb
+//!                                                      cgroup.procs: init, then all it starts
+//! ```
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+/// An attempt's cgroup is this followed by its supervisor's pid.
+const PREFIX: &str = "wf-";
+
+/// The worker's own memory cgroup (v1), where its supervisors make the attempts' cgroups, when this
+/// process may make them there. Looked for once per process; the cgroups stale supervisors left
+/// there (killed before removing theirs) are removed then.
+pub(crate) fn parent() -> Option<&'static Path> {
+    static PARENT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PARENT.get_or_init(|| own_memory_cgroup().filter(|dir| usable(dir))).as_deref()
+}
+
+/// The folder of this process's cgroup in the v1 memory hierarchy, from /proc/self/cgroup (its path
+/// in the hierarchy) and /proc/self/mountinfo (where the hierarchy is mounted, from which root).
+fn own_memory_cgroup() -> Option<PathBuf> {
+    let cgroups = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cgroups.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        controllers.split(',').any(|controller| controller == "memory").then_some(path)
+    })?;
+    let mounts = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mounts.lines().find_map(|line| {
+        let (mount, filesystem) = line.split_once(" - ")?;
+        let mount: Vec<&str> = mount.split(' ').collect();
+        let filesystem: Vec<&str> = filesystem.split(' ').collect();
+        let memory = filesystem.first() == Some(&"cgroup")
+            && filesystem.get(2).is_some_and(|options| options.split(',').any(|option| option == "memory"));
+        let (root, point) = (mount.get(3)?, mount.get(4)?);
+        let inside = Path::new(path).strip_prefix(root).ok()?;
+        memory.then(|| Path::new(point).join(inside))
+    })
+}
+
+/// Whether attempts' cgroups can be made in `dir` (one is made and removed), after removing those
+/// of supervisors that are gone.
+fn usable(dir: &Path) -> bool {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|name| name.strip_prefix(PREFIX)?.parse::<i32>().ok()) else {
+                continue;
+            };
+            if !alive(pid) {
+                let _ = fs::remove_dir(entry.path());
+            }
+        }
+    }
+    let probe = dir.join(format!("{PREFIX}probe-{}", std::process::id()));
+    let made = fs::create_dir(&probe).is_ok() && probe.join("memory.limit_in_bytes").exists();
+    let _ = fs::remove_dir(&probe);
+    made
+}
+
+fn alive(pid: i32) -> bool {
+    rustix::process::Pid::from_raw(pid).is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok())
+}
+
+/// One attempt's memory cgroup, removed when dropped (once the attempt's processes are all dead).
+pub(crate) struct MemoryCgroup {
+    dir: PathBuf,
+}
+
+impl MemoryCgroup {
+    /// Made in `parent` for this supervisor, holding at most `memory_mb` MiB, swap included (a
+    /// cgroup of the same name, left by a killed supervisor whose pid this one has, is reused).
+    pub(crate) fn create(parent: &Path, memory_mb: u32) -> Result<MemoryCgroup> {
+        let dir = parent.join(format!("{PREFIX}{}", std::process::id()));
+        match fs::create_dir(&dir) {
+            Err(error) if error.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(error).with_context(|| format!("making the attempt's memory cgroup {}", dir.display()));
+            }
+            _ => {}
+        }
+        let cgroup = MemoryCgroup { dir };
+        let limit = (u64::from(memory_mb) << 20).to_string();
+        // Memory plus swap may never be set below memory alone: lifted first, set after.
+        let swap = cgroup.dir.join("memory.memsw.limit_in_bytes");
+        let swap_accounted = swap.exists();
+        if swap_accounted {
+            cgroup.write("memory.memsw.limit_in_bytes", "-1")?;
+        }
+        cgroup.write("memory.limit_in_bytes", &limit)?;
+        if swap_accounted {
+            cgroup.write("memory.memsw.limit_in_bytes", &limit)?;
+        }
+        Ok(cgroup)
+    }
+
+    /// Move `pid` (the sandbox's init, before it starts anything) into the cgroup.
+    pub(crate) fn add(&self, pid: i32) -> Result<()> {
+        self.write("cgroup.procs", &pid.to_string())
+    }
+
+    /// Whether the kernel killed a process of the attempt for the limit.
+    pub(crate) fn killed_a_process(&self) -> bool {
+        let control = fs::read_to_string(self.dir.join("memory.oom_control")).unwrap_or_default();
+        control.lines().any(|line| {
+            line.strip_prefix("oom_kill ").and_then(|count| count.trim().parse::<u64>().ok()).is_some_and(|n| n > 0)
+        })
+    }
+
+    fn write(&self, file: &str, value: &str) -> Result<()> {
+        let path = self.dir.join(file);
+        fs::write(&path, value).with_context(|| format!("writing {value} to {}", path.display()))
+    }
+}
+
+impl Drop for MemoryCgroup {
+    /// A cgroup is removed once its last process has exited: the sandbox's are dying when this
+    /// runs, so a few tries a little apart. One still busy after them (a process stuck in the
+    /// kernel) is left, and removed by the next worker to start.
+    fn drop(&mut self) {
+        for _ in 0..20 {
+            match fs::remove_dir(&self.dir) {
+                Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                _ => return,
+            }
+        }
+    }
+}
