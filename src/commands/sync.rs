@@ -15,6 +15,8 @@ pub(super) fn run(ctx: &Ctx, args: SyncArgs) -> CommandResult {
         (Some(name), None) => Target::Ref(name),
         (None, None) => Target::Default,
     };
+    // Before any thread is started: libgit2's settings are the process's.
+    crate::source::git::bound_stalls()?;
     let mut client = ctx.connect()?;
     let bars = SourceBars::new(ctx.out);
     let store = ctx.config.store()?;

@@ -168,6 +168,20 @@ fn remove_stale_locks(mirror: &Path) -> Result<()> {
 /// Seconds without a byte from a remote over http(s) after which a fetch fails.
 const STALLED_FETCH_S: &str = "60";
 
+/// A remote that stops answering fails libgit2's fetch too: a read or write of its connection that
+/// waits longer than the operator's GIT_HTTP_LOW_SPEED_TIME (which git itself reads), else
+/// STALLED_FETCH_S, fails. Call it before any thread is started.
+pub(crate) fn bound_stalls() -> Result<()> {
+    let seconds: i32 = std::env::var("GIT_HTTP_LOW_SPEED_TIME")
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .filter(|seconds| *seconds > 0)
+        .unwrap_or_else(|| STALLED_FETCH_S.parse().expect("a number"));
+    // SAFETY: sets a global of libgit2's, with no other thread started to read it meanwhile.
+    unsafe { git2::opts::set_server_timeout_in_milliseconds(seconds.saturating_mul(1000)) }
+        .context("setting libgit2's timeout")
+}
+
 /// `git fetch` into the mirror, its progress ("Receiving objects:  45% (9000/20000)") read from its
 /// stderr, the rest of which is the error when it fails.
 fn fetch_with_git(

@@ -1314,6 +1314,28 @@ fn a_remote_that_never_answers_fails_the_sync_and_a_killed_sync_leaves_no_git_be
     assert_eq!(source_commit(&env, "silent"), None);
 }
 
+/// Without git on PATH, libgit2 fetches: a remote that never answers fails its fetch too, after the
+/// operator's GIT_HTTP_LOW_SPEED_TIME here (60 s by default), where it held the sync for ever.
+#[test]
+fn a_remote_that_never_answers_fails_a_sync_without_git_too() {
+    let env = TestEnv::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for connection in listener.incoming() {
+            held.push(connection);
+        }
+    });
+    env.wf(["source", "add", "silent", &format!("http://127.0.0.1:{port}/never.git")]).ok();
+    let mut sync = env.wf(["sync", "silent"]).env("PATH", "/nowhere").env("GIT_HTTP_LOW_SPEED_TIME", "2").start();
+    let ended = wait_for(Duration::from_secs(60), "the sync to give up", || sync.try_wait().unwrap());
+    let stalled = sync.finish();
+    assert_eq!(ended.code(), Some(1), "{stalled:?}");
+    assert!(stalled.stderr.contains("timed out"), "{stalled:?}");
+    assert_eq!(source_commit(&env, "silent"), None);
+}
+
 /// A password or token in a source's URL is given to git, and never printed by wf: not by add,
 /// list (its table and JSON), a sync's error, nor rm's question.
 #[test]
