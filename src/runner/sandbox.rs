@@ -335,29 +335,32 @@ pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)], r
     let pid = pid as i32;
     drop(go_read);
     drop(report_write);
-    // Before init goes on: so the kernel's OOM killer picks an action before its worker, and
-    // the memory of all it starts is the attempt's cgroup's.
-    let mut memory = None;
+    // Before init goes on: so the kernel's OOM killer picks an action before its worker.
     let mapped = fs::write(format!("/proc/{pid}/oom_score_adj"), "1000")
         .context("setting the sandbox's oom_score_adj")
-        .and_then(|()| write_id_maps(pid, plan.user, host_uid))
-        .and_then(|()| {
-            let Some(parent) = &plan.memory_cgroup else { return Ok(()) };
-            let cgroup = MemoryCgroup::create(parent, plan.limits.memory_mb)?;
-            let added = cgroup.add(pid);
-            memory = Some(cgroup);
-            added
-        });
+        .and_then(|()| write_id_maps(pid, plan.user, host_uid));
     // Init waits for this byte before anything else; on an error it reads EOF and exits.
     let mut go = File::from(go_write);
-    if let Err(error) = mapped {
-        drop(go);
-        if let Some(child) = rustix::process::Pid::from_raw(pid) {
-            let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
+    let joined = mapped.and_then(|()| go.write_all(b"g").context("starting the sandbox's init")).and_then(|()| {
+        // Meanwhile init builds the sandbox: moving a process into a cgroup waits for the kernel
+        // (a grace period), about 2 ms an attempt when init waited for it. Init waits for this
+        // second byte before it starts bun, so all bun starts is the cgroup's.
+        let Some(parent) = &plan.memory_cgroup else { return Ok(None) };
+        let cgroup = MemoryCgroup::create(parent, plan.limits.memory_mb)?;
+        cgroup.add(pid)?;
+        go.write_all(b"c").context("starting bun in the sandbox")?;
+        Ok(Some(cgroup))
+    });
+    let memory = match joined {
+        Ok(memory) => memory,
+        Err(error) => {
+            drop(go);
+            if let Some(child) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
+            }
+            return Err(error);
         }
-        return Err(error);
-    }
-    go.write_all(b"g").context("starting the sandbox's init")?;
+    };
     Ok(Init { pid, report: File::from(report_read), text: Vec::new(), memory, _alive: go.into() })
 }
 
@@ -379,7 +382,7 @@ fn write_id_maps(pid: i32, user: User, host_uid: u32) -> Result<()> {
 fn init(plan: &Plan, command: &[CString], env: &[CString], requests: bool, go: OwnedFd, report: OwnedFd) -> ! {
     // Named apart from the supervisor it was forked from, for `ps` on the host.
     let _ = rustix::thread::set_name(INIT_NAME);
-    let outcome = match prepare(plan, &go) {
+    let outcome = match prepare(plan, &go).and_then(|()| in_memory_cgroup(plan, &go)) {
         Ok(()) => match spawn_bun(plan, command, env, requests) {
             Ok(bun) => watch(bun, plan.limits),
             Err(error) => Report::Setup(format!("{error:#}")),
@@ -397,6 +400,14 @@ fn init(plan: &Plan, command: &[CString], env: &[CString], requests: bool, go: O
 fn exit_now(code: i32) -> ! {
     // SAFETY: _exit takes no pointer and never returns; it runs no handler of this process.
     unsafe { libc::_exit(code) }
+}
+
+/// With a memory cgroup, wait until the supervisor has put init in it (its second byte).
+fn in_memory_cgroup(plan: &Plan, go: &OwnedFd) -> Result<()> {
+    if plan.memory_cgroup.is_some() && File::from(go.try_clone()?).read(&mut [0u8; 1])? != 1 {
+        bail!("the supervisor could not put the sandbox in its memory cgroup");
+    }
+    Ok(())
 }
 
 fn prepare(plan: &Plan, go: &OwnedFd) -> Result<()> {
