@@ -34,10 +34,11 @@
 //!   processes every LIMITS_PERIOD and ends the attempt with `MemoryLimit` (resident memory over
 //!   `memory_mb`) or `ProcessLimit` (at `max_processes`). Where the worker may make memory cgroups,
 //!   init is put in one of the attempt's own (`memcg`) and the kernel fences memory. Without,
-//!   memory is watched, not fenced: a burst shorter than a period is not caught; and an action that gives up at once on
-//!   EAGAIN fails with its own error rather than `ProcessLimit`. `/tmp` and `/dev/shm` are capped at `memory_mb` each, and the sandbox's
-//!   oom_score_adj is 1000, so the kernel's OOM killer picks an action before its worker. The
-//!   action cannot make a user namespace (where it could mount a tmpfs of no size limit).
+//!   memory is watched, not fenced: a burst shorter than a period is not caught. An action that
+//!   gives up at once on EAGAIN fails with its own error rather than `ProcessLimit`. `/tmp` and
+//!   `/dev/shm` are capped at `memory_mb` each, and the sandbox's oom_score_adj is 1000, so the
+//!   kernel's OOM killer picks an action before its worker. The action cannot make a user
+//!   namespace (where it could mount a tmpfs of no size limit).
 //! - **Landlock.** bun and what it starts cannot connect to an abstract Unix socket made outside
 //!   the sandbox (with the network on, the host's are in reach otherwise), where the kernel has
 //!   Landlock ABI 6 (Linux 6.12 and later).
