@@ -71,6 +71,12 @@ impl Ends {
         Some((&line[..at], mark))
     }
 
+    /// What starts the current job's marks (`\x1f<nonce> `), when there is a current job.
+    fn mark_start(&self) -> Option<Vec<u8>> {
+        let nonce = self.nonce.lock().unwrap_or_else(|e| e.into_inner());
+        (!nonce.is_empty()).then(|| format!("{END_MARK}{nonce} ").into_bytes())
+    }
+
     /// One stream has sent all of the job's lines: whether it was the second.
     fn ended(&self) -> bool {
         self.seen.fetch_add(1, Ordering::SeqCst) + 1 == 2
@@ -91,8 +97,9 @@ pub(super) struct Flags<'a> {
 /// Read `pipe` until EOF (or until `abandon` is set) and send each line as an event. Lines are sent
 /// without their newline; invalid UTF-8 is replaced. A gone receiver does not stop the reading: the
 /// pipe is still drained, so the action never blocks on a full pipe. While `quiet`, what is read
-/// is dropped with no work per line, but for a warm runner's end of a job (`ends`), which is still
-/// looked for: an action flooding its output past the caps costs the worker a read per chunk.
+/// is dropped with no work per line, but for a warm runner's end of the current job (`ends`), which
+/// is still looked for: an action flooding its output past the caps costs the worker a read and a
+/// search per chunk.
 pub(super) fn pump(
     mut pipe: impl Read + AsFd,
     stream: Stream,
@@ -132,9 +139,7 @@ pub(super) fn pump(
         }
         match pipe.read(&mut buffer) {
             Ok(0) => break,
-            Ok(n) if flags.quiet.load(Ordering::SeqCst) && !lines.may_end_a_job(&buffer[..n], ends.is_some()) => {
-                lines.drop_pending();
-            }
+            Ok(n) if flags.quiet.load(Ordering::SeqCst) => lines.drain(&buffer[..n], ends, &mut send),
             Ok(n) => lines.push(&buffer[..n], &mut send),
             Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => break,
@@ -177,15 +182,25 @@ impl Lines {
         self.pending.drain(..start);
     }
 
-    /// Whether a warm runner's end of a job may be in `bytes` or in the line they continue.
-    fn may_end_a_job(&self, bytes: &[u8], warm: bool) -> bool {
-        let mark = END_MARK as u8;
-        warm && (bytes.contains(&mark) || self.pending.contains(&mark))
-    }
-
-    /// Forget the unfinished line.
-    fn drop_pending(&mut self) {
-        self.pending.clear();
+    /// Drop `bytes` unsplit, but for a warm runner's mark of its current job: from the mark on,
+    /// they are lines again. Until a mark, only what could be the start of one is kept (it may be
+    /// cut by the chunk's end).
+    fn drain(&mut self, bytes: &[u8], ends: Option<&Ends>, emit: &mut impl FnMut(String)) {
+        let Some(mark) = ends.and_then(Ends::mark_start) else {
+            self.pending.clear();
+            return;
+        };
+        self.pending.extend_from_slice(bytes);
+        match memchr::memmem::find(&self.pending, &mark) {
+            Some(at) => {
+                self.pending.drain(..at);
+                self.push(&[], emit);
+            }
+            None => {
+                let kept = self.pending.len().min(mark.len() - 1);
+                self.pending.drain(..self.pending.len() - kept);
+            }
+        }
     }
 
     /// The last line, when the stream did not end with a newline.
@@ -300,6 +315,31 @@ mod tests {
             assert_eq!(out.concat(), text, "{unfinished}: nothing lost");
             assert_eq!(out.iter().filter_map(|piece| ends.mark(piece)).count(), 1, "{unfinished}: the job ends once");
         }
+    }
+
+    #[test]
+    fn a_quiet_drain_makes_no_line_but_the_current_jobs_end_cut_across_chunks() {
+        let ends = Ends::default();
+        let nonce = "0123456789abcdef0123456789abcdef";
+        ends.expect(nonce);
+        let mark = format!("\u{1f}{nonce} 0\n");
+        let noise = "\u{1f}\u{1f}0123 0\n\n\u{1f}ffff taken\n".repeat(1000);
+        let input = format!("{noise}partial{mark}");
+        for cut in [1, 7, 16 * 1024] {
+            let mut lines = Lines::default();
+            let mut out = Vec::new();
+            for chunk in input.as_bytes().chunks(cut) {
+                lines.drain(chunk, Some(&ends), &mut |line| out.push(line));
+            }
+            assert_eq!(out, [mark.trim_end()], "chunks of {cut}");
+            let marks: Vec<_> = out.iter().filter_map(|line| ends.mark(line)).collect();
+            assert_eq!(marks, [("", Mark::Ended(0))], "chunks of {cut}");
+        }
+        let mut lines = Lines::default();
+        let mut out = Vec::new();
+        lines.drain(input.as_bytes(), None, &mut |line| out.push(line));
+        lines.finish(&mut |line| out.push(line));
+        assert!(out.is_empty(), "a cold attempt's drain makes no line: {out:?}");
     }
 
     #[test]
