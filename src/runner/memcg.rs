@@ -77,6 +77,8 @@ fn alive(pid: i32) -> bool {
 /// One attempt's memory cgroup, removed when dropped (once the attempt's processes are all dead).
 pub(crate) struct MemoryCgroup {
     dir: PathBuf,
+    /// The kernel's count of processes it killed there, when it was made: one reused has a past.
+    oom_kills: u64,
 }
 
 impl MemoryCgroup {
@@ -90,7 +92,8 @@ impl MemoryCgroup {
             }
             _ => {}
         }
-        let cgroup = MemoryCgroup { dir };
+        let mut cgroup = MemoryCgroup { dir, oom_kills: 0 };
+        cgroup.oom_kills = cgroup.oom_kills();
         let limit = (u64::from(memory_mb) << 20).to_string();
         // Memory plus swap may never be set below memory alone: lifted first, set after.
         let swap = cgroup.dir.join("memory.memsw.limit_in_bytes");
@@ -112,10 +115,13 @@ impl MemoryCgroup {
 
     /// Whether the kernel killed a process of the attempt for the limit.
     pub(crate) fn killed_a_process(&self) -> bool {
+        self.oom_kills() > self.oom_kills
+    }
+
+    /// `oom_kill` of `memory.oom_control`.
+    fn oom_kills(&self) -> u64 {
         let control = fs::read_to_string(self.dir.join("memory.oom_control")).unwrap_or_default();
-        control.lines().any(|line| {
-            line.strip_prefix("oom_kill ").and_then(|count| count.trim().parse::<u64>().ok()).is_some_and(|n| n > 0)
-        })
+        control.lines().find_map(|line| line.strip_prefix("oom_kill ")?.trim().parse().ok()).unwrap_or(0)
     }
 
     fn write(&self, file: &str, value: &str) -> Result<()> {
@@ -137,5 +143,43 @@ impl Drop for MemoryCgroup {
                 _ => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    /// A shell in `cgroup` that then makes `tail` hold 100 MiB; whether it succeeded.
+    fn hold_100_mib_in(cgroup: &MemoryCgroup) -> bool {
+        let mut shell = Command::new("sh")
+            .args(["-c", "read go && head -c 100M /dev/zero | tail -n 1 > /dev/null"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        cgroup.add(shell.id() as i32).unwrap();
+        shell.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        shell.wait().unwrap().success()
+    }
+
+    /// The kernel kills a process over the limit, and says so; a cgroup of the same name made
+    /// again (left by a killed supervisor whose pid this one has) does not carry that kill over.
+    #[test]
+    fn a_kill_at_the_limit_is_told_once_and_not_by_a_cgroup_made_again() {
+        let parent = parent().expect("the tests need a cgroup v1 memory controller the test process may write");
+        let cgroup = MemoryCgroup::create(parent, 16).unwrap();
+        assert!(!cgroup.killed_a_process());
+        assert!(!hold_100_mib_in(&cgroup), "100 MiB held under a limit of 16");
+        assert!(cgroup.killed_a_process());
+        let dir = cgroup.dir.clone();
+        std::mem::forget(cgroup);
+        let again = MemoryCgroup::create(parent, 256).unwrap();
+        assert_eq!(again.dir, dir);
+        assert!(!again.killed_a_process(), "the kill was the earlier attempt's");
+        assert!(hold_100_mib_in(&again), "100 MiB held under a limit of 256");
+        drop(again);
+        assert!(!dir.exists(), "{} is left behind", dir.display());
     }
 }
