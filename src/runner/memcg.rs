@@ -5,12 +5,12 @@
 //! elsewhere the sandbox's init only watches its processes' resident memory (`sandbox`).
 //!
 //! ```text
-//! <the worker's memory cgroup>/wf-<supervisor pid>/   memory.limit_in_bytes = memory_mb
-//!                                                      cgroup.procs: init, then all it starts
+//! <the worker's memory cgroup>/wf-<supervisor pid>-<random>/   memory.limit_in_bytes = memory_mb
+//!                                                               (memsw and kmem.tcp too)
+//!                                                               cgroup.procs: init, then all it starts
 //! ```
 
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -56,7 +56,8 @@ fn usable(dir: &Path) -> bool {
     if let Ok(entries) = fs::read_dir(dir) {
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let Some(pid) = name.to_str().and_then(|name| name.strip_prefix(PREFIX)?.parse::<i32>().ok()) else {
+            let pid = name.to_str().and_then(|name| name.strip_prefix(PREFIX)?.split('-').next()?.parse::<i32>().ok());
+            let Some(pid) = pid else {
                 continue;
             };
             if !alive(pid) {
@@ -77,33 +78,42 @@ fn alive(pid: i32) -> bool {
 /// One attempt's memory cgroup, removed when dropped (once the attempt's processes are all dead).
 pub(crate) struct MemoryCgroup {
     dir: PathBuf,
-    /// The kernel's count of processes it killed there, when it was made: one reused has a past.
-    oom_kills: u64,
+}
+
+/// Whether the kernel's OOM killer killed a process of the attempt, and for which limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OomKill {
+    None,
+    /// The attempt reached its own limit (`memory_mb`).
+    OwnLimit,
+    /// Another limit: the worker's own cgroup's, or the host's memory.
+    Elsewhere,
 }
 
 impl MemoryCgroup {
-    /// Made in `parent` for this supervisor, holding at most `memory_mb` MiB, swap included (a
-    /// cgroup of the same name, left by a killed supervisor whose pid this one has, is reused).
+    /// Made in `parent` for this supervisor (named after its pid, which the next worker to start
+    /// looks at, and a random part: two supervisors of one pid in two PID namespaces may share a
+    /// parent), holding at most `memory_mb` MiB, swap included, and as much again in TCP buffers.
     pub(crate) fn create(parent: &Path, memory_mb: u32) -> Result<MemoryCgroup> {
-        let dir = parent.join(format!("{PREFIX}{}", std::process::id()));
-        match fs::create_dir(&dir) {
-            Err(error) if error.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(error).with_context(|| format!("making the attempt's memory cgroup {}", dir.display()));
-            }
-            _ => {}
-        }
-        let mut cgroup = MemoryCgroup { dir, oom_kills: 0 };
-        cgroup.oom_kills = cgroup.oom_kills();
+        let dir = parent.join(format!("{PREFIX}{}-{:08x}", std::process::id(), fastrand::u32(..)));
+        fs::create_dir(&dir).with_context(|| format!("making the attempt's memory cgroup {}", dir.display()))?;
+        let cgroup = MemoryCgroup { dir };
         let limit = (u64::from(memory_mb) << 20).to_string();
         // Memory plus swap may never be set below memory alone: lifted first, set after.
-        let swap = cgroup.dir.join("memory.memsw.limit_in_bytes");
-        let swap_accounted = swap.exists();
+        let swap_accounted = cgroup.dir.join("memory.memsw.limit_in_bytes").exists();
         if swap_accounted {
             cgroup.write("memory.memsw.limit_in_bytes", "-1")?;
         }
         cgroup.write("memory.limit_in_bytes", &limit)?;
         if swap_accounted {
             cgroup.write("memory.memsw.limit_in_bytes", &limit)?;
+        }
+        // cgroup v1 counts the TCP buffers of the cgroup's sockets apart, and only once a limit is
+        // set: without one an action held 737 MiB of them under a memory_mb of 128 (the host's
+        // TCP memory, which every connection of the host shares). At the limit a socket takes no
+        // more until it is read: nothing is killed.
+        if cgroup.dir.join("memory.kmem.tcp.limit_in_bytes").exists() {
+            cgroup.write("memory.kmem.tcp.limit_in_bytes", &limit)?;
         }
         Ok(cgroup)
     }
@@ -113,15 +123,27 @@ impl MemoryCgroup {
         self.write("cgroup.procs", &pid.to_string())
     }
 
-    /// Whether the kernel killed a process of the attempt for the limit.
-    pub(crate) fn killed_a_process(&self) -> bool {
-        self.oom_kills() > self.oom_kills
-    }
-
-    /// `oom_kill` of `memory.oom_control`.
-    fn oom_kills(&self) -> u64 {
-        let control = fs::read_to_string(self.dir.join("memory.oom_control")).unwrap_or_default();
-        control.lines().find_map(|line| line.strip_prefix("oom_kill ")?.trim().parse().ok()).unwrap_or(0)
+    /// Whether the kernel killed a process of the attempt: the cgroup counts the processes killed
+    /// in it whichever limit was reached, and keeps the most it ever used, which its own limit
+    /// caps (its `failcnt`, which should count the times that limit was reached, stayed 0 here).
+    pub(crate) fn oom_kill(&self) -> OomKill {
+        let read = |file: &str| fs::read_to_string(self.dir.join(file)).unwrap_or_default();
+        let number = |file: &str| read(file).trim().parse::<u64>().ok();
+        let kills: u64 = read("memory.oom_control")
+            .lines()
+            .find_map(|line| line.strip_prefix("oom_kill ")?.trim().parse().ok())
+            .unwrap_or(0);
+        let reached = [
+            ("memory.max_usage_in_bytes", "memory.limit_in_bytes"),
+            ("memory.memsw.max_usage_in_bytes", "memory.memsw.limit_in_bytes"),
+        ]
+        .iter()
+        .any(|(most, limit)| number(most).zip(number(limit)).is_some_and(|(most, limit)| most >= limit));
+        match (kills, reached) {
+            (0, _) => OomKill::None,
+            (_, true) => OomKill::OwnLimit,
+            (_, false) => OomKill::Elsewhere,
+        }
     }
 
     fn write(&self, file: &str, value: &str) -> Result<()> {
@@ -164,22 +186,26 @@ mod tests {
         shell.wait().unwrap().success()
     }
 
-    /// The kernel kills a process over the limit, and says so; a cgroup of the same name made
-    /// again (left by a killed supervisor whose pid this one has) does not carry that kill over.
+    /// A process killed at the attempt's own limit is told from one killed for another's (here its
+    /// parent's, as the worker's own cgroup or the host may run out): the first is the action's
+    /// `MemoryLimit`, the second not (it was, whatever the action's memory_mb).
     #[test]
-    fn a_kill_at_the_limit_is_told_once_and_not_by_a_cgroup_made_again() {
+    fn a_kill_at_the_attempts_own_limit_is_told_from_a_kill_for_another() {
         let parent = parent().expect("the tests need a cgroup v1 memory controller the test process may write");
-        let cgroup = MemoryCgroup::create(parent, 16).unwrap();
-        assert!(!cgroup.killed_a_process());
-        assert!(!hold_100_mib_in(&cgroup), "100 MiB held under a limit of 16");
-        assert!(cgroup.killed_a_process());
-        let dir = cgroup.dir.clone();
-        std::mem::forget(cgroup);
-        let again = MemoryCgroup::create(parent, 256).unwrap();
-        assert_eq!(again.dir, dir);
-        assert!(!again.killed_a_process(), "the kill was the earlier attempt's");
-        assert!(hold_100_mib_in(&again), "100 MiB held under a limit of 256");
-        drop(again);
+        let own = MemoryCgroup::create(parent, 16).unwrap();
+        assert_eq!(own.oom_kill(), OomKill::None);
+        assert!(!hold_100_mib_in(&own), "100 MiB held under a limit of 16");
+        assert_eq!(own.oom_kill(), OomKill::OwnLimit);
+        let dir = own.dir.clone();
+        drop(own);
         assert!(!dir.exists(), "{} is left behind", dir.display());
+
+        let worker = MemoryCgroup::create(parent, 32).unwrap();
+        let attempt = MemoryCgroup::create(&worker.dir, 256).unwrap();
+        assert!(!hold_100_mib_in(&attempt), "100 MiB held under a parent's limit of 32");
+        assert_eq!(attempt.oom_kill(), OomKill::Elsewhere);
+        let roomy = MemoryCgroup::create(parent, 256).unwrap();
+        assert!(hold_100_mib_in(&roomy), "100 MiB held under a limit of 256");
+        assert_eq!(roomy.oom_kill(), OomKill::None);
     }
 }

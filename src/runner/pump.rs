@@ -108,7 +108,8 @@ pub(super) fn pump(
     ends: Option<&Ends>,
 ) {
     let mut lines = Lines::default();
-    let mut buffer = vec![0u8; 16 * 1024];
+    // What a pipe holds (64 KiB by default) at once: a flood costs a read per pipe-full.
+    let mut buffer = vec![0u8; 64 * 1024];
     let line = |text: String| match text.strip_prefix(STDERR_MARK) {
         Some(rest) if stream == Stream::Stdout => Event::Line { stream: Stream::Stderr, text: rest.to_string() },
         _ => Event::Line { stream, text },

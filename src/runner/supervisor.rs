@@ -26,7 +26,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use serde::{Deserialize, Serialize};
 
-use super::memcg::MemoryCgroup;
+use super::memcg::{MemoryCgroup, OomKill};
 use super::sandbox;
 
 /// Signals that stop the job: the worker's stop() and the parent-death signal send SIGTERM; INT and
@@ -131,7 +131,8 @@ enum Ending {
     Orphaned,
     /// The worker has been stopped this long: past its self-fence (`WorkerWatch`).
     WorkerStopped(Duration),
-    /// The sandbox's init ended the attempt for exceeding a limit.
+    /// The attempt was killed for memory or processes: by the sandbox's init at a limit, or by
+    /// the kernel's OOM killer.
     Limit(Status),
     /// bun could not be started (or its sandbox not built).
     NotStarted(String),
@@ -177,22 +178,9 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
         Some(sandbox) => run_sandboxed(plan, sandbox, &signals),
         None => (run_plain(plan, &signals)?, None, None),
     };
-    // A process of the attempt the kernel killed at its cgroup's limit: bun, or init, or a process
-    // bun started, where bun then ended by a signal too.
-    let ending = match (ending, &memory, &plan.sandbox) {
-        (Ending::Finished(status) | Ending::InitDied(Some(status)), Some(memory), Some(sandbox))
-            if libc::WIFSIGNALED(status) && memory.killed_a_process() =>
-        {
-            Ending::Limit(Status {
-                code: None,
-                name: "MemoryLimit".to_string(),
-                message: format!(
-                    "the action used more than its limit of {} MiB of memory (memory_mb) and was killed",
-                    sandbox.limits.memory_mb
-                ),
-            })
-        }
-        (ending, _, _) => ending,
+    let ending = match (&memory, &plan.sandbox) {
+        (Some(memory), Some(sandbox)) => killed_for_memory(ending, memory, sandbox.limits.memory_mb),
+        _ => ending,
     };
     let (code, name, message, exit) = match ending {
         Ending::Finished(status) if libc::WIFEXITED(status) => {
@@ -242,6 +230,28 @@ pub(crate) fn supervise(plan: &Supervision) -> Result<i32> {
     }
     drop(memory);
     Ok(exit)
+}
+
+/// How an attempt ended that the kernel's OOM killer had a hand in: bun, init or a process bun
+/// started was killed, and bun (or init) then ended by a signal.
+fn killed_for_memory(ending: Ending, memory: &MemoryCgroup, memory_mb: u32) -> Ending {
+    let (Ending::Finished(status) | Ending::InitDied(Some(status))) = ending else { return ending };
+    if !libc::WIFSIGNALED(status) {
+        return ending;
+    }
+    let message = match memory.oom_kill() {
+        OomKill::None => return ending,
+        OomKill::OwnLimit => {
+            let message =
+                format!("the action used more than its limit of {memory_mb} MiB of memory (memory_mb) and was killed");
+            return Ending::Limit(Status { code: None, name: "MemoryLimit".to_string(), message });
+        }
+        OomKill::Elsewhere => format!(
+            "the kernel killed a process of the action when its worker's memory cgroup or the host ran out of \
+             memory (not at the action's memory_mb of {memory_mb} MiB)"
+        ),
+    };
+    Ending::Limit(Status { code: None, name: "ProcessError".to_string(), message })
 }
 
 /// Reap `pid`, a child of ours that is dying: its wait status, or none when it is still not reaped

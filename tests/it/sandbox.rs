@@ -45,7 +45,8 @@ fn attack_repo() -> GitRepo {
                     "stopper": {"entrypoint": "a/stopper.ts", "timeout": 3},
                     "kernel": {"entrypoint": "a/kernel.ts"},
                     "inotify": {"entrypoint": "a/inotify.ts"},
-                    "sockets": {"entrypoint": "a/sockets.ts", "memory_mb": 128}
+                    "sockets": {"entrypoint": "a/sockets.ts", "memory_mb": 128},
+                    "tcp": {"entrypoint": "a/tcp.ts", "memory_mb": 128}
                 },
                 "network": false
             }
@@ -360,6 +361,41 @@ export function main(input: any) {
     }
   }
   return { queued_mb: Math.floor(queued / 2 ** 20) };
+}
+"#,
+    );
+    // Connects `conns` clients to a server of its own that reads nothing, and writes to each until
+    // the kernel takes no more for a second: what it wrote, which the kernel holds in TCP buffers
+    // (a chunk a socket at most waits in bun).
+    repo.file(
+        "a/tcp.ts",
+        r#"
+import net from "node:net";
+export async function main(input: any) {
+  const server = net.createServer((socket) => socket.pause());
+  await new Promise<void>((listening) => server.listen(0, "127.0.0.1", () => listening()));
+  const port = (server.address() as any).port;
+  const chunk = Buffer.alloc(64 * 1024, 120);
+  let written = 0;
+  async function fill(socket: net.Socket) {
+    for (;;) {
+      written += chunk.length;
+      if (socket.write(chunk)) continue;
+      const drained = await Promise.race([
+        new Promise((done) => socket.once("drain", () => done(true))),
+        Bun.sleep(1000).then(() => false),
+      ]);
+      if (!drained) return;
+    }
+  }
+  const sockets: net.Socket[] = [];
+  for (let i = 0; i < input.conns; i++) {
+    const socket = net.connect(port, "127.0.0.1");
+    await new Promise((connected) => socket.once("connect", connected));
+    sockets.push(socket);
+  }
+  await Promise.all(sockets.map(fill));
+  return { written_mb: Math.floor(written / 2 ** 20) };
 }
 "#,
     );
@@ -726,6 +762,21 @@ fn memory_the_kernel_holds_for_an_action_counts_against_its_limit() {
     assert_eq!(cgroup.parent(), Some(parent.as_path()), "made in the worker's own");
     assert_eq!(limit.trim(), (2048u64 << 20).to_string(), "the action's memory_mb (the default)");
     assert!(!cgroup.exists(), "{} is left behind", cgroup.display());
+}
+
+/// TCP buffers count too: cgroup v1 keeps them apart, and only once a limit is set. An action that
+/// wrote to 200 connections of its own that read nothing had the kernel hold about 600 MiB of TCP
+/// buffers under `memory_mb: 128` (the host's TCP memory, shared by every connection of the host);
+/// at the limit its sockets take no more.
+#[test]
+fn tcp_buffers_an_action_fills_count_against_its_memory_limit() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/tcp", json!({"conns": 200}));
+    env.wf(["work", "--drain"]).ok();
+    let written = result(&env, &id)["written_mb"].as_u64().unwrap();
+    // 128 MiB of buffers, and a chunk of 64 KiB a socket that bun holds.
+    assert!(written < 160, "{written} MiB written to sockets nobody read");
 }
 
 /// Where the kernel refuses what the sandbox needs, `wf work` refuses to start and names the way
