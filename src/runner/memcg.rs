@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-/// An attempt's cgroup is this followed by its supervisor's pid.
+/// An attempt's cgroup is this followed by its supervisor's pid, a dash and a random part.
 const PREFIX: &str = "wf-";
 
 /// The worker's own memory cgroup (v1), where its supervisors make the attempts' cgroups, when this
