@@ -1281,12 +1281,8 @@ fn children_running(parent: u32, needle: &str) -> Vec<i32> {
     found
 }
 
-/// A remote that accepts and never answers: the fetch fails once a minute passed without a byte
-/// (it held the sync, and the source's lock, for ever), and a sync killed meanwhile takes its
-/// `git fetch` with it (one left behind went on writing into the mirror beside the next sync).
-#[test]
-fn a_remote_that_never_answers_fails_the_sync_and_a_killed_sync_leaves_no_git_behind() {
-    let env = TestEnv::new();
+/// Source `silent`: an http remote that accepts connections and never answers them.
+fn add_silent_source(env: &TestEnv) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -1295,8 +1291,16 @@ fn a_remote_that_never_answers_fails_the_sync_and_a_killed_sync_leaves_no_git_be
             held.push(connection);
         }
     });
-    let url = format!("http://127.0.0.1:{port}/never.git");
-    env.wf(["source", "add", "silent", &url]).ok();
+    env.wf(["source", "add", "silent", &format!("http://127.0.0.1:{port}/never.git")]).ok();
+}
+
+/// A remote that accepts and never answers: the fetch fails once a minute passed without a byte
+/// (it held the sync, and the source's lock, for ever), and a sync killed meanwhile takes its
+/// `git fetch` with it (one left behind went on writing into the mirror beside the next sync).
+#[test]
+fn a_remote_that_never_answers_fails_the_sync_and_a_killed_sync_leaves_no_git_behind() {
+    let env = TestEnv::new();
+    add_silent_source(&env);
 
     let mut killed = env.wf(["sync", "silent"]).spawn(&env.dir.path().join("killed.log"));
     let fetch = wait_for(Duration::from_secs(30), "the sync's git fetch", || {
@@ -1319,15 +1323,7 @@ fn a_remote_that_never_answers_fails_the_sync_and_a_killed_sync_leaves_no_git_be
 #[test]
 fn a_remote_that_never_answers_fails_a_sync_without_git_too() {
     let env = TestEnv::new();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for connection in listener.incoming() {
-            held.push(connection);
-        }
-    });
-    env.wf(["source", "add", "silent", &format!("http://127.0.0.1:{port}/never.git")]).ok();
+    add_silent_source(&env);
     let mut sync = env.wf(["sync", "silent"]).env("PATH", "/nowhere").env("GIT_HTTP_LOW_SPEED_TIME", "2").start();
     let ended = wait_for(Duration::from_secs(60), "the sync to give up", || sync.try_wait().unwrap());
     let stalled = sync.finish();
