@@ -314,7 +314,8 @@ pub(crate) struct WorkArgs {
     /// A host folder bound read-write into every sandbox at the same path (repeatable; WF_ALLOW_WRITE
     /// takes a colon-separated list). The sandbox user must be allowed to write it: under a root
     /// worker, whose attempts each have a uid of their own, by the group nogroup (65534) or by all
-    /// (its actions run with umask 002: what one makes there, the next may write).
+    /// (its actions run with umask 002: what one makes there, the next may write). Not one inside
+    /// another; a path that has a symbolic link in it when an attempt starts fails that attempt.
     #[arg(long = "allow-write", value_name = "DIR", env = "WF_ALLOW_WRITE", value_delimiter = ':')]
     pub allow_write: Vec<PathBuf>,
     /// How the worker writes its lines on stderr (one per job event: claimed, finished, killed,
@@ -436,7 +437,8 @@ pub(crate) struct ResultArgs {
 pub(crate) struct LogsArgs {
     /// A job id, or its first hex digits.
     pub id: String,
-    /// Keep printing new lines until the job completes.
+    /// Keep printing new lines until the job completes, then exit as `wf result` does: 0 success,
+    /// 4 failure or canceled.
     #[arg(long, short)]
     pub follow: bool,
     /// Only the last N lines (then new ones, with --follow).

@@ -17,6 +17,7 @@ use crate::cli::LogsArgs;
 use crate::error::Exit;
 use crate::output::{escape_controls, rfc3339};
 use crate::queue::inspect::{self, Followed, LogEntry};
+use crate::queue::job::JobStatus;
 
 pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
     let database = ctx.database()?;
@@ -95,6 +96,14 @@ pub(super) fn run(ctx: &Ctx, args: LogsArgs) -> CommandResult {
         let retry =
             inspect::retried_as(&mut client, id)?.map_or(String::new(), |retry| format!(", retried as {retry}"));
         ctx.out.info(&format!("job {id} ended: {ended}{retry}"));
+        if let Some(array) = json.into_inner() {
+            array.finish()?;
+        }
+        // The exit says how it ended, as `wf result`'s does: with --json, stderr says nothing.
+        return Ok(match ended {
+            JobStatus::Failure | JobStatus::Canceled => Exit::JobFailed,
+            _ => Exit::Ok,
+        });
     }
     if let Some(array) = json.into_inner() {
         array.finish()?;

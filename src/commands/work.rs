@@ -119,22 +119,37 @@ fn warn_of_supplementary_groups(ctx: &Ctx) {
     }
 }
 
-/// `--allow-write` folders: existing directories, by their real path (a sandbox binds what the
-/// path names now, so a symlink is resolved once, here).
+/// `--allow-write` folders: existing directories, by their real path, none inside another. Each
+/// sandbox opens the path again and refuses a link in it (a link there now was put after this
+/// check, by whoever may write a folder of the path); a folder inside another is writable through
+/// that one already, and its own place in the sandbox would be reached through a folder actions
+/// write.
 fn allow_write(dirs: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
-    dirs.into_iter()
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .map(|dir| {
-            let real = dir.canonicalize().with_context(|| format!("--allow-write {}", dir.display()))?;
-            if !real.is_dir() {
-                bail!("--allow-write {}: not a directory", dir.display());
-            }
-            if real == std::path::Path::new("/") {
-                bail!("--allow-write /: the whole file system cannot be bound into the sandbox");
-            }
-            Ok(real)
-        })
-        .collect()
+    let mut real: Vec<PathBuf> = Vec::new();
+    for dir in dirs.into_iter().filter(|dir| !dir.as_os_str().is_empty()) {
+        let path = dir.canonicalize().with_context(|| format!("--allow-write {}", dir.display()))?;
+        if !path.is_dir() {
+            bail!("--allow-write {}: not a directory", dir.display());
+        }
+        if path == std::path::Path::new("/") {
+            bail!("--allow-write /: the whole file system cannot be bound into the sandbox");
+        }
+        if !real.contains(&path) {
+            real.push(path);
+        }
+    }
+    for inner in &real {
+        if let Some(outer) = real.iter().find(|outer| *outer != inner && inner.starts_with(outer)) {
+            bail!(
+                "--allow-write {}: inside --allow-write {}, through which the sandbox may write it already; \
+                 give only {}",
+                inner.display(),
+                outer.display(),
+                outer.display()
+            );
+        }
+    }
+    Ok(real)
 }
 
 /// What a worker did before it stopped: jobs it completed, put back in the queue (a clean

@@ -359,7 +359,15 @@ pub(super) fn start(plan: &Plan, command: &[String], env: &[(String, String)], r
             if let Some(child) = rustix::process::Pid::from_raw(pid) {
                 let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
             }
-            return Err(error);
+            // Init may have failed first, and the write failed for its end closed: then its report
+            // says why.
+            let mut text = Vec::new();
+            let said =
+                File::from(report_read).read_to_end(&mut text).ok().and_then(|_| serde_json::from_slice(&text).ok());
+            return Err(match said {
+                Some(Report::Setup(message)) => anyhow::anyhow!(message),
+                _ => error,
+            });
         }
     };
     Ok(Init { pid, report: File::from(report_read), text: Vec::new(), memory, _alive: go.into() })
@@ -522,10 +530,27 @@ impl Private {
             allow_write: plan
                 .allow_write
                 .iter()
-                .map(|dir| Ok((dir.clone(), open(dir).context("an --allow-write folder")?)))
+                .map(|dir| Ok((dir.clone(), open_allowed(dir)?)))
                 .collect::<Result<_>>()?,
         })
     }
+}
+
+/// An `--allow-write` folder, by the real path the worker checked at its start, never through a
+/// link: whoever may write a folder of that path (another worker's actions, allowed to write a
+/// folder above it) could have put one there since, to have this sandbox bind what it points to
+/// (any folder init may reach, root's own under a root worker).
+fn open_allowed(dir: &Path) -> Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    rustix::fs::openat2(rustix::fs::CWD, dir, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS).map_err(|error| {
+        let why = match error {
+            rustix::io::Errno::LOOP => "a folder of its path is now a symbolic link".to_string(),
+            rustix::io::Errno::NOTDIR => "a folder of its path is no longer a folder".to_string(),
+            error => io::Error::from(error).to_string(),
+        };
+        anyhow::anyhow!("--allow-write {}: {why}", dir.display())
+    })
 }
 
 /// `/proc/self/fd/N`: a path that reaches what the descriptor holds, without traversing anything.
@@ -589,13 +614,7 @@ fn build_root(plan: &Plan, private: &Private) -> Result<()> {
     bind(&fd_path(&private.io), &at(IO), rw, false).context("binding the attempt's io folder")?;
     bind(&fd_path(&private.work), &at(WORK), rw, false).context("binding the attempt's work folder")?;
     for (dir, fd) in &private.allow_write {
-        let inside = at(&dir.to_string_lossy());
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&inside)
-            .with_context(|| format!("making room for --allow-write {}", dir.display()))?;
-        bind(&fd_path(fd), &inside, rw, true).with_context(|| format!("binding --allow-write {}", dir.display()))?;
+        bind_allowed(fd, dir, rw).with_context(|| format!("binding --allow-write {}", dir.display()))?;
     }
     restrict(Path::new("."), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, false)
         .context("making the sandbox's root read-only")?;
@@ -632,19 +651,62 @@ fn bind(source: &Path, target: &Path, attrs: u64, recursive: bool) -> Result<()>
     restrict(target, attrs, recursive).with_context(|| format!("restricting {}", target.display()))
 }
 
+/// Bind an `--allow-write` folder (held open) at its own path below the new root (the current
+/// directory), with all it holds: a copy of its mounts, restricted, then attached to the mount
+/// point's folder as opened, each folder of the path reached without a link (it may lie below a
+/// system folder bound from the host, where another worker's actions might write).
+fn bind_allowed(source: &OwnedFd, dir: &Path, attrs: u64) -> Result<()> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    use rustix::mount::{MoveMountFlags, OpenTreeFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let beneath = |at: &OwnedFd, name: &OsStr| {
+        rustix::fs::openat2(at, name, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH)
+    };
+    let mut at = rustix::fs::open(".", flags, Mode::empty())?;
+    for name in dir.iter().filter(|name| *name != OsStr::new("/")) {
+        at = match beneath(&at, name) {
+            Err(rustix::io::Errno::NOENT) => {
+                rustix::fs::mkdirat(&at, name, Mode::from_raw_mode(0o755))?;
+                beneath(&at, name)
+            }
+            opened => opened,
+        }
+        .with_context(|| format!("making its place in the sandbox, at {}", name.to_string_lossy()))?;
+    }
+    let tree = OpenTreeFlags::OPEN_TREE_CLONE
+        | OpenTreeFlags::OPEN_TREE_CLOEXEC
+        | OpenTreeFlags::AT_RECURSIVE
+        | OpenTreeFlags::AT_EMPTY_PATH;
+    let copy = mount::open_tree(source, "", tree)?;
+    set_mount_attributes(copy.as_raw_fd(), c"", libc::AT_EMPTY_PATH as libc::c_uint, attrs, true)?;
+    let empty = MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH;
+    mount::move_mount(&copy, "", &at, "", empty)?;
+    Ok(())
+}
+
 fn restrict(path: &Path, attrs: u64, recursive: bool) -> io::Result<()> {
     let path = CString::new(path.as_os_str().as_bytes())?;
+    set_mount_attributes(libc::AT_FDCWD, &path, 0, attrs, recursive)
+}
+
+fn set_mount_attributes(
+    at: libc::c_int,
+    path: &std::ffi::CStr,
+    flags: libc::c_uint,
+    attrs: u64,
+    recursive: bool,
+) -> io::Result<()> {
     let attr = MountAttr { attr_set: attrs, attr_clr: 0, propagation: 0, userns_fd: 0 };
-    let flags = if recursive { libc::AT_RECURSIVE as libc::c_uint } else { 0 };
+    let flags = if recursive { flags | libc::AT_RECURSIVE as libc::c_uint } else { flags };
     // SAFETY: a NUL-terminated path and a mount_attr that outlive the call, with its true size.
     let result = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
+            at,
             path.as_ptr(),
             flags,
             &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
+            size_of::<MountAttr>(),
         )
     };
     if result == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }

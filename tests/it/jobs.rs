@@ -857,6 +857,19 @@ fn logs_follow_prints_lines_until_the_job_completes() {
     assert_eq!(followed, lines(&env.wf(["logs", &id, "--json"]).ok().json()));
     assert!(followed.contains(&("stdout".into(), "out 4".into())), "{followed:?}");
     assert!(followed.contains(&("stderr".into(), "err 4".into())), "{followed:?}");
+
+    // A follower exits as `wf result` does: a failure (or a cancel) is 4, with --json too, where
+    // stderr says nothing of how the job ended.
+    let failed = enqueue(&env, "t/fail", json!({}));
+    let follower = env.wf(["logs", &failed, "--follow"]).start();
+    let json_follower = env.wf(["logs", &failed, "--follow", "--json"]).start();
+    env.wf(["work", "--drain"]).ok();
+    let run = follower.finish();
+    assert_eq!(run.code, 4, "{run:?}");
+    assert!(run.stderr.contains(&format!("job {failed} ended: failure")), "{run:?}");
+    let run = json_follower.finish();
+    assert_eq!(run.code, 4, "{run:?}");
+    assert!(serde_json::from_str::<Value>(&run.stdout).unwrap().is_array(), "{run:?}");
 }
 
 /// A page of one tag's jobs walks that tag's listing index, also where the planner expects the

@@ -972,3 +972,53 @@ fn an_allow_write_folder_is_writable_at_its_own_path_and_nothing_else_of_the_hos
     assert_eq!(std::fs::read_to_string(shared.path().join("from-the-action.txt")).unwrap(), "hi");
     assert_eq!(result, json!({"outside": "ENOENT", "system": "EROFS"}));
 }
+
+/// An `--allow-write` folder below another worker's: that worker's action swaps a folder of its
+/// path for a link to a folder of root's. The next sandbox of this one must not bind what the link
+/// points to (before, it did, reached as root: its action read root's file), and fails saying why.
+#[test]
+fn an_allow_write_folder_is_never_reached_through_a_link_an_action_put_in_its_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let shared = tempfile::Builder::new().prefix("wf-allow-").tempdir().unwrap();
+    let open = std::fs::Permissions::from_mode(0o777);
+    std::fs::set_permissions(shared.path(), open.clone()).unwrap();
+    let inner = shared.path().join("a/b");
+    std::fs::create_dir_all(&inner).unwrap();
+    for dir in [shared.path().join("a"), inner.clone()] {
+        std::fs::set_permissions(dir, open.clone()).unwrap();
+    }
+    let private = tempfile::Builder::new().prefix("wf-private-").tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::create_dir_all(private.path().join("b")).unwrap();
+    std::fs::write(private.path().join("b/secret.txt"), "root's").unwrap();
+
+    let reader = sandbox_world(SandboxOptions { allow_write: vec![inner.clone()], ..Default::default() });
+    let read = r#"
+        import { readdirSync } from "node:fs";
+        export function main(input) { return readdirSync(input.inner); }
+        "#;
+    assert_eq!(returned(reader.run(read, json!({"inner": inner}))), json!([]), "the folder is bound");
+
+    let writer = sandbox_world(SandboxOptions { allow_write: vec![shared.path().to_path_buf()], ..Default::default() });
+    let swapped = returned(writer.run(
+        r#"
+        import { renameSync, symlinkSync, readlinkSync } from "node:fs";
+        export function main(input) {
+          renameSync(input.shared + "/a", input.shared + "/a.old");
+          symlinkSync(input.private, input.shared + "/a");
+          return readlinkSync(input.shared + "/a");
+        }
+        "#,
+        json!({"shared": shared.path(), "private": private.path()}),
+    ));
+    assert_eq!(swapped, json!(private.path()), "the other worker's action put its link");
+
+    let finished = reader.run(read, json!({"inner": inner}));
+    match &finished.outcome {
+        Outcome::Failed { name, message } => {
+            assert_eq!(name, "ProcessError", "{message}");
+            assert!(message.contains("a folder of its path is now a symbolic link"), "{message}");
+        }
+        other => panic!("the sandbox bound what the link points to: {other:?}"),
+    }
+}

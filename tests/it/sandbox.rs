@@ -863,6 +863,37 @@ fn a_worker_that_is_not_root_runs_sandboxed_actions() {
     assert_eq!(result(&env, &hello), "hello");
 }
 
+/// An `--allow-write` folder inside another is refused at start, naming both, and nothing runs:
+/// it is writable through the outer one already, and its place in the sandbox would be made
+/// through a folder the actions write (where a link would lead the bind elsewhere).
+#[test]
+fn a_worker_refuses_an_allow_write_folder_inside_another() {
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/hello", json!({}));
+    let outer = tempfile::Builder::new().prefix("wf-allow-").tempdir().unwrap();
+    let inner = outer.path().join("x/sub");
+    std::fs::create_dir_all(&inner).unwrap();
+    let refused = env
+        .wf([
+            "work",
+            "--drain",
+            "--allow-write",
+            outer.path().to_str().unwrap(),
+            "--allow-write",
+            inner.to_str().unwrap(),
+        ])
+        .run()
+        .expect_code(1);
+    let said = format!("--allow-write {}: inside --allow-write {}", inner.display(), outer.path().display());
+    assert!(refused.stderr.contains(&said), "{}", refused.stderr);
+    assert_eq!(env.wf(["show", &id, "--json"]).ok().json()["status"], "queued", "nothing ran");
+    // The same folder twice is that folder once.
+    let twice = outer.path().to_str().unwrap();
+    env.wf(["work", "--drain", "--allow-write", twice, "--allow-write", twice]).ok();
+    assert_eq!(result(&env, &id), "hello");
+}
+
 /// Each attempt of a root worker runs as a host user of its own, which owns the sandbox's user
 /// namespace: what the kernel counts per user of the host (inotify instances here, 128 by default;
 /// epoll watches, pipe buffers alike) an action exhausts for itself only. Before, every sandbox's

@@ -251,7 +251,7 @@ fn a_wait_and_a_follow_go_on_through_a_restart_of_the_database() {
     std::thread::sleep(Duration::from_secs(2));
     restart_and_cancel(&cluster, &env, &id, waiter);
     let followed = follower.finish();
-    assert_eq!(followed.code, 0, "{followed:?}");
+    assert_eq!(followed.code, 4, "a canceled job: {followed:?}");
     assert!(followed.stderr.contains(&format!("job {id} ended: canceled")), "{}", followed.stderr);
 }
 
