@@ -216,7 +216,7 @@ pub(crate) struct SyncArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ActionsArgs {
     /// Only the actions of this source.
-    #[arg(long)]
+    #[arg(long, value_parser = filter)]
     pub source: Option<String>,
 }
 
@@ -277,7 +277,7 @@ pub(crate) struct WorkArgs {
     #[arg(long = "tag", default_values_t = vec!["default".to_string()])]
     pub tags: Vec<String>,
     /// Jobs run at once.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub concurrency: u32,
     /// Exit when no due, unclaimed job is left for these tags and all slots are idle. (With
     /// --drain, --once and --max-jobs, a claim refused for good, such as a permission the role
@@ -288,7 +288,7 @@ pub(crate) struct WorkArgs {
     #[arg(long, conflicts_with = "max_jobs")]
     pub once: bool,
     /// Exit after this many jobs.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_jobs: Option<u64>,
     /// Heartbeat period (default WF_HEARTBEAT_S, 5s): at least 1s, at most a third of the zombie window.
     #[arg(long, value_parser = parse_heartbeat)]
@@ -376,7 +376,7 @@ pub(crate) struct ReapArgs {
     #[arg(long, value_parser = parse_window)]
     pub zombie_timeout: Option<Duration>,
     /// Restarts before a dying job completes as failure (default WF_RESTART_LIMIT).
-    #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(0..))]
     pub restart_limit: Option<i32>,
 }
 
@@ -405,10 +405,10 @@ pub(crate) struct JobsArgs {
     #[arg(long, value_parser = parse_moment)]
     pub until: Option<Moment>,
     /// List at most this many jobs (newest first): one page.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=i64::from(i32::MAX)))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=i64::from(i32::MAX)))]
     pub limit: i64,
     /// Which page of --limit jobs to list (1: the newest).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..=i64::from(i32::MAX)))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..=i64::from(i32::MAX)))]
     pub page: i64,
     /// List again every 2 seconds until interrupted.
     #[arg(long)]
@@ -442,7 +442,7 @@ pub(crate) struct LogsArgs {
     #[arg(long, short)]
     pub follow: bool,
     /// Only the last N lines (then new ones, with --follow).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
     pub tail: Option<i64>,
     /// Only lines written since this time (RFC 3339, or as `wf show` prints it: 2026-12-04 19:12:00
     /// +00:00) or this long ago (30s, 5m, 2h).
@@ -622,14 +622,14 @@ pub(crate) struct PruneArgs {
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
     /// Jobs per measurement (at most 2,000 for the enqueues of a transaction each).
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: u32,
     /// Concurrent claimers for the claim-to-complete rate (each a connection: at most 64).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub workers: u32,
     /// Jobs each claimer claims, and completes, per statement (as a worker claims for its idle
     /// slots); 1 is the seed's one job per claim.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub batch: u32,
     /// Also measure end to end with a trivial bun action (at most 200 jobs), with and without the
     /// sandbox, the same action warm (at most 5,000 jobs), and a bare loop starting bun for each job,

@@ -127,7 +127,8 @@ impl Config {
                 .filter_map(|name| std::env::var(name).ok().map(|value| (name.to_string(), value)))
                 .collect(),
             operator: format!("{user}@{}", hostname()),
-            no_color: std::env::var_os("NO_COLOR").is_some(),
+            // no-color.org: set and not empty.
+            no_color: std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty()),
             fault: std::env::var("WF_FAULT").ok(),
             supervisor: supervisor_binary(),
         }

@@ -124,6 +124,14 @@ impl Output {
         }
     }
 
+    /// A note on stderr that `--json` keeps, for what its document does not say (that a listing
+    /// has more pages); hidden by `--quiet`.
+    pub(crate) fn note(&self, text: &str) {
+        if !self.quiet {
+            diag!("{text}");
+        }
+    }
+
     /// A warning on stderr: something the user should know even with `--quiet` or `--json`.
     pub(crate) fn warn(&self, text: &str) {
         diag!("warning: {text}");

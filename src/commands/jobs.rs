@@ -55,6 +55,9 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
                 .map(|job| ShownJob { job: JobDocument::from(job), retried_as: retries.get(&job.id).copied() })
                 .collect();
             ctx.out.json_array(&shown)?;
+            if more {
+                ctx.out.note(&more_pages(offset, jobs.len(), args.page));
+            }
             return Ok(Exit::Ok);
         }
         let now = db::now(&mut client)?;
@@ -65,7 +68,6 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
         let ids: Vec<uuid::Uuid> = jobs.iter().map(|job| job.id).collect();
         let short = inspect::unique_prefixes(&mut client, &ids)?;
         table(ctx, &jobs, &short, now)?;
-        let first = offset + 1;
         if jobs.is_empty() && args.page > 1 {
             ctx.out.info("no jobs on this page");
         } else if jobs.is_empty() {
@@ -76,8 +78,7 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
             ]);
             ctx.out.info(&format!("no jobs{unknown}"));
         } else if more {
-            let last = offset + jobs.len() as i64;
-            ctx.out.info(&format!("jobs {first}-{last}, newest first; older ones: --page {}", args.page + 1));
+            ctx.out.info(&more_pages(offset, jobs.len(), args.page));
         }
         if !args.watch {
             return Ok(Exit::Ok);
@@ -87,6 +88,10 @@ pub(super) fn run(ctx: &Ctx, args: JobsArgs) -> CommandResult {
         }
         std::thread::sleep(WATCH_PERIOD);
     }
+}
+
+fn more_pages(offset: i64, shown: usize, page: i64) -> String {
+    format!("jobs {}-{}, newest first; older ones: --page {}", offset + 1, offset + shown as i64, page + 1)
 }
 
 /// At most 80 columns: short ids (`short`, each the shortest prefix that names its job alone),

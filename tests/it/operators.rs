@@ -289,6 +289,16 @@ fn jobs_fit_80_columns_and_filter_by_app_action_tag_status_and_time_a_page_at_a_
     let page = env.wf(["jobs", "--limit", "2"]).ok();
     assert_eq!(page.stdout.lines().count(), 3, "a header and 2 jobs: {}", page.stdout);
     assert!(page.stderr.contains("jobs 1-2, newest first; older ones: --page 2"), "{}", page.stderr);
+    // With --json too, where the document does not say it; not after the last page.
+    let page = env.wf(["jobs", "--limit", "2", "--json"]).ok();
+    assert_eq!(page.json().as_array().unwrap().len(), 2);
+    assert!(page.stderr.contains("jobs 1-2, newest first; older ones: --page 2"), "{}", page.stderr);
+    let last = env.wf(["jobs", "--limit", "2", "--page", "2", "--json"]).ok();
+    assert!(!last.stderr.contains("older ones"), "{}", last.stderr);
+    // A negative number is refused for what it is, not taken for an option.
+    let negative = env.wf(["jobs", "--limit", "-1"]).run().expect_code(2);
+    assert!(negative.stderr.contains("-1 is not in 1.."), "{}", negative.stderr);
+    env.wf(["actions", "--source", ""]).run().expect_code(2);
     env.wf(["jobs", "--watch", "--json"]).run().expect_code(2);
 }
 
@@ -416,6 +426,10 @@ fn colours_only_on_a_terminal_and_never_with_no_color_and_the_layout_is_the_same
     let (code, uncoloured) = env.wf(["jobs"]).env("NO_COLOR", "1").in_terminal().finish();
     assert_eq!(code, 0, "{uncoloured}");
     assert!(!uncoloured.contains('\x1b'), "{uncoloured:?}");
+    // no-color.org: an empty NO_COLOR is as if unset.
+    let (code, empty) = env.wf(["jobs"]).env("NO_COLOR", "").in_terminal().finish();
+    assert_eq!(code, 0, "{empty}");
+    assert!(empty.contains("\x1b[38;5;10m success"), "an empty NO_COLOR keeps the colours: {empty:?}");
     assert_eq!(plain(&coloured), plain(&uncoloured), "NO_COLOR changes the colours, nothing else");
     let table = plain(&uncoloured);
     assert!(table.contains('│') && table.contains(&id[..8]), "a boxed table on a terminal: {table}");
