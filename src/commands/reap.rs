@@ -18,6 +18,9 @@ pub(super) fn run(ctx: &Ctx, args: ReapArgs) -> CommandResult {
     };
     let mut client = ctx.connect()?;
     let reaped = reaper::reap_once(&mut client, zombie_timeout, restart_limit)?;
+    if reaped.dropped > 0 {
+        ctx.out.warn(&format!("dropped {} running queue row(s) whose job was deleted outside wf", reaped.dropped));
+    }
     if ctx.out.json {
         ctx.out.json(&ReapDocument { requeued: reaped.requeued, failed: reaped.failed, canceled: reaped.canceled })?;
     } else {

@@ -16,6 +16,8 @@ pub(crate) struct Reaped {
     pub requeued: u64,
     pub failed: u64,
     pub canceled: u64,
+    /// Queue rows of jobs deleted outside wf (`DELETE FROM job`): nothing to run, dropped.
+    pub dropped: u64,
 }
 
 /// The zombies, locked for this pass (see `reap_once`). Parameter: the reaper's window in seconds.
@@ -48,11 +50,15 @@ RETURNING tag";
 pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_limit: i32) -> Result<Reaped> {
     let mut tx = client.transaction()?;
     let zombies = tx.query(ZOMBIES_SQL, &[&zombie_timeout.as_secs_f64()])?;
+    let orphans = dropped_jobs(&mut tx, zombies.iter().map(|row| row.get(0)).collect())?;
     let mut canceled = Vec::new();
     let mut failed = Vec::new();
     let mut requeued = Vec::new();
     for row in &zombies {
         let id: Uuid = row.get(0);
+        if orphans.contains(&id) {
+            continue;
+        }
         let restarts: i32 = row.get(2);
         if row.get::<_, bool>(1) {
             canceled.push(id);
@@ -74,7 +80,29 @@ pub(crate) fn reap_once(client: &mut Client, zombie_timeout: Duration, restart_l
     complete::finish_locked(&mut tx, &failed, JobStatus::Failure, Some(&error.to_value()), None, None)?;
     requeue(&mut tx, &requeued)?;
     tx.commit()?;
-    Ok(Reaped { requeued: requeued.len() as u64, failed: failed.len() as u64, canceled: canceled.len() as u64 })
+    Ok(Reaped {
+        requeued: requeued.len() as u64,
+        failed: failed.len() as u64,
+        canceled: canceled.len() as u64,
+        dropped: orphans.len() as u64,
+    })
+}
+
+/// Of these zombies, those whose job is gone, their queue rows deleted. The queue holds no key to
+/// the job (migration 13), so a job deleted outside wf leaves its row, which a worker claims with
+/// nothing to run: completing it or logging its requeue would break the keys of the completion and
+/// the logs, and fail every pass, every other zombie with it, for ever.
+fn dropped_jobs(tx: &mut postgres::Transaction<'_>, zombies: Vec<Uuid>) -> Result<Vec<Uuid>> {
+    if zombies.is_empty() {
+        return Ok(zombies);
+    }
+    let rows = tx.query(
+        "DELETE FROM job_queue q
+          WHERE q.job_id = ANY($1) AND NOT EXISTS (SELECT FROM job j WHERE j.id = q.job_id)
+         RETURNING q.job_id",
+        &[&zombies],
+    )?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
 }
 
 /// Back to waiting (`REQUEUE_SQL`), with a log line in the dead attempt's logs.

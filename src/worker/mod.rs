@@ -483,13 +483,19 @@ fn reaper_loop(shared: &Shared, done: &AtomicBool) {
                 diag!("worker {}: reaper passes succeed again", shared.options.name);
             }
             match pass {
-                Ok(reaped) if reaped != Default::default() && !shared.options.quiet => diag!(
-                    "worker {}: reaper: requeued {}, failed {}, canceled {}",
-                    shared.options.name,
-                    reaped.requeued,
-                    reaped.failed,
-                    reaped.canceled
-                ),
+                Ok(reaped) if reaped != Default::default() && !shared.options.quiet => {
+                    let dropped = match reaped.dropped {
+                        0 => String::new(),
+                        n => format!(", dropped {n} (jobs deleted outside wf)"),
+                    };
+                    diag!(
+                        "worker {}: reaper: requeued {}, failed {}, canceled {}{dropped}",
+                        shared.options.name,
+                        reaped.requeued,
+                        reaped.failed,
+                        reaped.canceled
+                    )
+                }
                 Ok(_) => {}
                 Err(error) => {
                     if !std::mem::replace(&mut failing, true) {

@@ -138,3 +138,41 @@ fn a_job_restarted_a_thousand_times_is_reaped_with_the_others() {
     assert_eq!(delays.len(), 2);
     assert!((295.0..=300.0).contains(&delays[0]), "five minutes at most: {delays:?}");
 }
+
+/// A job deleted outside wf (`DELETE FROM job`) leaves its queue row, which the queue's lack of a
+/// key allows; once that row is a zombie, the reaper drops it and reaps the others. Before, the
+/// log line of its requeue broke the logs' key and failed every pass: no zombie was reaped again.
+#[test]
+fn a_zombie_whose_job_was_deleted_outside_wf_is_dropped_and_the_others_are_reaped() {
+    let env = TestEnv::new();
+    synced(&env);
+    let ids = crate::support::fixtures::enqueue_batch(&env, "t/echo", &[json!({"n": 1}), json!({"n": 2})]);
+    let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.parse().unwrap()).collect();
+    let mut db = env.db();
+    make_zombies(&mut db, &ids);
+    db.execute("DELETE FROM job WHERE id = $1", &[&ids[0]]).unwrap();
+    wait_server_up_longer_than(&env, 3.0);
+    let run = env.wf(["reap", "--json", "--zombie-timeout", "3s"]).ok();
+    assert_eq!(counts(&run.json()), (1, 0, 0), "{run:?}");
+    assert!(run.stderr.contains("dropped 1 running queue row(s) whose job was deleted outside wf"), "{run:?}");
+    let left: Vec<uuid::Uuid> = env.column("SELECT job_id FROM job_queue");
+    assert_eq!(left, [ids[1]], "the deleted job's row is gone, the other waits again");
+    // Due at once rather than after its backoff, for the drain.
+    db.execute("UPDATE job_queue SET scheduled_for = now()", &[]).unwrap();
+    env.wf(["work", "--drain"]).ok();
+    let result = env.wf(["result", &ids[1].to_string()]).ok().json();
+    assert_eq!((&result["input"], &result["attempt"]), (&json!({"n": 2}), &json!(2)), "{result}");
+
+    // A waiting job deleted so: a worker claims its row, which has nothing to run, and goes on;
+    // the row, never beaten for, is a zombie once its window passes.
+    let waiting: uuid::Uuid = crate::support::fixtures::enqueue(&env, "t/echo", json!({})).parse().unwrap();
+    db.execute("DELETE FROM job WHERE id = $1", &[&waiting]).unwrap();
+    env.wf(["work", "--drain"]).ok();
+    let claimed: bool = env.scalar("SELECT running FROM job_queue");
+    assert!(claimed, "the worker claimed the row");
+    db.execute("UPDATE job_queue SET ping = now() - interval '1 hour', window_s = 3", &[]).unwrap();
+    let run = env.wf(["reap", "--json", "--zombie-timeout", "3s"]).ok();
+    assert_eq!(counts(&run.json()), (0, 0, 0), "{run:?}");
+    assert!(run.stderr.contains("dropped 1 running queue row(s)"), "{run:?}");
+    assert_eq!(env.scalar::<i64>("SELECT count(*) FROM job_queue"), 0);
+}
