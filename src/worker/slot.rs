@@ -16,7 +16,7 @@ use super::events::{JobEvent, job_event};
 use super::heart::{Heart, Verdict};
 use super::unanswered;
 use super::{Handed, Isolation, Shared, Until};
-use crate::db::failure::{Failure, classify, is_connection_lost, is_lock_held};
+use crate::db::failure::{Failure, classify, is_connection_lost, is_lock_held, sqlstate};
 use crate::diag::diag;
 use crate::queue::claim::{self, Claimed};
 use crate::queue::complete::{self, Completion, Recorded};
@@ -35,6 +35,9 @@ const LOG_FLUSH_LINES: usize = 500;
 /// Backoff after a failed database call: doubling from the first to the last.
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_LAST: Duration = Duration::from_secs(5);
+/// How many zombie windows a slot keeps retrying a completion the database refuses while its
+/// heartbeats still land (see `record_completion`); after that the job is left to the reaper.
+const COMPLETION_HOLD_WINDOWS: u32 = 10;
 
 /// A slot's database connection and the heart it lends it to, and the warm runner it keeps.
 struct Link {
@@ -131,6 +134,17 @@ impl<'s> Trouble<'s> {
 
     /// Say the failure (when no other slot is failing), drop a lost connection, and back off.
     fn failed(&mut self, connection: &mut Connection, error: &anyhow::Error, what: &str) {
+        self.failed_waiting_at_most(connection, error, what, BACKOFF_LAST);
+    }
+
+    /// `failed`, waiting no longer than `most` (a slot that must beat for its job meanwhile).
+    fn failed_waiting_at_most(
+        &mut self,
+        connection: &mut Connection,
+        error: &anyhow::Error,
+        what: &str,
+        most: Duration,
+    ) {
         if !self.failing {
             self.failing = true;
             let mut troubled = self.shared.slots_in_trouble.lock().unwrap_or_else(PoisonError::into_inner);
@@ -142,7 +156,7 @@ impl<'s> Trouble<'s> {
         }
         connection.reset_if_lost(error);
         self.backoff = (self.backoff * 2).clamp(BACKOFF_FIRST, BACKOFF_LAST);
-        std::thread::sleep(self.backoff);
+        std::thread::sleep(self.backoff.min(most));
     }
 
     /// Say the end of the failures (when this was the last slot failing).
@@ -1026,6 +1040,7 @@ fn record_completion(
 ) {
     let name = &shared.options.name;
     let mut give_up = Instant::now() + shared.options.zombie_timeout;
+    let hold_until = Instant::now() + shared.options.zombie_timeout * COMPLETION_HOLD_WINDOWS;
     let mut trouble = Trouble::new(shared);
     let mut retried = unsure;
     let mut held = false;
@@ -1108,7 +1123,20 @@ fn record_completion(
             Err(error) if Instant::now() < give_up => {
                 // Whether the failed call committed is unknown: the gate and completed_by tell.
                 retried = true;
-                trouble.failed(connection, &error, &format!("completing job {}", job.id));
+                // Held only while the database answers, refusing: after a call it never answered
+                // or a connection lost, the job is given up after one window, as it always was.
+                let answered = sqlstate(&error).is_some() && !is_connection_lost(&error);
+                let holding = answered && Instant::now() < hold_until;
+                let most = if holding { shared.options.heartbeat } else { BACKOFF_LAST };
+                trouble.failed_waiting_at_most(connection, &error, &format!("completing job {}", job.id), most);
+                // A beat that lands keeps the job ours (the reaper leaves a fresh ping; the tries
+                // are a heartbeat period apart at most meanwhile): the window starts again, so an
+                // outcome in hand that the database refuses for a while (a completion's statement
+                // failing where a heartbeat's does not) is not lost to a run elsewhere. A beat that
+                // finds the job gone lets the next call find out how.
+                if holding && still_ours(shared, connection, job) {
+                    give_up = Instant::now() + shared.options.zombie_timeout;
+                }
             }
             Err(error) => {
                 diag!("worker {name}: giving up completing job {}: {error:#} (the reaper will recover it)", job.id);
@@ -1117,6 +1145,15 @@ fn record_completion(
             }
         }
     }
+}
+
+/// One heartbeat of the slot's finished attempt, while its completion is retried: whether the claim
+/// still owns the job.
+fn still_ours(shared: &Shared, connection: &mut Connection, job: &Claimed) -> bool {
+    let (id, claim, window) = (job.id, job.claim.clone(), shared.options.zombie_timeout);
+    let beat =
+        connection.bounded(answer_patience(shared), move |session| heartbeat::heartbeat(session, id, &claim, window));
+    matches!(beat, Ok(Beat::Owned | Beat::CancelRequested { .. }))
 }
 
 /// A failed job's error, also at the end of its logs: whoever reads the logs sees why it ended

@@ -813,3 +813,41 @@ fn rows_held_by_another_session_longer_than_the_window_neither_stop_their_jobs_n
     }
     assert!(journal.contains(&format!("the heartbeat of job {longer} has its row again")), "{journal}");
 }
+
+/// A completion the database refuses for longer than the window while the job's heartbeats land
+/// (here a trigger on the completion table fails it as a serialization failure for 10 s; the window
+/// is 3 s): the slot keeps the job ours by beating for it between its tries, and records it once
+/// when the database takes it. Before, the slot gave it up after one window, the worker's reaper
+/// took it back, and the job ran again.
+#[test]
+fn a_completion_refused_longer_than_the_window_while_heartbeats_land_is_recorded_once() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
+    synced(&env);
+    env.db()
+        .batch_execute(
+            "CREATE TABLE refuse_until (t timestamptz NOT NULL);
+             INSERT INTO refuse_until VALUES ('infinity');
+             CREATE FUNCTION refuse_completions() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF clock_timestamp() < (SELECT t FROM refuse_until) THEN
+                 RAISE EXCEPTION 'refused for the test' USING ERRCODE = '40001';
+               END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER refuse_completions BEFORE INSERT ON job_completed
+                FOR EACH ROW EXECUTE FUNCTION refuse_completions();",
+        )
+        .unwrap();
+    let log = path(&env, "runs.log");
+    let job = enqueue(&env, "t/sleep", json!({"ms": 100, "log": log}));
+    let mut w = worker(&env, "w1", &["--heartbeat", "1s"]);
+    wait_for(Duration::from_secs(30), "the job to run", || executions(&log).first().cloned());
+    env.db().execute("UPDATE refuse_until SET t = clock_timestamp() + interval '10 s'", &[]).unwrap();
+    let done =
+        wait_for(Duration::from_secs(60), "the completion, once the database takes it", || completed(&env, &job));
+    let journal = std::fs::read_to_string(env.dir.path().join("w1.log")).unwrap();
+    assert_eq!((done.status.as_str(), done.restarts), ("success", 0), "{done:?} {journal}");
+    assert_eq!(executions(&log).len(), 1, "the job ran once");
+    crate::support::fixtures::signal(&w, libc::SIGTERM);
+    assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
+}
