@@ -1123,10 +1123,13 @@ fn record_completion(
             Err(error) if Instant::now() < give_up => {
                 // Whether the failed call committed is unknown: the gate and completed_by tell.
                 retried = true;
-                // Held only while the database answers, refusing: after a call it never answered
-                // or a connection lost, the job is given up after one window, as it always was.
+                // Held only while the database answers, refusing, and the worker is not stopping
+                // (its stop waits at most a window for a completion): after a call it never
+                // answered or a connection lost, the job is given up after one window, as it
+                // always was.
                 let answered = sqlstate(&error).is_some() && !is_connection_lost(&error);
-                let holding = answered && Instant::now() < hold_until;
+                let stopping = shared.stopping.load(Ordering::SeqCst);
+                let holding = answered && !stopping && Instant::now() < hold_until;
                 let most = if holding { shared.options.heartbeat } else { BACKOFF_LAST };
                 trouble.failed_waiting_at_most(connection, &error, &format!("completing job {}", job.id), most);
                 // A beat that lands keeps the job ours (the reaper leaves a fresh ping; the tries
