@@ -60,7 +60,8 @@ pub(super) fn run(ctx: &Ctx, args: CancelArgs) -> CommandResult {
         cancel::cancel(&mut client, &ids, from, &ctx.config.operator, args.reason.as_deref())
     })?;
     if let (Some(status), left @ 1..) = (args.status, ids.len() - outcomes.len()) {
-        ctx.out.info(&format!("{left} job(s) no longer {status} when canceled: left as they are"));
+        // Said with --json too: the array lists only the jobs it canceled.
+        ctx.out.note(&format!("{left} job(s) no longer {status} when canceled: left as they are"));
     }
     if ctx.out.json {
         let document: Vec<CancelDocument> = outcomes

@@ -161,7 +161,8 @@ fn a_bulk_cancel_by_status_leaves_a_matched_job_that_changed_status_meanwhile() 
     let started = enqueue(&env, "t/sleep", json!({"ms": 3000, "log": log}));
     let waiting = enqueue(&env, "t/echo", json!({"n": 1}));
 
-    let mut terminal = env.wf(["cancel", "--tag", "default", "--status", "queued"]).in_terminal();
+    // With --json, whose array lists only the job it canceled: stderr says of the other too.
+    let mut terminal = env.wf(["cancel", "--tag", "default", "--status", "queued", "--json"]).in_terminal();
     terminal.wait_for("cancel 2 job(s) of tag default, status queued");
     let mut w = crate::support::fixtures::worker(&env, "w", &["--once", "--tag", "default"]);
     crate::support::harness::wait_for(Duration::from_secs(30), "the worker to start the job", || {
@@ -172,6 +173,7 @@ fn a_bulk_cancel_by_status_leaves_a_matched_job_that_changed_status_meanwhile() 
     assert_eq!(code, 0, "{screen:?}");
     let screen = plain(&screen);
     assert!(screen.contains("1 job(s) no longer queued when canceled: left as they are"), "{screen}");
+    assert!(screen.contains(&format!("\"id\": \"{waiting}\"")), "{screen}");
     assert!(!screen.contains(started.as_str()), "{screen}");
     assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(60), "the worker").success());
     assert_eq!(show(&env, &started)["status"], "success");
