@@ -155,8 +155,10 @@ impl<'s> Trouble<'s> {
             }
         }
         connection.reset_if_lost(error);
-        self.backoff = (self.backoff * 2).clamp(BACKOFF_FIRST, BACKOFF_LAST);
-        std::thread::sleep(self.backoff.min(most));
+        // Kept within `most` itself, so that the next wait without that bound doubles from there
+        // (a slot that stops holding a job waits a window at most, not its backoff's full length).
+        self.backoff = (self.backoff * 2).clamp(BACKOFF_FIRST, BACKOFF_LAST).min(most.max(BACKOFF_FIRST));
+        std::thread::sleep(self.backoff);
     }
 
     /// Say the end of the failures (when this was the last slot failing).
@@ -1121,15 +1123,19 @@ fn record_completion(
                 }
             }
             Err(error) if Instant::now() < give_up => {
-                // Whether the failed call committed is unknown: the gate and completed_by tell.
-                retried = true;
-                // Held only while the database answers, refusing, and the worker is not stopping
-                // (its stop waits at most a window for a completion): after a call it never
-                // answered or a connection lost, the job is given up after one window, as it
-                // always was.
+                // An error the database answered on a connection still usable: its statement, the
+                // commit last, committed nothing. After any other, whether the failed call
+                // committed is unknown: the gate and completed_by tell.
                 let answered = sqlstate(&error).is_some() && !is_connection_lost(&error);
+                retried |= !answered;
+                // Held only while the database answers with what a retry can change (a
+                // serialization failure, a deadlock, a timeout), and the worker is not stopping
+                // (its stop waits at most a window for a completion): after a call it never
+                // answered, a connection lost or a refusal for good, the job is given up after one
+                // window, as it always was.
+                let retryable = answered && classify(&error) == Failure::Transient;
                 let stopping = shared.stopping.load(Ordering::SeqCst);
-                let holding = answered && !stopping && Instant::now() < hold_until;
+                let holding = retryable && !stopping && Instant::now() < hold_until;
                 let most = if holding { shared.options.heartbeat } else { BACKOFF_LAST };
                 trouble.failed_waiting_at_most(connection, &error, &format!("completing job {}", job.id), most);
                 // A beat that lands keeps the job ours (the reaper leaves a fresh ping; the tries

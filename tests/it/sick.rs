@@ -823,21 +823,7 @@ fn rows_held_by_another_session_longer_than_the_window_neither_stop_their_jobs_n
 fn a_completion_refused_longer_than_the_window_while_heartbeats_land_is_recorded_once() {
     let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
     synced(&env);
-    env.db()
-        .batch_execute(
-            "CREATE TABLE refuse_until (t timestamptz NOT NULL);
-             INSERT INTO refuse_until VALUES ('infinity');
-             CREATE FUNCTION refuse_completions() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN
-               IF clock_timestamp() < (SELECT t FROM refuse_until) THEN
-                 RAISE EXCEPTION 'refused for the test' USING ERRCODE = '40001';
-               END IF;
-               RETURN NEW;
-             END $$;
-             CREATE TRIGGER refuse_completions BEFORE INSERT ON job_completed
-                FOR EACH ROW EXECUTE FUNCTION refuse_completions();",
-        )
-        .unwrap();
+    refuse_completions(&env, "40001");
     let log = path(&env, "runs.log");
     let job = enqueue(&env, "t/sleep", json!({"ms": 100, "log": log}));
     let mut w = worker(&env, "w1", &["--heartbeat", "1s"]);
@@ -850,4 +836,41 @@ fn a_completion_refused_longer_than_the_window_while_heartbeats_land_is_recorded
     assert_eq!(executions(&log).len(), 1, "the job ran once");
     crate::support::fixtures::signal(&w, libc::SIGTERM);
     assert!(crate::support::checks::wait_exit(&mut w, Duration::from_secs(30), "the worker").success());
+}
+
+/// Completions refused with `sqlstate` (a trigger on the completion table) until the test sets
+/// `refuse_until`.
+fn refuse_completions(env: &TestEnv, sqlstate: &str) {
+    env.db()
+        .batch_execute(&format!(
+            "CREATE TABLE refuse_until (t timestamptz NOT NULL);
+             INSERT INTO refuse_until VALUES ('infinity');
+             CREATE FUNCTION refuse_completions() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF clock_timestamp() < (SELECT t FROM refuse_until) THEN
+                 RAISE EXCEPTION 'refused for the test' USING ERRCODE = '{sqlstate}';
+               END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER refuse_completions BEFORE INSERT ON job_completed
+                FOR EACH ROW EXECUTE FUNCTION refuse_completions();"
+        ))
+        .unwrap();
+}
+
+/// A completion refused with an error no retry can change (a trigger's own, P0001) is not held
+/// past the window by beats: the slot gives it up after one window, for the reaper, as before the
+/// hold; held, it kept its slot from every other job for ten windows.
+#[test]
+fn a_completion_refused_for_good_is_given_up_after_one_window() {
+    let env = TestEnv::new().env("WF_ZOMBIE_TIMEOUT_S", "3");
+    synced(&env);
+    refuse_completions(&env, "P0001");
+    enqueue(&env, "t/sleep", json!({"ms": 100}));
+    let _w = worker(&env, "w1", &["--heartbeat", "1s", "--no-reap"]);
+    let journal = || std::fs::read_to_string(env.dir.path().join("w1.log")).unwrap();
+    // Ten windows are 30 s.
+    wait_for(Duration::from_secs(20), "the slot to give the completion up", || {
+        journal().contains("giving up completing job").then_some(())
+    });
 }
