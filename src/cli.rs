@@ -314,8 +314,9 @@ pub(crate) struct WorkArgs {
     /// A host folder bound read-write into every sandbox at the same path (repeatable; WF_ALLOW_WRITE
     /// takes a colon-separated list). The sandbox user must be allowed to write it: under a root
     /// worker, whose attempts each have a uid of their own, by the group nogroup (65534) or by all
-    /// (its actions run with umask 002: what one makes there, the next may write). Not one inside
-    /// another; a path that has a symbolic link in it when an attempt starts fails that attempt.
+    /// (its actions run with umask 002: what one makes there, the next may write). Bound at its
+    /// real path; not one inside another; a symbolic link is followed only in a folder no one but
+    /// root or the worker's user may write, and one in the path when an attempt starts fails it.
     #[arg(long = "allow-write", value_name = "DIR", env = "WF_ALLOW_WRITE", value_delimiter = ':')]
     pub allow_write: Vec<PathBuf>,
     /// How the worker writes its lines on stderr (one per job event: claimed, finished, killed,

@@ -1,6 +1,6 @@
 //! `wf work`: run a worker.
 
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
@@ -127,7 +127,7 @@ fn warn_of_supplementary_groups(ctx: &Ctx) {
 fn allow_write(dirs: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
     let mut real: Vec<PathBuf> = Vec::new();
     for dir in dirs.into_iter().filter(|dir| !dir.as_os_str().is_empty()) {
-        let path = dir.canonicalize().with_context(|| format!("--allow-write {}", dir.display()))?;
+        let path = real_path(&dir).with_context(|| format!("--allow-write {}", dir.display()))?;
         if !path.is_dir() {
             bail!("--allow-write {}: not a directory", dir.display());
         }
@@ -148,6 +148,56 @@ fn allow_write(dirs: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
                 outer.display()
             );
         }
+    }
+    Ok(real)
+}
+
+/// The real path of `dir`, through the symbolic links no action could have put there only: those in
+/// folders that only root or this worker's user may write. A link in a folder others may write (an
+/// action allowed to write a folder above, any user in `/tmp`) is refused: the sandboxes would bind
+/// what it points to, any folder of the host.
+fn real_path(dir: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    // The names of a path still to walk, its next last (`..` as such; the root and `.` left out).
+    fn names(path: &Path) -> impl Iterator<Item = std::ffi::OsString> + '_ {
+        path.components().rev().filter_map(|component| match component {
+            Component::Normal(name) => Some(name.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    let absolute = std::env::current_dir()?.join(dir);
+    let mut left: Vec<std::ffi::OsString> = names(&absolute).collect();
+    let mut real = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(name) = left.pop() {
+        if name == ".." {
+            real.pop();
+            continue;
+        }
+        let next = real.join(&name);
+        if !std::fs::symlink_metadata(&next).with_context(|| format!("reading {}", next.display()))?.is_symlink() {
+            real = next;
+            continue;
+        }
+        let folder = std::fs::metadata(&real)?;
+        if folder.mode() & 0o022 != 0 || (folder.uid() != 0 && folder.uid() != me) {
+            bail!(
+                "{} is a symbolic link in a folder others may write (one of them may have put it there): \
+                 give the folder's real path",
+                next.display()
+            );
+        }
+        links += 1;
+        if links > 40 {
+            bail!("too many symbolic links");
+        }
+        let target = std::fs::read_link(&next)?;
+        if target.is_absolute() {
+            real = PathBuf::from("/");
+        }
+        left.extend(names(&target));
     }
     Ok(real)
 }

@@ -894,6 +894,35 @@ fn a_worker_refuses_an_allow_write_folder_inside_another() {
     assert_eq!(result(&env, &id), "hello");
 }
 
+/// An `--allow-write` path is followed through a symbolic link at start only where no action could
+/// have put the link: in a folder others may write (here one all may write, as a folder an action
+/// is allowed to write is), the worker refuses to start, naming the link; in a folder only root
+/// writes, the link is followed. Before, a link an action put there before the worker started had
+/// every sandbox of that worker bind what it pointed to (the host's /tmp, its WF_HOME).
+#[test]
+fn a_worker_follows_an_allow_write_link_only_where_no_action_could_have_put_it() {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    let env = TestEnv::new();
+    synced_attacks(&env);
+    let id = enqueue(&env, "a/hello", json!({}));
+    let target = tempfile::Builder::new().prefix("wf-allow-").tempdir().unwrap();
+    let open = tempfile::Builder::new().prefix("wf-open-").tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let planted = open.path().join("l");
+    symlink(target.path(), &planted).unwrap();
+    let refused = env.wf(["work", "--drain", "--allow-write", planted.to_str().unwrap()]).run().expect_code(1);
+    let said = format!("{} is a symbolic link in a folder others may write", planted.display());
+    assert!(refused.stderr.contains(&said), "{}", refused.stderr);
+    assert_eq!(env.wf(["show", &id, "--json"]).ok().json()["status"], "queued", "nothing ran");
+
+    let closed = tempfile::Builder::new().prefix("wf-closed-").tempdir().unwrap();
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let trusted = closed.path().join("l");
+    symlink(target.path(), &trusted).unwrap();
+    env.wf(["work", "--drain", "--allow-write", trusted.to_str().unwrap()]).ok();
+    assert_eq!(result(&env, &id), "hello");
+}
+
 /// Each attempt of a root worker runs as a host user of its own, which owns the sandbox's user
 /// namespace: what the kernel counts per user of the host (inotify instances here, 128 by default;
 /// epoll watches, pipe buffers alike) an action exhausts for itself only. Before, every sandbox's
