@@ -317,7 +317,14 @@ pub(crate) struct WorkArgs {
     /// (its actions run with umask 002: what one makes there, the next may write). Bound at its
     /// real path; not one inside another; a symbolic link is followed only in a folder no one but
     /// root or the worker's user may write, and one in the path when an attempt starts fails it.
-    #[arg(long = "allow-write", value_name = "DIR", env = "WF_ALLOW_WRITE", value_delimiter = ':')]
+    // Empty entries (`WF_ALLOW_WRITE=`, `/a:`) are left out, as an empty variable is unset.
+    #[arg(
+        long = "allow-write",
+        value_name = "DIR",
+        env = "WF_ALLOW_WRITE",
+        value_delimiter = ':',
+        value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from)
+    )]
     pub allow_write: Vec<PathBuf>,
     /// How the worker writes its lines on stderr (one per job event: claimed, finished, killed,
     /// requeued): text, or one JSON object per line.

@@ -888,10 +888,15 @@ fn a_worker_refuses_an_allow_write_folder_inside_another() {
     let said = format!("--allow-write {}: inside --allow-write {}", inner.display(), outer.path().display());
     assert!(refused.stderr.contains(&said), "{}", refused.stderr);
     assert_eq!(env.wf(["show", &id, "--json"]).ok().json()["status"], "queued", "nothing ran");
-    // The same folder twice is that folder once.
+    // The same folder twice is that folder once; an empty entry is none.
     let twice = outer.path().to_str().unwrap();
     env.wf(["work", "--drain", "--allow-write", twice, "--allow-write", twice]).ok();
     assert_eq!(result(&env, &id), "hello");
+    for listed in [format!("{twice}:"), String::new()] {
+        let again = enqueue(&env, "a/hello", json!({}));
+        env.wf(["work", "--drain"]).env("WF_ALLOW_WRITE", listed).ok();
+        assert_eq!(result(&env, &again), "hello");
+    }
 }
 
 /// An `--allow-write` path is followed through a symbolic link at start only where no action could
