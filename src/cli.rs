@@ -288,7 +288,8 @@ pub(crate) struct WorkArgs {
     #[arg(long, conflicts_with = "max_jobs")]
     pub once: bool,
     /// Exit after this many jobs.
-    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
+    // Read as a signed number, so that a negative one is refused with the range, not as no digit.
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(1..).map(|n| n as u64))]
     pub max_jobs: Option<u64>,
     /// Heartbeat period (default WF_HEARTBEAT_S, 5s): at least 1s, at most a third of the zombie window.
     #[arg(long, value_parser = parse_heartbeat)]

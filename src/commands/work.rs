@@ -119,11 +119,10 @@ fn warn_of_supplementary_groups(ctx: &Ctx) {
     }
 }
 
-/// `--allow-write` folders: existing directories, by their real path, none inside another. Each
-/// sandbox opens the path again and refuses a link in it (a link there now was put after this
-/// check, by whoever may write a folder of the path); a folder inside another is writable through
-/// that one already, and its own place in the sandbox would be reached through a folder actions
-/// write.
+/// `--allow-write` folders: existing directories, by their real path (`real_path`), none inside
+/// another: it is writable through that one already, and its own place in the sandbox would be
+/// reached through a folder actions write. Each sandbox opens the path again, refusing a link put
+/// in it since.
 fn allow_write(dirs: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
     let mut real: Vec<PathBuf> = Vec::new();
     for dir in dirs.into_iter().filter(|dir| !dir.as_os_str().is_empty()) {
@@ -131,7 +130,7 @@ fn allow_write(dirs: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
         if !path.is_dir() {
             bail!("--allow-write {}: not a directory", dir.display());
         }
-        if path == std::path::Path::new("/") {
+        if path == Path::new("/") {
             bail!("--allow-write /: the whole file system cannot be bound into the sandbox");
         }
         if !real.contains(&path) {
@@ -152,10 +151,10 @@ fn allow_write(dirs: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
     Ok(real)
 }
 
-/// The real path of `dir`, through the symbolic links no action could have put there only: those in
-/// folders that only root or this worker's user may write. A link in a folder others may write (an
-/// action allowed to write a folder above, any user in `/tmp`) is refused: the sandboxes would bind
-/// what it points to, any folder of the host.
+/// The real path of `dir`, following only the symbolic links no action could have put there: those
+/// in folders that only root or this worker's user may write. A link in a folder others may write
+/// (an action allowed to write a folder above, any user in `/tmp`) is refused: the sandboxes would
+/// bind what it points to, any folder of the host.
 fn real_path(dir: &Path) -> Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     // The names of a path still to walk, its next last (`..` as such; the root and `.` left out).

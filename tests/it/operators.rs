@@ -298,6 +298,8 @@ fn jobs_fit_80_columns_and_filter_by_app_action_tag_status_and_time_a_page_at_a_
     // A negative number is refused for what it is, not taken for an option.
     let negative = env.wf(["jobs", "--limit", "-1"]).run().expect_code(2);
     assert!(negative.stderr.contains("-1 is not in 1.."), "{}", negative.stderr);
+    let negative = env.wf(["work", "--max-jobs", "-5"]).run().expect_code(2);
+    assert!(negative.stderr.contains("-5 is not in 1.."), "{}", negative.stderr);
     env.wf(["actions", "--source", ""]).run().expect_code(2);
     env.wf(["jobs", "--watch", "--json"]).run().expect_code(2);
 }
