@@ -116,17 +116,23 @@ fn a_running_job_without_a_ping_is_a_zombie_and_one_with_a_fresh_ping_is_not() {
     assert_eq!(state, vec![(silent, false, 1), (fresh, true, 0)]);
 }
 
+/// Two jobs of `t/echo` whose worker is gone (pinged an hour ago): their ids, `{"n": 1}`'s first.
+fn two_zombies(env: &TestEnv, db: &mut postgres::Client) -> Vec<uuid::Uuid> {
+    synced(env);
+    let ids = crate::support::fixtures::enqueue_batch(env, "t/echo", &[json!({"n": 1}), json!({"n": 2})]);
+    let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.parse().unwrap()).collect();
+    make_zombies(db, &ids);
+    ids
+}
+
 /// The backoff doubles with the restarts up to five minutes: a job restarted a thousand times (a
 /// restart limit meant as "for ever") made `power(2, restarts)` overflow, and every reaper pass
 /// fail for every zombie.
 #[test]
 fn a_job_restarted_a_thousand_times_is_reaped_with_the_others() {
     let env = TestEnv::new();
-    synced(&env);
-    let ids = crate::support::fixtures::enqueue_batch(&env, "t/echo", &[json!({"n": 1}), json!({"n": 2})]);
-    let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.parse().unwrap()).collect();
     let mut db = env.db();
-    make_zombies(&mut db, &ids);
+    let ids = two_zombies(&env, &mut db);
     db.execute("UPDATE job_queue SET restarts = 1024 WHERE job_id = $1", &[&ids[0]]).unwrap();
     // A ping counts from the server's start at the earliest.
     wait_server_up_longer_than(&env, 3.0);
@@ -145,11 +151,8 @@ fn a_job_restarted_a_thousand_times_is_reaped_with_the_others() {
 #[test]
 fn a_zombie_whose_job_was_deleted_outside_wf_is_dropped_and_the_others_are_reaped() {
     let env = TestEnv::new();
-    synced(&env);
-    let ids = crate::support::fixtures::enqueue_batch(&env, "t/echo", &[json!({"n": 1}), json!({"n": 2})]);
-    let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.parse().unwrap()).collect();
     let mut db = env.db();
-    make_zombies(&mut db, &ids);
+    let ids = two_zombies(&env, &mut db);
     db.execute("DELETE FROM job WHERE id = $1", &[&ids[0]]).unwrap();
     wait_server_up_longer_than(&env, 3.0);
     let run = env.wf(["reap", "--json", "--zombie-timeout", "3s"]).ok();
